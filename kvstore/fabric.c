@@ -1,0 +1,251 @@
+/* fabric.c - backend-independent part of the fabric. See fabric.h for the contract. */
+#include "fabric_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static const struct fab_backend_ops *backend_ops(enum fab_backend backend)
+{
+    switch (backend) {
+    case FAB_BACKEND_SHM:
+        return &fab_shm_ops;
+    case FAB_BACKEND_VERBS:
+    default:
+        return NULL;
+    }
+}
+
+const char *fab_strerror(int status)
+{
+    switch ((enum fab_status)status) {
+    case FAB_OK: return "success";
+    case FAB_ERR_INVAL: return "invalid argument";
+    case FAB_ERR_NODE: return "unknown node";
+    case FAB_ERR_REGION: return "unknown region";
+    case FAB_ERR_RANGE: return "offset out of region bounds";
+    case FAB_ERR_ALIGN: return "CAS target not 8-byte aligned";
+    case FAB_ERR_AGAIN: return "endpoint queue full";
+    case FAB_ERR_NOMEM: return "out of memory";
+    case FAB_ERR_EXISTS: return "existing region does not match the configuration";
+    case FAB_ERR_UNREACH: return "peer region unreachable";
+    case FAB_ERR_SYS: return "system call failed";
+    case FAB_ERR_NOTSUP: return "backend not supported in this build";
+    }
+    return "unknown fabric status";
+}
+
+/* Cluster names become parts of shared-memory object names (and verbs service names): keep them
+ * to characters that are safe in every such namespace. */
+static bool cluster_name_ok(const char *name)
+{
+    if (!name)
+        return false;
+    size_t len = strlen(name);
+    if (len == 0 || len > FAB_CLUSTER_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+int fab_open(const struct fab_config *cfg, struct fab **out, bool *created)
+{
+    if (!cfg || !out)
+        return FAB_ERR_INVAL;
+    if (!cluster_name_ok(cfg->cluster)) {
+        log_error("fabric: invalid cluster name (1..%d of [A-Za-z0-9_-])", FAB_CLUSTER_NAME_MAX);
+        return FAB_ERR_INVAL;
+    }
+    if (cfg->nodes == 0 || cfg->nodes > FAB_MAX_NODES || cfg->self >= cfg->nodes) {
+        log_error("fabric: node %u of %u nodes is not valid", cfg->self, cfg->nodes);
+        return FAB_ERR_NODE;
+    }
+    for (int r = 0; r < FAB_REGION_COUNT; r++) {
+        if (cfg->region_size[r] == 0 || cfg->region_size[r] % 8 != 0) {
+            log_error("fabric: region %d size %llu must be a non-zero multiple of 8", r,
+                      (unsigned long long)cfg->region_size[r]);
+            return FAB_ERR_INVAL;
+        }
+    }
+    const struct fab_backend_ops *ops = backend_ops(cfg->backend);
+    if (!ops) {
+        log_error("fabric: backend %d is not available in this build", (int)cfg->backend);
+        return FAB_ERR_NOTSUP;
+    }
+
+    struct fab *fab = calloc(1, sizeof(*fab));
+    if (!fab)
+        return FAB_ERR_NOMEM;
+    fab->ops = ops;
+    fab->cfg = *cfg;
+    strcpy(fab->cluster, cfg->cluster);
+    fab->cfg.cluster = fab->cluster;
+
+    bool made = false;
+    int rc = ops->open(fab, &made);
+    if (rc != FAB_OK) {
+        free(fab);
+        return rc;
+    }
+    if (created)
+        *created = made;
+    *out = fab;
+    return FAB_OK;
+}
+
+void fab_close(struct fab *fab)
+{
+    if (!fab)
+        return;
+    fab->ops->close(fab);
+    free(fab);
+}
+
+int fab_unlink(enum fab_backend backend, const char *cluster, uint32_t node)
+{
+    const struct fab_backend_ops *ops = backend_ops(backend);
+    if (!ops)
+        return FAB_ERR_NOTSUP;
+    if (!cluster_name_ok(cluster))
+        return FAB_ERR_INVAL;
+    return ops->unlink(cluster, node);
+}
+
+void *fab_local_base(const struct fab *fab, enum fab_region region)
+{
+    return (unsigned)region < FAB_REGION_COUNT ? fab->local[region].base : NULL;
+}
+
+uint64_t fab_region_size(const struct fab *fab, enum fab_region region)
+{
+    return (unsigned)region < FAB_REGION_COUNT ? fab->cfg.region_size[region] : 0;
+}
+
+uint32_t fab_self(const struct fab *fab) { return fab->cfg.self; }
+uint32_t fab_nodes(const struct fab *fab) { return fab->cfg.nodes; }
+
+int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out)
+{
+    if (!fab || !out)
+        return FAB_ERR_INVAL;
+    struct fab_ep *ep = calloc(1, sizeof(*ep));
+    if (!ep)
+        return FAB_ERR_NOMEM;
+    ep->fab = fab;
+    ep->depth = depth ? depth : FAB_EP_DEPTH_DEFAULT;
+    int rc = fab->ops->ep_init(ep);
+    if (rc != FAB_OK) {
+        free(ep);
+        return rc;
+    }
+    *out = ep;
+    return FAB_OK;
+}
+
+void fab_ep_destroy(struct fab_ep *ep)
+{
+    if (!ep)
+        return;
+    ep->fab->ops->ep_fini(ep);
+    free(ep);
+}
+
+/* Judge one request against the cluster's geometry. Touches nothing. */
+static int validate_wr(const struct fab *fab, const struct fab_wr *wr)
+{
+    switch (wr->opcode) {
+    case FAB_OP_READ:
+    case FAB_OP_WRITE:
+    case FAB_OP_CAS:
+        break;
+    default:
+        return FAB_ERR_INVAL;
+    }
+    if (wr->node >= fab->cfg.nodes)
+        return FAB_ERR_NODE;
+    if ((unsigned)wr->region >= FAB_REGION_COUNT)
+        return FAB_ERR_REGION;
+    if (!wr->local || wr->length == 0)
+        return FAB_ERR_INVAL;
+    if (wr->opcode == FAB_OP_CAS) {
+        if (wr->length != 8)
+            return FAB_ERR_INVAL;
+        if (wr->offset % 8 != 0)
+            return FAB_ERR_ALIGN;
+    }
+    uint64_t size = fab->cfg.region_size[wr->region];
+    /* Written so that a huge offset cannot wrap around. */
+    if (wr->offset > size || wr->length > size - wr->offset)
+        return FAB_ERR_RANGE;
+    return FAB_OK;
+}
+
+int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
+{
+    if (!ep || (!wrs && n))
+        return FAB_ERR_INVAL;
+    if (n == 0)
+        return FAB_OK;
+    for (size_t i = 0; i < n; i++) {
+        int rc = validate_wr(ep->fab, &wrs[i]);
+        if (rc != FAB_OK) {
+            ep->stats.errors++;
+            return rc;
+        }
+    }
+    if (n > ep->depth - ep->outstanding)
+        return FAB_ERR_AGAIN;
+    ep->outstanding += (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        switch (wrs[i].opcode) {
+        case FAB_OP_READ:
+            ep->stats.reads++;
+            ep->stats.bytes_read += wrs[i].length;
+            break;
+        case FAB_OP_WRITE:
+            ep->stats.writes++;
+            ep->stats.bytes_written += wrs[i].length;
+            break;
+        case FAB_OP_CAS:
+            ep->stats.cas++;
+            break;
+        }
+    }
+    ep->fab->ops->post(ep, wrs, n);
+    return FAB_OK;
+}
+
+int fab_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
+{
+    if (!ep || !wcs || max <= 0)
+        return 0;
+    int got = ep->fab->ops->poll(ep, wcs, max);
+    for (int i = 0; i < got; i++)
+        if (wcs[i].status != FAB_OK)
+            ep->stats.errors++;
+    ep->outstanding -= (uint32_t)got;
+    return got;
+}
+
+uint32_t fab_ep_outstanding(const struct fab_ep *ep) { return ep->outstanding; }
+
+const struct fab_ep_stats *fab_ep_stats(const struct fab_ep *ep) { return &ep->stats; }
+
+int fab_exec(struct fab_ep *ep, const struct fab_wr *wr)
+{
+    if (!ep || ep->outstanding != 0)
+        return FAB_ERR_INVAL;
+    int rc = fab_post(ep, wr, 1);
+    if (rc != FAB_OK)
+        return rc;
+    struct fab_wc wc;
+    while (fab_poll(ep, &wc, 1) == 0)
+        ;
+    return wc.status;
+}

@@ -1,0 +1,168 @@
+/*
+ * fabric.h - the only way kvstore touches memory of another node.
+ *
+ * The model is RDMA's, so that the engine runs unchanged on the shared-memory backend (one host)
+ * and on rdma-core verbs (many hosts):
+ *
+ *   - Every node owns named regions (FAB_REGION_INDEX, FAB_REGION_DATA). A node creates its own
+ *     regions, or re-attaches them if they outlived a previous process; peers only ever reach them
+ *     through work requests. Region sizes are a cluster-wide setting: every node's INDEX region has
+ *     the same size, and so does every node's DATA region.
+ *   - A thread that wants to touch remote memory owns an endpoint (struct fab_ep; verbs: one RC QP
+ *     per peer plus a CQ). It posts work requests (READ, WRITE, 64-bit CAS) in batches, several
+ *     in flight at once, and later polls their completions. An endpoint is used by one thread at a
+ *     time; the domain (struct fab) is shared by all threads of a process.
+ *   - CAS follows IBV_WR_ATOMIC_CMP_AND_SWP: the target word is 8-byte aligned, and the value it held
+ *     before the operation is written to the 8-byte local buffer of the request, whether or not the
+ *     swap happened. The caller compares it with its `compare` to learn the outcome.
+ *
+ * Errors: requests that can be judged at post time (unknown node or region, out-of-bounds offset,
+ * misaligned CAS, zero length, full queue) make fab_post() fail for the whole batch, and nothing
+ * of that batch is executed. Failures of the transport (peer unreachable, its regions missing,
+ * verbs: QP in error) are reported in the completion's status; such a request changed nothing
+ * that the caller can rely on.
+ *
+ * Ordering: a completion with FAB_OK means the request has taken effect. A CAS is atomic against
+ * every other CAS of every node on the same word. Requests posted in one batch may take effect in
+ * any order (as on a NIC): a caller that needs one before another waits for its completion first.
+ * A successful CAS publishes every WRITE whose completion the caller had polled before posting it
+ * (release); a READ returns data at least as new as the writes it observed through a CAS or READ
+ * it completed earlier (acquire). The engine relies on exactly this pair: write a DTE, wait, CAS
+ * the ITE; read the ITE, then read the DTE.
+ */
+#ifndef NESSIE_KVSTORE_FABRIC_H
+#define NESSIE_KVSTORE_FABRIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The regions every node owns. */
+enum fab_region {
+    FAB_REGION_INDEX = 0, /* index table entries: 64-bit words, changed only by CAS */
+    FAB_REGION_DATA = 1,  /* data table entries: written by the owner, read by everyone */
+    FAB_REGION_COUNT
+};
+
+enum fab_backend {
+    FAB_BACKEND_SHM = 0, /* POSIX shared memory, all nodes on one host */
+    FAB_BACKEND_VERBS,   /* rdma-core verbs over RC queue pairs (not built yet) */
+};
+
+/* Status of a call or of a completion. 0 is success; every other value is an error. */
+enum fab_status {
+    FAB_OK = 0,
+    FAB_ERR_INVAL,    /* malformed argument: NULL buffer, zero length, bad opcode, bad config */
+    FAB_ERR_NODE,     /* node id outside the cluster */
+    FAB_ERR_REGION,   /* region id unknown */
+    FAB_ERR_RANGE,    /* offset + length beyond the end of the region */
+    FAB_ERR_ALIGN,    /* CAS target not 8-byte aligned */
+    FAB_ERR_AGAIN,    /* endpoint queue full: poll completions, then post again */
+    FAB_ERR_NOMEM,    /* out of memory in this process */
+    FAB_ERR_EXISTS,   /* an existing region does not match this configuration */
+    FAB_ERR_UNREACH,  /* peer or its region not reachable (not started, gone) */
+    FAB_ERR_SYS,      /* a system call failed; errno-level detail was logged */
+    FAB_ERR_NOTSUP,   /* backend not available in this build */
+};
+
+enum fab_opcode {
+    FAB_OP_READ = 1,  /* remote -> local buffer */
+    FAB_OP_WRITE = 2, /* local buffer -> remote */
+    FAB_OP_CAS = 3,   /* 64-bit compare-and-swap; old value -> local buffer (8 bytes) */
+};
+
+/* One work request. Buffers stay owned by the caller and must stay valid until completion. */
+struct fab_wr {
+    uint64_t wr_id;          /* returned unchanged in the completion */
+    enum fab_opcode opcode;
+    uint32_t node;           /* target node */
+    enum fab_region region;  /* target region */
+    uint64_t offset;         /* byte offset inside the target region */
+    void *local;             /* READ: destination; WRITE: source; CAS: receives the old value */
+    uint32_t length;         /* bytes; CAS: must be 8 */
+    uint64_t compare;        /* CAS only */
+    uint64_t swap;           /* CAS only */
+};
+
+struct fab_wc {
+    uint64_t wr_id;
+    enum fab_opcode opcode;
+    enum fab_status status;
+};
+
+/* Counters of one endpoint; the engine's per-operation counters are built on these. */
+struct fab_ep_stats {
+    uint64_t reads, writes, cas; /* posted; the engine counts which CASes failed */
+    uint64_t bytes_read, bytes_written;
+    uint64_t errors;
+};
+
+struct fab_config {
+    enum fab_backend backend;
+    const char *cluster;     /* cluster name: [A-Za-z0-9_-], 1..FAB_CLUSTER_NAME_MAX chars */
+    uint32_t nodes;          /* nodes in the cluster, 1..FAB_MAX_NODES */
+    uint32_t self;           /* this process's node */
+    uint64_t region_size[FAB_REGION_COUNT]; /* bytes, same on every node; multiple of 8 */
+};
+
+#define FAB_CLUSTER_NAME_MAX 64
+/* The ITE layout addresses 1024 nodes (DESIGN.md); the fabric allows a little headroom. */
+#define FAB_MAX_NODES 4096
+/* Default outstanding work requests of an endpoint; verbs sizes its send queues from this. */
+#define FAB_EP_DEPTH_DEFAULT 64
+
+struct fab;
+struct fab_ep;
+
+/*
+ * Open the fabric for node cfg->self: create its regions (zero-filled, mode 0600) or re-attach
+ * them if they exist. Peers' regions are attached on first use. On success returns FAB_OK, sets
+ * *out, and sets *created (if not NULL) to true when the regions were made new, false when they
+ * were re-attached. On error returns a status, logs why, and leaves nothing behind that this call
+ * made (regions it created are removed again).
+ */
+int fab_open(const struct fab_config *cfg, struct fab **out, bool *created);
+
+/* Detach every region; never removes them (they outlive the process by design). NULL is a no-op. */
+void fab_close(struct fab *fab);
+
+/*
+ * Remove node `node`'s regions of cluster `cluster` from the system. Processes that still map them
+ * keep their mappings. Returns FAB_OK also when there was nothing to remove.
+ */
+int fab_unlink(enum fab_backend backend, const char *cluster, uint32_t node);
+
+/* Base address and size of this node's own region, for direct DRAM access by the owner. */
+void *fab_local_base(const struct fab *fab, enum fab_region region);
+uint64_t fab_region_size(const struct fab *fab, enum fab_region region);
+uint32_t fab_self(const struct fab *fab);
+uint32_t fab_nodes(const struct fab *fab);
+
+/* Create an endpoint able to keep `depth` requests outstanding (0: FAB_EP_DEPTH_DEFAULT). */
+int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out);
+void fab_ep_destroy(struct fab_ep *ep);
+
+/*
+ * Post n requests as one batch (one doorbell on verbs). Either every request of the batch is
+ * posted and FAB_OK returned, or none is and the status of the first offending request is
+ * returned (FAB_ERR_AGAIN when the batch does not fit the free queue space).
+ */
+int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n);
+
+/* Poll up to max completions into wcs. Returns how many were written (0 if none ready). */
+int fab_poll(struct fab_ep *ep, struct fab_wc *wcs, int max);
+
+/* Requests posted on ep and not polled yet. */
+uint32_t fab_ep_outstanding(const struct fab_ep *ep);
+
+/*
+ * Convenience for synchronous callers: post one request and poll until it completes. Returns the
+ * completion's status (or the post error). Only valid when nothing else is outstanding on ep.
+ */
+int fab_exec(struct fab_ep *ep, const struct fab_wr *wr);
+
+const struct fab_ep_stats *fab_ep_stats(const struct fab_ep *ep);
+
+const char *fab_strerror(int status);
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * fabric_int.h - what a fabric backend implements. Private to kvstore/fabric*.c.
+ *
+ * fabric.c owns everything a backend need not repeat: configuration checks, request validation
+ * (so both backends reject exactly the same requests, and reject them before touching anything),
+ * queue-depth accounting, statistics and fab_exec(). A backend moves bytes.
+ */
+#ifndef NESSIE_KVSTORE_FABRIC_INT_H
+#define NESSIE_KVSTORE_FABRIC_INT_H
+
+#include "fabric.h"
+
+struct fab_backend_ops {
+    const char *name;
+    /* Create or re-attach cfg.self's regions into fab->local[]. Undo everything on failure. */
+    int (*open)(struct fab *fab, bool *created);
+    void (*close)(struct fab *fab);
+    int (*unlink)(const char *cluster, uint32_t node);
+    /* Backend part of an endpoint (ep->priv). */
+    int (*ep_init)(struct fab_ep *ep);
+    void (*ep_fini)(struct fab_ep *ep);
+    /* Requests are valid and fit the queue; post them all. Never fails for a single request:
+     * transport failures become completions with an error status. */
+    void (*post)(struct fab_ep *ep, const struct fab_wr *wrs, size_t n);
+    int (*poll)(struct fab_ep *ep, struct fab_wc *wcs, int max);
+};
+
+struct fab_local_region {
+    void *base;
+    uint64_t size;
+};
+
+struct fab {
+    const struct fab_backend_ops *ops;
+    struct fab_config cfg; /* cfg.cluster points at cluster[] */
+    char cluster[FAB_CLUSTER_NAME_MAX + 1];
+    struct fab_local_region local[FAB_REGION_COUNT];
+    void *priv; /* backend state */
+};
+
+struct fab_ep {
+    struct fab *fab;
+    uint32_t depth;
+    uint32_t outstanding; /* posted, not yet polled */
+    struct fab_ep_stats stats;
+    void *priv;
+};
+
+extern const struct fab_backend_ops fab_shm_ops;
+
+#endif

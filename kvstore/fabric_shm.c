@@ -1,0 +1,358 @@
+/*
+ * fabric_shm.c - the shared-memory fabric backend: every node of a cluster on one host.
+ *
+ * Each node's regions are POSIX shared memory objects named /nessie.<cluster>.n<node>.<region>,
+ * mode 0600, created by the node that owns them and surviving it, so a restarted daemon
+ * re-attaches its tables with nothing lost. Peers map them on first use. It is one-sided for
+ * real: a READ, WRITE or CAS is carried out by the CPU of the process that posts it, and the
+ * owner's CPU never takes part.
+ *
+ * Memory ordering. Regions are touched concurrently by many processes, so every access to them
+ * is atomic (C11 atomics on the mapped words), which keeps ThreadSanitizer meaningful and the
+ * compiler honest:
+ *   - CAS is atomic_compare_exchange_strong with memory_order_acq_rel on success: it releases
+ *     the caller's earlier WRITEs (a new DTE) to whoever later reads the word it swapped (an
+ *     ITE), and acquires what the previous swapper published. memory_order_acquire on failure,
+ *     because the old value read is used to find a DTE to read next.
+ *   - WRITE is a sequence of release stores, READ a sequence of acquire loads (8 bytes at a time
+ *     where aligned). A READ that sees any word of a WRITE also sees everything the writer did
+ *     before that word, the ordering a NIC gives between completed requests. On x86 both are
+ *     plain moves, so this costs nothing over relaxed accesses; fences would do the same job but
+ *     ThreadSanitizer cannot check them.
+ * Requests execute at post time and their completions are queued in the endpoint; an RDMA NIC
+ * would finish them later, and the engine must not (and does not) tell the difference.
+ */
+#include "fabric_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static const char *const region_names[FAB_REGION_COUNT] = {"index", "data"};
+
+struct shm_fab {
+    /* Serializes the first attach of a peer region, so two threads of one process never map it
+     * twice. After that, lookups are one acquire load of peer[]. */
+    pthread_mutex_t attach_lock;
+    /* Base of every (node, region) mapping, 0 until attached; indexed node * FAB_REGION_COUNT +
+     * region. Written once under attach_lock with release, read with acquire. */
+    _Atomic(uintptr_t) *peer;
+};
+
+struct shm_ep {
+    struct fab_wc *ring; /* completions, in posting order */
+    uint32_t head;       /* next completion to hand out */
+    uint32_t count;      /* completions queued */
+};
+
+static void shm_name(char *buf, size_t len, const char *cluster, uint32_t node, int region)
+{
+    snprintf(buf, len, "/nessie.%s.n%u.%s", cluster, node, region_names[region]);
+}
+
+static void *map_fd(int fd, uint64_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/*
+ * Create (zero-filled) or re-attach this node's region. Returns FAB_OK and sets *made when it
+ * created the object; on error removes an object it created and maps nothing.
+ */
+static int own_region_open(struct fab *fab, int region, bool *made)
+{
+    char name[128];
+    uint64_t size = fab->cfg.region_size[region];
+    shm_name(name, sizeof(name), fab->cluster, fab->cfg.self, region);
+
+    *made = false;
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+        *made = true;
+    } else if (errno == EEXIST) {
+        fd = shm_open(name, O_RDWR, 0600);
+    }
+    if (fd < 0) {
+        log_error("fabric shm: cannot open %s: %s", name, strerror(errno));
+        return FAB_ERR_SYS;
+    }
+
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        log_error("fabric shm: fstat %s: %s", name, strerror(errno));
+        goto fail;
+    }
+    if (st.st_size == 0) {
+        /* New, or its creator died between shm_open and ftruncate: either way it holds nothing. */
+        if (ftruncate(fd, (off_t)size) != 0) {
+            log_error("fabric shm: cannot size %s to %llu bytes: %s", name,
+                      (unsigned long long)size, strerror(errno));
+            goto fail;
+        }
+        *made = true;
+    } else if ((uint64_t)st.st_size != size) {
+        log_error("fabric shm: %s exists with %lld bytes, configuration says %llu; remove it "
+                  "(tools/nessie-cluster wipe) or fix the configuration",
+                  name, (long long)st.st_size, (unsigned long long)size);
+        close(fd);
+        return FAB_ERR_EXISTS;
+    }
+
+    void *base = map_fd(fd, size);
+    if (!base) {
+        log_error("fabric shm: mmap %s: %s", name, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fab->local[region].base = base;
+    fab->local[region].size = size;
+    return FAB_OK;
+
+fail:
+    close(fd);
+    if (*made)
+        shm_unlink(name);
+    *made = false;
+    return FAB_ERR_SYS;
+}
+
+static int shm_open_fab(struct fab *fab, bool *created)
+{
+    struct shm_fab *s = calloc(1, sizeof(*s));
+    if (!s)
+        return FAB_ERR_NOMEM;
+    s->peer = calloc((size_t)fab->cfg.nodes * FAB_REGION_COUNT, sizeof(*s->peer));
+    if (!s->peer) {
+        free(s);
+        return FAB_ERR_NOMEM;
+    }
+    pthread_mutex_init(&s->attach_lock, NULL);
+
+    bool made[FAB_REGION_COUNT] = {false};
+    int region, rc = FAB_OK;
+    for (region = 0; region < FAB_REGION_COUNT; region++) {
+        rc = own_region_open(fab, region, &made[region]);
+        if (rc != FAB_OK)
+            break;
+        atomic_store_explicit(&s->peer[fab->cfg.self * FAB_REGION_COUNT + region],
+                              (uintptr_t)fab->local[region].base, memory_order_relaxed);
+    }
+    if (rc != FAB_OK) {
+        /* Cleanup ladder: unmap and, if this call made them, remove the regions opened so far. */
+        while (--region >= 0) {
+            munmap(fab->local[region].base, fab->local[region].size);
+            fab->local[region].base = NULL;
+            if (made[region]) {
+                char name[128];
+                shm_name(name, sizeof(name), fab->cluster, fab->cfg.self, region);
+                shm_unlink(name);
+            }
+        }
+        pthread_mutex_destroy(&s->attach_lock);
+        free(s->peer);
+        free(s);
+        return rc;
+    }
+    *created = false;
+    for (region = 0; region < FAB_REGION_COUNT; region++)
+        *created = *created || made[region];
+    fab->priv = s;
+    return FAB_OK;
+}
+
+static void shm_close_fab(struct fab *fab)
+{
+    struct shm_fab *s = fab->priv;
+    for (uint32_t node = 0; node < fab->cfg.nodes; node++) {
+        for (int region = 0; region < FAB_REGION_COUNT; region++) {
+            uintptr_t base = atomic_load_explicit(&s->peer[node * FAB_REGION_COUNT + region],
+                                                  memory_order_acquire);
+            if (base)
+                munmap((void *)base, fab->cfg.region_size[region]);
+        }
+    }
+    pthread_mutex_destroy(&s->attach_lock);
+    free(s->peer);
+    free(s);
+}
+
+static int shm_unlink_node(const char *cluster, uint32_t node)
+{
+    int rc = FAB_OK;
+    for (int region = 0; region < FAB_REGION_COUNT; region++) {
+        char name[128];
+        shm_name(name, sizeof(name), cluster, node, region);
+        if (shm_unlink(name) != 0 && errno != ENOENT) {
+            log_error("fabric shm: cannot remove %s: %s", name, strerror(errno));
+            rc = FAB_ERR_SYS;
+        }
+    }
+    return rc;
+}
+
+/* Map a peer's region on first use. Returns its base, or NULL if the peer has not created it
+ * (not started yet) or it does not match the cluster's geometry. */
+static unsigned char *peer_base(struct fab *fab, uint32_t node, int region)
+{
+    struct shm_fab *s = fab->priv;
+    _Atomic(uintptr_t) *slot = &s->peer[node * FAB_REGION_COUNT + region];
+    uintptr_t base = atomic_load_explicit(slot, memory_order_acquire);
+    if (base)
+        return (unsigned char *)base;
+
+    pthread_mutex_lock(&s->attach_lock);
+    base = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!base) {
+        char name[128];
+        uint64_t size = fab->cfg.region_size[region];
+        shm_name(name, sizeof(name), fab->cluster, node, region);
+        int fd = shm_open(name, O_RDWR, 0600);
+        if (fd < 0) {
+            log_debug("fabric shm: peer region %s not reachable: %s", name, strerror(errno));
+        } else {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == size) {
+                void *p = map_fd(fd, size);
+                if (p) {
+                    base = (uintptr_t)p;
+                    atomic_store_explicit(slot, base, memory_order_release);
+                } else {
+                    log_warn("fabric shm: mmap %s: %s", name, strerror(errno));
+                }
+            } else if (st.st_size != 0) {
+                /* Size 0 means the owner is still creating it: not an error, just not ready. */
+                log_warn("fabric shm: peer region %s has %lld bytes, expected %llu", name,
+                         (long long)st.st_size, (unsigned long long)size);
+            }
+            close(fd);
+        }
+    }
+    pthread_mutex_unlock(&s->attach_lock);
+    return (unsigned char *)base;
+}
+
+/* READ: acquire loads of the shared bytes, 8 at a time where aligned. */
+static void copy_from_shared(void *dst, const unsigned char *src, size_t len)
+{
+    unsigned char *d = dst;
+    size_t i = 0;
+    while (i < len && ((uintptr_t)(src + i) & 7) != 0) {
+        d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i), memory_order_acquire);
+        i++;
+    }
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = atomic_load_explicit((const _Atomic uint64_t *)(src + i), memory_order_acquire);
+        memcpy(d + i, &w, 8);
+    }
+    for (; i < len; i++)
+        d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i), memory_order_acquire);
+}
+
+/* WRITE: release stores into the shared bytes, 8 at a time where aligned. */
+static void copy_to_shared(unsigned char *dst, const void *src, size_t len)
+{
+    const unsigned char *s = src;
+    size_t i = 0;
+    while (i < len && ((uintptr_t)(dst + i) & 7) != 0) {
+        atomic_store_explicit((_Atomic unsigned char *)(dst + i), s[i], memory_order_release);
+        i++;
+    }
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        atomic_store_explicit((_Atomic uint64_t *)(dst + i), w, memory_order_release);
+    }
+    for (; i < len; i++)
+        atomic_store_explicit((_Atomic unsigned char *)(dst + i), s[i], memory_order_release);
+}
+
+static enum fab_status execute(struct fab *fab, const struct fab_wr *wr)
+{
+    unsigned char *base = peer_base(fab, wr->node, wr->region);
+    if (!base)
+        return FAB_ERR_UNREACH;
+    unsigned char *target = base + wr->offset;
+    switch (wr->opcode) {
+    case FAB_OP_READ:
+        copy_from_shared(wr->local, target, wr->length);
+        break;
+    case FAB_OP_WRITE:
+        copy_to_shared(target, wr->local, wr->length);
+        break;
+    case FAB_OP_CAS: {
+        uint64_t expected = wr->compare;
+        atomic_compare_exchange_strong_explicit((_Atomic uint64_t *)target, &expected, wr->swap,
+                                                memory_order_acq_rel, memory_order_acquire);
+        /* On success expected still holds compare, which is what the word held: verbs semantics. */
+        memcpy(wr->local, &expected, sizeof(expected));
+        break;
+    }
+    }
+    return FAB_OK;
+}
+
+static int shm_ep_init(struct fab_ep *ep)
+{
+    struct shm_ep *e = calloc(1, sizeof(*e));
+    if (!e)
+        return FAB_ERR_NOMEM;
+    e->ring = calloc(ep->depth, sizeof(*e->ring));
+    if (!e->ring) {
+        free(e);
+        return FAB_ERR_NOMEM;
+    }
+    ep->priv = e;
+    return FAB_OK;
+}
+
+static void shm_ep_fini(struct fab_ep *ep)
+{
+    struct shm_ep *e = ep->priv;
+    free(e->ring);
+    free(e);
+}
+
+static void shm_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
+{
+    struct shm_ep *e = ep->priv;
+    for (size_t i = 0; i < n; i++) {
+        struct fab_wc *wc = &e->ring[(e->head + e->count) % ep->depth];
+        wc->wr_id = wrs[i].wr_id;
+        wc->opcode = wrs[i].opcode;
+        wc->status = execute(ep->fab, &wrs[i]);
+        e->count++;
+    }
+}
+
+static int shm_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
+{
+    struct shm_ep *e = ep->priv;
+    int got = 0;
+    while (got < max && e->count > 0) {
+        wcs[got++] = e->ring[e->head];
+        e->head = (e->head + 1) % ep->depth;
+        e->count--;
+    }
+    return got;
+}
+
+const struct fab_backend_ops fab_shm_ops = {
+    .name = "shm",
+    .open = shm_open_fab,
+    .close = shm_close_fab,
+    .unlink = shm_unlink_node,
+    .ep_init = shm_ep_init,
+    .ep_fini = shm_ep_fini,
+    .post = shm_post,
+    .poll = shm_poll,
+};
