@@ -25,6 +25,9 @@ else
 endif
 
 # Libraries by who uses them; resolved lazily (=) so `make clean` works without pkg-config.
+NESSIE_PKGS = glib-2.0
+NESSIE_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(NESSIE_PKGS))
+NESSIE_LIBS   = $(shell $(PKG_CONFIG) --libs $(NESSIE_PKGS))
 TEST_PKGS = cmocka
 TEST_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(TEST_PKGS))
 TEST_LIBS   = $(shell $(PKG_CONFIG) --libs $(TEST_PKGS))
@@ -43,16 +46,25 @@ LIBNESSIE   := $(BUILD)/libnessie.a
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
+# The torture tool: its history checker is a library the unit tests use too.
+STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c))
+STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+STRESS_BIN     := $(BUILD)/nessie-stress
+
 .PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick test-rxe
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
 
-all: $(LIBNESSIE)
+all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN))
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(STRESS_BIN): $(BUILD)/obj/tests/stress/stress.o $(STRESS_LIB_OBJ) $(LIBNESSIE)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(LDLIBS) -o $@
 
 $(LIBNESSIE): $(KVSTORE_OBJ)
 	@mkdir -p $(@D)
@@ -61,11 +73,11 @@ $(LIBNESSIE): $(KVSTORE_OBJ)
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -Itests/stress $(NESSIE_CFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBNESSIE)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $< $(LIBNESSIE) $(TEST_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
 
 # The README's test command. Installs what is missing (tools/install-deps is a no-op when nothing
 # is), then builds and runs everything in a fresh make so pkg-config sees the new packages.
@@ -77,7 +89,7 @@ deps:
 
 # Build and run the tests without the dependency check.
 check: all $(UNIT_BIN)
-	@tests/run-unit $(UNIT_BIN)
+	@SAN=$(SAN) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) $(UNIT_BIN)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check
@@ -87,10 +99,12 @@ asan: deps
 tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=tsan check
 
+PUBLIC_HEADERS := $(wildcard include/nessie/*.h)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 include/nessie/*.h $(DESTDIR)$(PREFIX)/include/nessie/
+	$(if $(PUBLIC_HEADERS),install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/)
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a
@@ -99,4 +113,5 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d)
+-include $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+         $(STRESS_LIB_OBJ:.o=.d) $(BUILD)/obj/tests/stress/stress.d

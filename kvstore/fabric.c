@@ -127,6 +127,33 @@ uint64_t fab_region_size(const struct fab *fab, enum fab_region region)
     return (unsigned)region < FAB_REGION_COUNT ? fab->cfg.region_size[region] : 0;
 }
 
+static bool local_range_ok(const struct fab *fab, enum fab_region region, uint64_t offset,
+                           uint32_t len)
+{
+    if ((unsigned)region >= FAB_REGION_COUNT)
+        return false;
+    uint64_t size = fab->cfg.region_size[region];
+    return offset <= size && len <= size - offset;
+}
+
+int fab_local_read(const struct fab *fab, enum fab_region region, uint64_t offset, void *dst,
+                   uint32_t len)
+{
+    if (!local_range_ok(fab, region, offset, len))
+        return FAB_ERR_RANGE;
+    fab_copy_from_shared(dst, (const unsigned char *)fab->local[region].base + offset, len);
+    return FAB_OK;
+}
+
+int fab_local_write(struct fab *fab, enum fab_region region, uint64_t offset, const void *src,
+                    uint32_t len)
+{
+    if (!local_range_ok(fab, region, offset, len))
+        return FAB_ERR_RANGE;
+    fab_copy_to_shared((unsigned char *)fab->local[region].base + offset, src, len);
+    return FAB_OK;
+}
+
 uint32_t fab_self(const struct fab *fab) { return fab->cfg.self; }
 uint32_t fab_nodes(const struct fab *fab) { return fab->cfg.nodes; }
 

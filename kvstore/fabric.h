@@ -138,6 +138,16 @@ uint64_t fab_region_size(const struct fab *fab, enum fab_region region);
 uint32_t fab_self(const struct fab *fab);
 uint32_t fab_nodes(const struct fab *fab);
 
+/*
+ * Read or write this node's own region directly (the owner's DRAM access, A.1.2 step 2.3), with
+ * the same atomicity and ordering as READ and WRITE requests, since peers access it concurrently.
+ * Returns FAB_OK, or FAB_ERR_RANGE / FAB_ERR_REGION and copies nothing.
+ */
+int fab_local_read(const struct fab *fab, enum fab_region region, uint64_t offset, void *dst,
+                   uint32_t len);
+int fab_local_write(struct fab *fab, enum fab_region region, uint64_t offset, const void *src,
+                    uint32_t len);
+
 /* Create an endpoint able to keep `depth` requests outstanding (0: FAB_EP_DEPTH_DEFAULT). */
 int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out);
 void fab_ep_destroy(struct fab_ep *ep);

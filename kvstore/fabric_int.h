@@ -48,4 +48,8 @@ struct fab_ep {
 
 extern const struct fab_backend_ops fab_shm_ops;
 
+/* Copies into and out of memory that other processes access concurrently (see fabric_shm.c). */
+void fab_copy_from_shared(void *dst, const unsigned char *src, size_t len);
+void fab_copy_to_shared(unsigned char *dst, const void *src, size_t len);
+
 #endif

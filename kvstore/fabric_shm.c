@@ -102,8 +102,8 @@ static int own_region_open(struct fab *fab, int region, bool *made)
         *made = true;
     } else if ((uint64_t)st.st_size != size) {
         log_error("fabric shm: %s exists with %lld bytes, configuration says %llu; remove it "
-                  "(tools/nessie-cluster wipe) or fix the configuration",
-                  name, (long long)st.st_size, (unsigned long long)size);
+                  "(rm /dev/shm%s) or fix the configuration",
+                  name, (long long)st.st_size, (unsigned long long)size, name);
         close(fd);
         return FAB_ERR_EXISTS;
     }
@@ -242,7 +242,7 @@ static unsigned char *peer_base(struct fab *fab, uint32_t node, int region)
 }
 
 /* READ: acquire loads of the shared bytes, 8 at a time where aligned. */
-static void copy_from_shared(void *dst, const unsigned char *src, size_t len)
+void fab_copy_from_shared(void *dst, const unsigned char *src, size_t len)
 {
     unsigned char *d = dst;
     size_t i = 0;
@@ -259,7 +259,7 @@ static void copy_from_shared(void *dst, const unsigned char *src, size_t len)
 }
 
 /* WRITE: release stores into the shared bytes, 8 at a time where aligned. */
-static void copy_to_shared(unsigned char *dst, const void *src, size_t len)
+void fab_copy_to_shared(unsigned char *dst, const void *src, size_t len)
 {
     const unsigned char *s = src;
     size_t i = 0;
@@ -284,10 +284,10 @@ static enum fab_status execute(struct fab *fab, const struct fab_wr *wr)
     unsigned char *target = base + wr->offset;
     switch (wr->opcode) {
     case FAB_OP_READ:
-        copy_from_shared(wr->local, target, wr->length);
+        fab_copy_from_shared(wr->local, target, wr->length);
         break;
     case FAB_OP_WRITE:
-        copy_to_shared(target, wr->local, wr->length);
+        fab_copy_to_shared(target, wr->local, wr->length);
         break;
     case FAB_OP_CAS: {
         uint64_t expected = wr->compare;

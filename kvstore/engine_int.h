@@ -1,0 +1,89 @@
+/*
+ * engine_int.h - the engine's internal state, shared by engine.c (lifecycle, counters, versions,
+ * recycling) and protocol.c (the operations of Appendix A). Not a public header.
+ */
+#ifndef NESSIE_KVSTORE_ENGINE_INT_H
+#define NESSIE_KVSTORE_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cache.h"
+#include "fabric.h"
+#include "layout.h"
+#include "nessie.h"
+#include "slab.h"
+
+#define NESSIE_MAX_WAYS 8
+/* DTEs one call may have to recycle: the candidate, up to N-1 cleared duplicates per attempt and
+ * a migration's source; bounded because attempts that keep failing end in a timeout. */
+#define NESSIE_MAX_REC 64
+/* Seeds of the N cuckoo hash functions and of the filter bits. */
+#define NESSIE_HASH_SEED 0x6e65737369650000ULL
+#define NESSIE_FILTER_SEED 0x66696c7465720000ULL
+
+struct nessie_node {
+    struct nessie_config cfg;
+    char cluster[FAB_CLUSTER_NAME_MAX + 1];
+    struct fab *fab;
+    struct slab slab;
+    unsigned char *data;        /* this node's DATA region */
+    struct data_hdr *hdr;
+    uint32_t nclasses;
+    uint32_t class_size[ITE_MAX_CLASSES]; /* same on every node: same configuration */
+    uint64_t grace_ns;          /* orphan takeover waits this long after an entry was created */
+    uint64_t incarnation;
+
+    /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):
+     * ITE words, drained by nessie_recycle_run(). A mutex, because workers push and recyclers
+     * pop, and both are rare next to fabric operations. */
+    pthread_mutex_t stage_lock;
+    uint64_t *stage;
+    size_t nstage, stage_cap;
+
+    /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
+    pthread_mutex_t ctx_lock;
+    struct nessie_ctx *ctxs;
+    struct nessie_counters retired;
+    uint32_t next_ctx_id;
+};
+
+struct nessie_ctx {
+    struct nessie_node *node;
+    struct nessie_ctx *next;    /* node->ctxs list */
+    struct fab_ep *ep;
+    struct nessie_cache *cache;
+    uint32_t id;
+    uint32_t op_seq;
+    uint64_t rng;
+    enum nessie_opkind kind;    /* what the counters are charged to right now */
+    /* Counters are written by the owning thread only and read by stats readers; relaxed atomic
+     * accesses (plain moves on x86) keep those reads defined. */
+    struct nessie_counters ctr;
+    /* DTE buffers: [0] the entry under examination, [1] a previous version or a migration's
+     * source, [2] a value being built (append, incr). */
+    unsigned char *buf[3];
+    size_t cap[3];
+};
+
+#define CTR_ADD(field, n) \
+    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
+#define OPC(ctx) ((ctx)->ctr.op[(ctx)->kind])
+
+uint64_t nessie_mono_ns(void);
+uint64_t nessie_real_ns(void);
+
+/* A new CAS token: unique in the cluster (the node is in the low bits), increasing on this node,
+ * its high bits the write time, and later than the last flush this node has seen. */
+uint64_t nessie_version_next(struct nessie_node *node);
+#define VERSION_TIME(v) ((v) & ~0xFFFULL)
+/* Flush time as this node knows it (set on every node by nessie_flush before it returns). */
+uint64_t nessie_flush_ns(struct nessie_node *node);
+
+/* Ensure buffer b of ctx holds at least len bytes. Returns NULL on out of memory. */
+unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len);
+
+/* Step 7: stage (background) or mark now the DTE that ite referred to. */
+void nessie_recycle(struct nessie_ctx *ctx, uint64_t ite);
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * nessie.h - the Nessie engine (libnessie): a key-value store whose every operation is carried
+ * out by the node that issues it, with one-sided READ / WRITE / CAS on the other nodes' memory
+ * (kvstore/fabric.h). The protocol is Appendix A of Cassell's thesis; the mechanisms are section
+ * 4.3 of the Nessie paper.
+ *
+ * Objects:
+ *   struct nessie_node: one per process, for the node it plays (its regions, its allocator, its
+ *     recycling queues, the counters of all its contexts). Thread-safe.
+ *   struct nessie_ctx: one per thread that issues operations (its fabric endpoint, its cache, its
+ *     counters). Used by one thread at a time.
+ *
+ * Every operation returns a final outcome. Concurrent-operation aborts are retried inside the
+ * engine with exponential back-off; an attempt that runs longer than one expiration period is
+ * abandoned, and a call whose attempts have used up op_timeout_ms returns NESSIE_TIMEOUT (its
+ * effect is then unknown: it may still have taken effect, or be completed by a takeover).
+ */
+#ifndef NESSIE_KVSTORE_NESSIE_H
+#define NESSIE_KVSTORE_NESSIE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric.h"
+
+enum nessie_status {
+    NESSIE_OK = 0,       /* found / stored / deleted / touched */
+    NESSIE_NOT_FOUND,    /* key absent (get, delete, incr, decr, touch, cas) */
+    NESSIE_NOT_STORED,   /* add: key present; replace, append, prepend: key absent */
+    NESSIE_EXISTS,       /* cas: the version does not match */
+    NESSIE_NON_NUMERIC,  /* incr/decr: the value is not a number */
+    NESSIE_TOO_BIG,      /* the item exceeds max_item_size; nothing changed */
+    NESSIE_NO_MEMORY,    /* this node's data region has no free entry of the needed size */
+    NESSIE_INDEX_FULL,   /* no index entry could be freed, even by migrating */
+    NESSIE_TIMEOUT,      /* op_timeout_ms elapsed; the effect is unknown */
+    NESSIE_BAD_KEY,      /* key length not in 1..250 */
+    NESSIE_INVALID,      /* bad argument */
+    NESSIE_FABRIC_ERROR, /* a peer is unreachable */
+};
+#define NESSIE_STATUS_COUNT (NESSIE_FABRIC_ERROR + 1)
+
+const char *nessie_strerror(int status);
+
+struct nessie_config {
+    enum fab_backend backend;
+    const char *cluster;        /* fabric cluster name */
+    uint32_t nodes;             /* nodes in the cluster */
+    uint32_t self;              /* the node this process plays */
+    uint64_t index_slots;       /* ITEs per node */
+    uint64_t data_bytes;        /* data region bytes per node */
+    uint32_t ways;              /* N of N-way cuckoo hashing, 2..8 (default 3) */
+    uint32_t filter_bits;       /* 0..13 (default 7); 0 disables filter bits */
+    uint32_t max_item_size;     /* header + key + value (default 1 MiB, up to 64 MiB and more) */
+    uint32_t expiration_ms;     /* expiration period (default 1000) */
+    uint32_t op_timeout_ms;     /* budget of one call, all retries included (default: expiration) */
+    uint32_t migrate_depth;     /* recursive MIGRATE depth limit (default 4) */
+    bool no_cache;              /* optimizations are on unless switched off (paper figure 13) */
+    bool no_prev_versions;
+    bool no_multi_read;
+    uint32_t multi_read_bytes;  /* split a DTE read when its slot exceeds this (default 2048) */
+    uint64_t cache_bytes;       /* per context (default 4 MiB) */
+    uint32_t cache_entries;     /* per context (default 4096) */
+    bool background_recycle;    /* true: step 7 only stages; nessie_recycle_run() marks */
+};
+
+/* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
+void nessie_config_defaults(struct nessie_config *cfg);
+
+/* Counters of one kind of operation (index by enum nessie_opkind). */
+enum nessie_opkind {
+    NESSIE_OPK_GET = 0,
+    NESSIE_OPK_PUT,     /* set, add, replace, cas, append, prepend, incr, decr, touch */
+    NESSIE_OPK_DELETE,
+    NESSIE_OPK_MIGRATE,
+    NESSIE_OPK_COUNT
+};
+
+enum nessie_abort {
+    NESSIE_ABORT_INVALID_DTE = 0, /* met an in-progress entry */
+    NESSIE_ABORT_CAS_FAILED,      /* lost a CAS race */
+    NESSIE_ABORT_REVERSE_PASS,    /* an ITE changed under the operation */
+    NESSIE_ABORT_TIMEOUT,         /* an attempt outlived one expiration period */
+    NESSIE_ABORT_MIGRATE,         /* the migrate it needed failed */
+    NESSIE_ABORT_COUNT
+};
+
+struct nessie_op_counters {
+    uint64_t ops;                 /* calls */
+    uint64_t attempts;            /* attempts (ops + retries) */
+    uint64_t ite_reads, dte_reads, writes;
+    uint64_t cas, cas_failed;     /* on ITEs */
+    uint64_t dte_cas;             /* on DTE state words: commits and takeovers */
+    uint64_t bytes_read, bytes_written;
+    uint64_t local_dte_reads;     /* DTEs read from this node's own memory, not the fabric */
+    uint64_t cache_hits, cache_misses;
+    uint64_t prev_version_hits;
+    uint64_t aborts[NESSIE_ABORT_COUNT];
+    uint64_t outcomes[NESSIE_STATUS_COUNT];
+};
+
+struct nessie_counters {
+    struct nessie_op_counters op[NESSIE_OPK_COUNT];
+    uint64_t migrations, recursive_migrations;
+    uint64_t takeovers;           /* orphaned entries completed by another operation */
+    uint64_t staged, marked, freed; /* recycling pipeline */
+};
+
+struct nessie_node;
+struct nessie_ctx;
+
+/*
+ * Open node cfg->self: create and format its regions, or re-attach them (a restart) and rebuild
+ * its free lists from what they hold. Returns NESSIE_OK and *out, or an error (logged) and
+ * nothing.
+ */
+int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out);
+/* Close; contexts must be destroyed first. The regions stay (see fab_close). */
+void nessie_node_close(struct nessie_node *node);
+const struct nessie_config *nessie_node_config(const struct nessie_node *node);
+struct fab *nessie_node_fabric(struct nessie_node *node);
+
+int nessie_ctx_create(struct nessie_node *node, struct nessie_ctx **out);
+void nessie_ctx_destroy(struct nessie_ctx *ctx);
+/* This context's counters (cumulative since creation). */
+const struct nessie_counters *nessie_ctx_counters(const struct nessie_ctx *ctx);
+/* Sum of the counters of every context ever created on node (destroyed ones included). */
+void nessie_node_counters(struct nessie_node *node, struct nessie_counters *out);
+
+/* An item as returned by a read. value points into the context's buffer, valid until the next
+ * operation on that context. */
+struct nessie_item {
+    const void *value;
+    uint32_t value_len;
+    uint32_t flags;
+    uint32_t exptime;   /* absolute Unix seconds, 0 = never */
+    uint64_t version;   /* memcached CAS token */
+};
+
+enum nessie_store_mode {
+    NESSIE_SET = 0,
+    NESSIE_ADD,       /* only if absent */
+    NESSIE_REPLACE,   /* only if present */
+    NESSIE_CAS,       /* only if present with version == cas */
+    NESSIE_APPEND,    /* value := old + value, old flags and exptime kept */
+    NESSIE_PREPEND,   /* value := value + old */
+};
+
+/* exptime arguments follow memcached: 0 never; <= 30 days: seconds from now; else Unix time;
+ * negative: already expired. */
+
+int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out);
+
+/* On NESSIE_OK sets *version_out (if not NULL) to the stored item's new version. */
+int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
+                 size_t key_len, const void *value, size_t value_len, uint32_t flags,
+                 int64_t exptime, uint64_t cas, uint64_t *version_out);
+
+int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len);
+
+/* incr (incr=true) or decr by delta; on NESSIE_OK sets *result and *version_out (if not NULL). */
+int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
+                 uint64_t delta, uint64_t *result, uint64_t *version_out);
+
+int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime);
+
+/* flush_all: every item written before this call reads as absent afterwards, on every node. */
+int nessie_flush(struct nessie_ctx *ctx);
+
+/*
+ * Recycling, off the critical path (the daemon's recycler threads call this in a loop):
+ * marks staged DTEs (recycle bit + expiry), and returns this node's expired recycled DTEs to the
+ * free lists by scanning up to scan_slots slots. Returns how many DTEs it freed or marked.
+ */
+size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
+
+/* Per size class usage of this node's data region (for stats and tests). */
+struct nessie_class_usage {
+    uint32_t slot_bytes;
+    uint64_t slots;       /* slots in pages assigned to the class */
+    uint64_t free;        /* on the free list */
+};
+/* Fills up to max entries; returns the number of classes. */
+uint32_t nessie_class_usage(struct nessie_node *node, struct nessie_class_usage *out,
+                            uint32_t max);
+
+/*
+ * Test hooks: points between protocol steps where a test can run other operations (on other
+ * contexts) to reproduce a conflict case of Appendix A deterministically. NULL (the default)
+ * costs one predictable branch per point.
+ */
+enum nessie_hook_point {
+    NESSIE_HOOK_GET_ITE_READ,        /* GET read I_i (arg: i) */
+    NESSIE_HOOK_GET_BEFORE_REVERSE,  /* GET about to start its reverse pass */
+    NESSIE_HOOK_PUT_BEFORE_CAS,      /* PUT chose I_cnd (arg: cnd), about to CAS it */
+    NESSIE_HOOK_PUT_AFTER_CAS,       /* PUT's CAS on I_cnd succeeded (arg: cnd) */
+    NESSIE_HOOK_PUT_BEFORE_REVERSE,  /* PUT finished step 4 */
+    NESSIE_HOOK_PUT_BEFORE_COMMIT,   /* PUT passed its reverse pass, about to commit */
+    NESSIE_HOOK_MIGRATE_AFTER_DST,   /* MIGRATE's CAS on I_dst succeeded */
+};
+typedef void (*nessie_hook_fn)(struct nessie_ctx *ctx, enum nessie_hook_point point,
+                               uint32_t arg, void *user);
+/* Install (or with NULL, remove) the hook for every context of this process. Not thread-safe
+ * against running operations: set it before starting them. */
+void nessie_set_test_hook(nessie_hook_fn fn, void *user);
+
+/* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests. */
+void nessie_key_positions(const struct nessie_node *node, const void *key, size_t key_len,
+                          uint64_t *pos);
+
+#endif

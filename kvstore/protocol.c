@@ -1,0 +1,1301 @@
+/*
+ * protocol.c - GET, PUT (and its conditional and read-modify-write forms), DELETE and MIGRATE,
+ * as Appendix A of Cassell's thesis specifies them, with the mechanisms of the Nessie paper's
+ * section 4.3 (filter bits, local cache, previous versions, multiple reads, timeouts).
+ *
+ * What the appendix leaves open, and what this file decides:
+ *   - Conditional forms (add, replace, cas, append, prepend, incr, decr, touch) are PUTs whose
+ *     candidate must be the ITE holding the key (or, for add, an empty one); the condition is
+ *     judged on the DTE the candidate's CAS replaces, so it holds at the instant of that CAS.
+ *     When the key is absent they end like a GET that misses: after a reverse pass.
+ *   - DELETE of an absent key ends the same way (NOT_FOUND) instead of inserting a blank entry.
+ *   - An attempt that aborts after its candidate CAS leaves its entry in place (as the appendix
+ *     does); the retry of the same call adopts it (A.1.3 step 2.3) instead of writing another, so
+ *     a call's value is published under one version only.
+ *   - Orphans (an entry whose writer died or gave up between its CAS and its last step) are taken
+ *     over once they are older than the grace period: the writer's last step and the takeover are
+ *     the same CAS on the DTE's state word, so exactly one of them happens.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "arith.h"
+#include "engine_int.h"
+#include "hash.h"
+#include "log.h"
+
+/* Outcome of one attempt. */
+enum attempt {
+    A_DONE,      /* final: *status is the answer */
+    A_RETRY,     /* concurrent operation: back off, try again */
+    A_RETRY_NOW, /* the way was cleared (takeover, migration): try again at once */
+};
+
+enum wmode {
+    W_SET, W_ADD, W_REPLACE, W_CAS, W_APPEND, W_PREPEND, W_INCR, W_DECR, W_TOUCH, W_DELETE,
+};
+
+/* A call in progress: what lives across its attempts. */
+struct op {
+    struct nessie_ctx *ctx;
+    struct nessie_node *node;
+    const unsigned char *key;
+    uint32_t klen;
+    uint32_t n;                     /* ways */
+    uint64_t pos[NESSIE_MAX_WAYS];  /* global ITE positions of the key, I_1..I_n */
+    uint32_t filter;
+    uint64_t id;                    /* creator id written into this call's DTEs */
+    uint64_t deadline;              /* monotonic ns: the call's budget */
+    uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
+    uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
+    uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
+    uint32_t nrec;
+    uint64_t mine;                  /* ITE of this call's published, uncommitted DTE, or 0 */
+    uint32_t mine_pos;              /* its position among pos[] */
+    bool mine_prev_live;            /* its previous version is the value readers see */
+    uint64_t mine_version;          /* its version */
+};
+
+/* A DTE as read: header copy, key and (if read) value. */
+struct dte_view {
+    struct dte_hdr h;
+    const unsigned char *key;
+    const unsigned char *value; /* NULL if the value was not read */
+};
+
+/* What a write call asks for and gets back. */
+struct wreq {
+    enum wmode mode;
+    const void *val;
+    uint32_t vlen;
+    uint32_t flags;
+    uint32_t exptime;
+    uint64_t cas;
+    uint64_t delta;
+    uint64_t version_out;
+    uint64_t num_out;
+};
+
+/* --- small helpers ------------------------------------------------------------------------- */
+
+/* The test hook (nessie.h): process-wide, because tests drive several contexts from one thread. */
+static nessie_hook_fn test_hook;
+static void *test_hook_user;
+
+void nessie_set_test_hook(nessie_hook_fn fn, void *user)
+{
+    test_hook = fn;
+    test_hook_user = user;
+}
+
+#define HOOK(op, point, arg)                                               \
+    do {                                                                   \
+        if (__builtin_expect(test_hook != NULL, 0))                        \
+            test_hook((op)->ctx, (point), (uint32_t)(arg), test_hook_user); \
+    } while (0)
+
+static uint64_t ite_node_of_pos(const struct nessie_node *nd, uint64_t pos)
+{
+    return pos / nd->cfg.index_slots;
+}
+
+static uint64_t ite_off_of_pos(const struct nessie_node *nd, uint64_t pos)
+{
+    return (pos % nd->cfg.index_slots) * 8;
+}
+
+static uint32_t key_filter(const struct nessie_node *nd, const void *key, size_t len)
+{
+    if (nd->cfg.filter_bits == 0)
+        return 0;
+    return (uint32_t)(hash_key(key, len, NESSIE_FILTER_SEED) & ((1u << nd->cfg.filter_bits) - 1));
+}
+
+void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,
+                          uint64_t *pos)
+{
+    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
+    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+        /* The N positions must differ (the protocol reads each once per pass); on a collision
+         * the next seed is tried, deterministically, so every node agrees. */
+        for (uint64_t seed = NESSIE_HASH_SEED + i;; seed += NESSIE_MAX_WAYS) {
+            uint64_t p = hash_key(key, key_len, seed) % total;
+            bool dup = false;
+            for (uint32_t j = 0; j < i; j++)
+                dup = dup || pos[j] == p;
+            if (!dup || total <= i) {
+                pos[i] = p;
+                break;
+            }
+        }
+    }
+}
+
+static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
+                    const void *key, size_t klen)
+{
+    struct nessie_node *nd = ctx->node;
+    memset(op, 0, sizeof(*op));
+    op->ctx = ctx;
+    op->node = nd;
+    op->key = key;
+    op->klen = (uint32_t)klen;
+    op->n = nd->cfg.ways;
+    nessie_key_positions(nd, key, klen, op->pos);
+    op->filter = key_filter(nd, key, klen);
+    /* node | incarnation | context | sequence: unique across the cluster and across restarts,
+     * so a retry recognizes its own entries and nobody else's. */
+    op->id = ((uint64_t)nd->cfg.self << 52) | ((nd->incarnation & 0xFFF) << 40) |
+             ((uint64_t)(ctx->id & 0xFF) << 32) | ++ctx->op_seq;
+    op->deadline = nessie_mono_ns() + (uint64_t)nd->cfg.op_timeout_ms * 1000000ULL;
+    ctx->kind = kind;
+    CTR_ADD(OPC(ctx).ops, 1);
+}
+
+/* Step 0: an attempt that outlived one expiration period may hold stale views: abort it. */
+static bool attempt_expired(const struct op *op)
+{
+    return nessie_mono_ns() - op->attempt_start >= (uint64_t)op->node->cfg.expiration_ms * 1000000ULL;
+}
+
+static void count_abort(struct op *op, enum nessie_abort why)
+{
+    CTR_ADD(OPC(op->ctx).aborts[why], 1);
+}
+
+/* Exponential back-off with jitter (paper 4.3.2): 1 us doubling to 1 ms. Short waits yield
+ * rather than sleep: a futex sleep costs ~60 us on these machines. */
+static void backoff(struct op *op, unsigned attempt)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    unsigned shift = attempt < 10 ? attempt : 10;
+    ctx->rng ^= ctx->rng << 13;
+    ctx->rng ^= ctx->rng >> 7;
+    ctx->rng ^= ctx->rng << 17;
+    uint64_t us = 1 + ctx->rng % (1ULL << shift);
+    if (us < 20) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(us * 1000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static bool rec_push(struct op *op, uint64_t ite)
+{
+    if (op->nrec == NESSIE_MAX_REC) {
+        log_warn("protocol: recycle list of one call is full; an entry is left to the leak sweep");
+        return false;
+    }
+    op->rec[op->nrec++] = ite;
+    return true;
+}
+
+/* --- fabric access, counted ------------------------------------------------------------------ */
+
+static int fabric_status(int rc)
+{
+    return rc == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
+static int ite_read(struct op *op, uint64_t pos, uint64_t *val)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = (uint32_t)ite_node_of_pos(op->node, pos),
+                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
+                        .local = val, .length = 8};
+    CTR_ADD(OPC(op->ctx).ite_reads, 1);
+    CTR_ADD(OPC(op->ctx).bytes_read, 8);
+    return fabric_status(fab_exec(op->ctx->ep, &wr));
+}
+
+/* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. */
+static int ite_cas(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok)
+{
+    uint64_t old = 0;
+    struct fab_wr wr = {.opcode = FAB_OP_CAS, .node = (uint32_t)ite_node_of_pos(op->node, pos),
+                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
+                        .local = &old, .length = 8, .compare = expect, .swap = swap};
+    CTR_ADD(OPC(op->ctx).cas, 1);
+    int rc = fabric_status(fab_exec(op->ctx->ep, &wr));
+    *ok = rc == NESSIE_OK && old == expect;
+    if (rc == NESSIE_OK && !*ok)
+        CTR_ADD(OPC(op->ctx).cas_failed, 1);
+    return rc;
+}
+
+/* CAS a DTE's state word (the writer's last step, or a takeover). Sets *old to what it held. */
+static int dte_state_cas(struct op *op, uint64_t ite, uint64_t expect, uint64_t swap,
+                         uint64_t *old)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_CAS, .node = ite_node(ite), .region = FAB_REGION_DATA,
+                        .offset = ite_offset(ite) + DTE_OFF_STATE, .local = old, .length = 8,
+                        .compare = expect, .swap = swap};
+    CTR_ADD(OPC(op->ctx).dte_cas, 1);
+    int rc = fabric_status(fab_exec(op->ctx->ep, &wr));
+    return rc;
+}
+
+/* Read bytes of a DTE: from this node's memory directly, or with a fabric READ. */
+static int dte_read_bytes(struct op *op, uint64_t ite, uint64_t off, void *dst, uint32_t len)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    if (ite_node(ite) == op->node->cfg.self) {
+        CTR_ADD(OPC(ctx).local_dte_reads, 1);
+        return fabric_status(fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(ite) + off,
+                                            dst, len));
+    }
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = ite_node(ite), .region = FAB_REGION_DATA,
+                        .offset = ite_offset(ite) + off, .local = dst, .length = len};
+    CTR_ADD(OPC(ctx).dte_reads, 1);
+    CTR_ADD(OPC(ctx).bytes_read, len);
+    return fabric_status(fab_exec(ctx->ep, &wr));
+}
+
+static bool view_sane(const struct nessie_node *nd, const struct dte_view *v, uint64_t slot)
+{
+    return v->h.key_len >= 1 && v->h.key_len <= NESSIE_KEY_MAX &&
+           dte_size(v->h.key_len, v->h.value_len) <= slot &&
+           (v->h.kind == DTE_KIND_VALUE || v->h.kind == DTE_KIND_TOMBSTONE) && nd;
+}
+
+static void view_parse(struct dte_view *v, const unsigned char *bytes, bool with_value)
+{
+    memcpy(&v->h, bytes, sizeof(v->h));
+    v->key = bytes + DTE_HDR_SIZE;
+    v->value = with_value ? bytes + DTE_HDR_SIZE + v->h.key_len : NULL;
+}
+
+/*
+ * Fetch the DTE ite refers to into buffer b: from local memory, the cache, or remote memory
+ * (A.1.2 step 2.3). klen: length of the key the caller looks for (0: any, read the header first).
+ * want_value: the value is needed too. Sets *match when the DTE holds key (klen > 0) or is sane
+ * (klen == 0). ite_read_ns: when ite was read (monotonic), from which a cache entry's validity is
+ * counted (paper 4.3.1). Returns NESSIE_OK or NESSIE_FABRIC_ERROR / NESSIE_NO_MEMORY.
+ */
+static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
+                     bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    struct nessie_node *nd = op->node;
+    uint32_t cls = ite_class(ite);
+    *match = false;
+    if (cls >= nd->nclasses || ite_offset(ite) + nd->class_size[cls] > nd->cfg.data_bytes)
+        return NESSIE_OK; /* not an entry this cluster could have written: no match */
+    uint32_t slot = nd->class_size[cls];
+    bool local = ite_node(ite) == nd->cfg.self;
+    uint64_t expiry = ite_read_ns + (uint64_t)nd->cfg.expiration_ms * 1000000ULL;
+
+    if (!local && ctx->cache) {
+        uint32_t len;
+        const unsigned char *p = cache_get(ctx->cache, ite, nessie_mono_ns(), expiry, &len);
+        if (p) {
+            CTR_ADD(OPC(ctx).cache_hits, 1);
+            view_parse(v, p, true);
+            *match = klen == 0 || (v->h.key_len == klen && memcmp(v->key, key, klen) == 0);
+            return NESSIE_OK;
+        }
+        CTR_ADD(OPC(ctx).cache_misses, 1);
+    }
+
+    /* Multiple reads (paper 4.3.2): a large entry is read as header+key first, and its value only
+     * if the key matches and the entry is valid. A small one is read whole in one READ. */
+    bool whole = want_value && klen > 0 && (nd->cfg.no_multi_read || slot <= nd->cfg.multi_read_bytes);
+    uint32_t first = whole ? slot : DTE_HDR_SIZE + (klen ? klen : NESSIE_KEY_MAX);
+    if (first > slot)
+        first = slot;
+    unsigned char *buf = nessie_ctx_buf(ctx, b, slot);
+    if (!buf)
+        return NESSIE_NO_MEMORY;
+    int rc = dte_read_bytes(op, ite, 0, buf, first);
+    if (rc != NESSIE_OK)
+        return rc;
+    view_parse(v, buf, false);
+    if (!view_sane(nd, v, slot))
+        return NESSIE_OK;
+    if (klen && (v->h.key_len != klen || memcmp(v->key, key, klen) != 0))
+        return NESSIE_OK;
+    *match = true;
+    if (!want_value)
+        return NESSIE_OK;
+    uint32_t have = first - DTE_HDR_SIZE - v->h.key_len;
+    if (first < DTE_HDR_SIZE + v->h.key_len)
+        have = 0;
+    if (v->h.value_len > have && (v->h.kind == DTE_KIND_VALUE)) {
+        uint32_t at = DTE_HDR_SIZE + v->h.key_len + have;
+        rc = dte_read_bytes(op, ite, at, buf + at, v->h.value_len - have);
+        if (rc != NESSIE_OK)
+            return rc;
+    }
+    v->value = buf + DTE_HDR_SIZE + v->h.key_len;
+    /* Only committed values are immutable, so only they may be cached (keyed by their ITE). */
+    if (!local && ctx->cache && dte_readable(&v->h))
+        cache_put(ctx->cache, ite, buf, (uint32_t)dte_size(v->h.key_len, v->h.value_len), expiry);
+    return NESSIE_OK;
+}
+
+/* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
+static bool item_dead(struct nessie_node *nd, const struct dte_hdr *h)
+{
+    if (h->exptime != 0 && (uint64_t)h->exptime <= nessie_real_ns() / 1000000000ULL)
+        return true;
+    return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
+}
+
+static bool is_orphan(const struct op *op, const struct dte_hdr *h)
+{
+    return !(h->state & DTE_COMMITTED) && h->created_ns + op->node->grace_ns < nessie_real_ns();
+}
+
+/*
+ * Take over an orphan at position pos (ITE value ite, DTE view v): an entry whose writer has not
+ * finished within the grace period, longer than any live operation may run. A VALUE is rolled
+ * forward (committed, as its writer would have); a TOMBSTONE is committed and unlinked; an
+ * ABANDONED entry (its writer died while taking it back out) is rolled back to its previous
+ * version, as the writer was doing. The commit is a CAS on the state word
+ * that the writer's own last step also CASes, so the two never both happen.
+ */
+static int takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    uint64_t old = 0;
+    bool ok = false;
+    int rc;
+    if (v->h.state & DTE_ABANDONED) {
+        rc = ite_cas(op, pos, ite, (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite, &ok);
+        if (rc == NESSIE_OK && ok) {
+            nessie_recycle(ctx, ite);
+            CTR_ADD(ctx->ctr.takeovers, 1);
+        }
+        return rc;
+    }
+    rc = dte_state_cas(op, ite, v->h.state, v->h.state | DTE_COMMITTED, &old);
+    if (rc != NESSIE_OK || old != v->h.state)
+        return rc;
+    CTR_ADD(ctx->ctr.takeovers, 1);
+    log_debug("protocol: took over orphan entry %016llx (kind %u)", (unsigned long long)ite,
+              v->h.kind);
+    if (v->h.kind == DTE_KIND_TOMBSTONE) {
+        rc = ite_cas(op, pos, ite, 0, &ok);
+        if (rc == NESSIE_OK && ok)
+            nessie_recycle(ctx, ite);
+    }
+    return rc;
+}
+
+/* Reverse pass (A.1.2 step 3, A.1.3 step 5): re-read I_{n-1}..I_1 and compare with what was
+ * seen. Any order works (the thesis says so), so the reads go out in one batch. Returns NESSIE_OK
+ * and *changed. */
+static int reverse_pass(struct op *op, bool *changed)
+{
+    struct fab_wr wr[NESSIE_MAX_WAYS];
+    uint64_t now[NESSIE_MAX_WAYS];
+    uint32_t cnt = op->n - 1;
+    *changed = false;
+    for (uint32_t k = 0; k < cnt; k++) {
+        uint32_t i = cnt - 1 - k; /* I_{n-1} first, as the thesis writes it */
+        wr[k] = (struct fab_wr){.wr_id = i, .opcode = FAB_OP_READ,
+                                .node = (uint32_t)ite_node_of_pos(op->node, op->pos[i]),
+                                .region = FAB_REGION_INDEX,
+                                .offset = ite_off_of_pos(op->node, op->pos[i]), .local = &now[i],
+                                .length = 8};
+    }
+    if (cnt == 0)
+        return NESSIE_OK;
+    CTR_ADD(OPC(op->ctx).ite_reads, cnt);
+    CTR_ADD(OPC(op->ctx).bytes_read, 8 * cnt);
+    int rc = fab_post(op->ctx->ep, wr, cnt);
+    if (rc != FAB_OK)
+        return NESSIE_FABRIC_ERROR;
+    uint32_t got = 0;
+    int status = NESSIE_OK;
+    while (got < cnt) {
+        struct fab_wc wc[NESSIE_MAX_WAYS];
+        int k = fab_poll(op->ctx->ep, wc, NESSIE_MAX_WAYS);
+        for (int j = 0; j < k; j++)
+            if (wc[j].status != FAB_OK)
+                status = NESSIE_FABRIC_ERROR;
+        got += (uint32_t)k;
+    }
+    if (status != NESSIE_OK)
+        return status;
+    for (uint32_t i = 0; i < cnt; i++)
+        *changed = *changed || now[i] != op->seen[i];
+    return NESSIE_OK;
+}
+
+/* Hand every DTE in I_rec to recycling (A.1.3 step 7). */
+static void recycle_all(struct op *op)
+{
+    for (uint32_t i = 0; i < op->nrec; i++)
+        nessie_recycle(op->ctx, op->rec[i]);
+    op->nrec = 0;
+}
+
+/* --- GET (A.1.2) ----------------------------------------------------------------------------- */
+
+static void item_out(const struct dte_view *v, struct nessie_item *out)
+{
+    out->value = v->h.value_len ? v->value : NULL;
+    out->value_len = v->h.value_len;
+    out->flags = v->h.flags;
+    out->exptime = v->h.exptime;
+    out->version = v->h.version;
+}
+
+static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)
+{
+    struct nessie_node *nd = op->node;
+    struct dte_view v;
+    bool match;
+    for (uint32_t i = 0; i < op->n; i++) {
+        if (attempt_expired(op)) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
+        /* Step 2: read I_i. */
+        uint64_t ite;
+        uint64_t t = nessie_mono_ns();
+        if ((*status = ite_read(op, op->pos[i], &ite)) != NESSIE_OK)
+            return A_DONE;
+        op->seen[i] = ite;
+        HOOK(op, NESSIE_HOOK_GET_ITE_READ, i);
+        /* Steps 2.1, 2.2: empty, or filter bits say it cannot be this key. */
+        if (ite_empty(ite) || ite_filter(ite) != op->filter)
+            continue;
+        /* Step 2.3: the DTE, from memory, the cache, or remotely. */
+        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, true, t, &v, &match)) != NESSIE_OK)
+            return A_DONE;
+        if (!match)
+            continue;
+        /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
+        if (dte_readable(&v.h)) {
+            if (item_dead(nd, &v.h)) {
+                *status = NESSIE_NOT_FOUND;
+            } else {
+                item_out(&v, out);
+                *status = NESSIE_OK;
+            }
+            return A_DONE;
+        }
+        if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
+            *status = NESSIE_NOT_FOUND; /* a finished DELETE whose last CAS is on its way */
+            return A_DONE;
+        }
+        if (is_orphan(op, &v.h)) {
+            if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
+                return A_DONE;
+            return A_RETRY_NOW;
+        }
+        /* Step 2.5: an operation is writing this key; its predecessor is still valid for one
+         * expiration period from our read of I_i (previous versions, paper 4.3.2). */
+        if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite)) {
+            struct dte_view pv;
+            bool pmatch;
+            if ((*status = dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t, &pv,
+                                     &pmatch)) != NESSIE_OK)
+                return A_DONE;
+            if (pmatch && dte_readable(&pv.h)) {
+                CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
+                if (item_dead(nd, &pv.h)) {
+                    *status = NESSIE_NOT_FOUND;
+                } else {
+                    item_out(&pv, out);
+                    *status = NESSIE_OK;
+                }
+                return A_DONE;
+            }
+        }
+        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        return A_RETRY;
+    }
+    /* Step 3: not found in the forward pass; a migration may have moved it behind us. */
+    HOOK(op, NESSIE_HOOK_GET_BEFORE_REVERSE, 0);
+    bool changed;
+    if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
+        return A_DONE;
+    if (changed) {
+        count_abort(op, NESSIE_ABORT_REVERSE_PASS);
+        return A_RETRY;
+    }
+    *status = NESSIE_NOT_FOUND;
+    return A_DONE;
+}
+
+/* Run attempts with back-off until one is final or the call's budget is spent. */
+#define RUN_ATTEMPTS(op, call)                                                   \
+    do {                                                                         \
+        for (unsigned attempt_no = 0;; attempt_no++) {                           \
+            (op)->attempt_start = nessie_mono_ns();                              \
+            CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
+            enum attempt a_ = (call);                                            \
+            if (a_ == A_DONE)                                                    \
+                break;                                                           \
+            if (nessie_mono_ns() >= (op)->deadline) {                            \
+                status = NESSIE_TIMEOUT;                                         \
+                break;                                                           \
+            }                                                                    \
+            if (a_ == A_RETRY)                                                   \
+                backoff((op), attempt_no);                                       \
+        }                                                                        \
+    } while (0)
+
+static int finish(struct op *op, int status)
+{
+    CTR_ADD(OPC(op->ctx).outcomes[status], 1);
+    return status;
+}
+
+static int check_key(const void *key, size_t klen)
+{
+    return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
+}
+
+int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
+{
+    if (!ctx || !out)
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    struct op op;
+    op_init(&op, ctx, NESSIE_OPK_GET, key, key_len);
+    int status = NESSIE_OK;
+    RUN_ATTEMPTS(&op, get_attempt(&op, out, &status));
+    return finish(&op, status);
+}
+
+/* --- MIGRATE (A.1.4) ------------------------------------------------------------------------- */
+
+static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i] == p)
+            return true;
+    return false;
+}
+
+/* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
+ * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY. The entry is BUSY: invisible until an ITE points at
+ * it, invalid until its writer commits it. */
+static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t creator,
+                         const void *key, const void *v1, uint32_t l1, const void *v2,
+                         uint32_t l2, uint32_t filter, uint64_t *ite_out)
+{
+    struct nessie_node *nd = op->node;
+    uint64_t size = dte_size(tmpl->key_len, l1 + l2);
+    if (size > nd->cfg.max_item_size)
+        return NESSIE_TOO_BIG;
+    int cls = slab_class_for(&nd->slab, size);
+    uint64_t off;
+    if (cls < 0)
+        return NESSIE_TOO_BIG;
+    if (slab_alloc(&nd->slab, (uint32_t)cls, &off) != 0)
+        return NESSIE_NO_MEMORY;
+    struct dte_hdr h = *tmpl;
+    h.state = DTE_BUSY;
+    h.recycle = 0;
+    h.value_len = l1 + l2;
+    h.creator = creator;
+    h.created_ns = nessie_real_ns();
+    /* Body first, header last: the slot may still be read by a slow reader of its previous life
+     * only until that life's expiry, which has passed (slab), so the order is for clarity. */
+    fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE, key, h.key_len);
+    if (l1)
+        fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE + h.key_len, v1, l1);
+    if (l2)
+        fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE + h.key_len + l1, v2, l2);
+    fab_local_write(nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
+    *ite_out = ite_make(nd->cfg.self, (uint32_t)cls, off, filter);
+    return NESSIE_OK;
+}
+
+static void dte_free_unpublished(struct op *op, uint64_t ite)
+{
+    slab_free_unpublished(&op->node->slab, ite_class(ite), ite_offset(ite));
+}
+
+/* The writer's last step (A.1.3 step 6, A.1.4 step 8): BUSY -> COMMITTED on our own DTE. Returns
+ * true if the entry is committed now (by us, or by a takeover that beat us to it). */
+static int commit_own(struct op *op, uint64_t ite, uint64_t state, bool *committed)
+{
+    uint64_t old = 0;
+    int rc = dte_state_cas(op, ite, state, state | DTE_COMMITTED, &old);
+    *committed = rc == NESSIE_OK && (old == state || (old & DTE_COMMITTED));
+    return rc;
+}
+
+/*
+ * MIGRATE the entry at global position src out of the way of key_pos (the N positions of the key
+ * that needs room). depth counts recursion (A.1.4 step 4.2). Returns A_DONE with *status
+ * NESSIE_OK (src is free, or holds the key now), A_RETRY on a concurrent operation, or A_DONE
+ * with NESSIE_INDEX_FULL when the depth limit is reached.
+ */
+static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
+                            int *status)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    struct nessie_node *nd = op->node;
+    enum nessie_opkind saved = ctx->kind;
+    enum attempt result = A_RETRY;
+    if (depth > nd->cfg.migrate_depth) {
+        *status = NESSIE_INDEX_FULL;
+        return A_DONE;
+    }
+    ctx->kind = NESSIE_OPK_MIGRATE;
+    CTR_ADD(OPC(ctx).ops, 1);
+    CTR_ADD(ctx->ctr.migrations, 1);
+    if (depth > 0)
+        CTR_ADD(ctx->ctr.recursive_migrations, 1);
+
+    /* Step 2: read the source. */
+    uint64_t sv;
+    uint64_t t = nessie_mono_ns();
+    if ((*status = ite_read(op, src, &sv)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (ite_empty(sv)) { /* Step 2.1: freed meanwhile */
+        *status = NESSIE_OK;
+        result = A_DONE;
+        goto out;
+    }
+    struct dte_view v;
+    bool match;
+    if ((*status = dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (!match) {
+        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        goto out;
+    }
+    /* Step 2.3: the key that needs room got here meanwhile. */
+    if (depth == 0 && v.h.key_len == op->klen && memcmp(v.key, op->key, op->klen) == 0) {
+        *status = NESSIE_OK;
+        result = A_DONE;
+        goto out;
+    }
+    /* Step 2.4: never move an entry an operation is writing. */
+    if (!dte_readable(&v.h)) {
+        if (is_orphan(op, &v.h)) {
+            *status = takeover(op, src, sv, &v);
+            result = *status == NESSIE_OK ? A_RETRY_NOW : A_DONE;
+        } else {
+            count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        }
+        goto out;
+    }
+    /* Steps 3, 4: the source key's positions. The destination is one that is neither the source
+     * nor one of the positions of the key that needs room; the thesis takes the first such, we
+     * take the first empty one if there is one (the thesis allows any choice), which keeps
+     * recursion, and so failure at the depth limit, rare. */
+    uint64_t spos[NESSIE_MAX_WAYS];
+    unsigned char skey[NESSIE_KEY_MAX];
+    uint32_t sklen = v.h.key_len;
+    memcpy(skey, v.key, sklen);
+    nessie_key_positions(nd, skey, sklen, spos);
+    uint64_t dst = UINT64_MAX, dv = 0;
+    for (uint32_t i = 0; i < op->n; i++) {
+        if (spos[i] == src || pos_in(spos[i], key_pos, op->n))
+            continue;
+        uint64_t w;
+        if ((*status = ite_read(op, spos[i], &w)) != NESSIE_OK) {
+            result = A_DONE;
+            goto out;
+        }
+        if (dst == UINT64_MAX || (dv != 0 && w == 0)) {
+            dst = spos[i];
+            dv = w;
+        }
+        if (dv == 0)
+            break;
+    }
+    if (dst == UINT64_MAX) {
+        *status = NESSIE_INDEX_FULL;
+        result = A_DONE;
+        goto out;
+    }
+    if (!ite_empty(dv)) {
+        /* Step 4.2: free the destination first, recursively. */
+        enum nessie_opkind k = ctx->kind;
+        enum attempt r = migrate(op, dst, spos, depth + 1, status);
+        ctx->kind = k;
+        if (r != A_DONE || *status != NESSIE_OK) {
+            if (r == A_RETRY)
+                count_abort(op, NESSIE_ABORT_MIGRATE);
+            result = r;
+            goto out;
+        }
+    }
+    /* Step 5: a copy of the source, invalid. Its previous version is the source itself, so a GET
+     * that meets the copy before the migration finishes reads the (same) value there. */
+    struct dte_view full;
+    if ((*status = dte_fetch(op, sv, 1, skey, sklen, true, t, &full, &match)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (!match || !dte_readable(&full.h)) {
+        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        goto out;
+    }
+    struct dte_hdr tmpl = full.h;
+    tmpl.prev_ite = sv;
+    tmpl.flags8 = DTE_F_COPY;
+    uint64_t copy;
+    /* The copy keeps its source's creator: it is that write's item, moved, and must never be
+     * mistaken for an entry of the call that happens to migrate it. */
+    *status = dte_write_new(op, &tmpl, full.h.creator, skey, full.value, full.h.value_len, NULL,
+                            0, key_filter(nd, skey, sklen), &copy);
+    if (*status != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    /* Step 6: point the (empty) destination at the copy. */
+    bool ok;
+    if ((*status = ite_cas(op, dst, 0, copy, &ok)) != NESSIE_OK || !ok) {
+        dte_free_unpublished(op, copy);
+        if (*status != NESSIE_OK) {
+            result = A_DONE;
+        } else {
+            count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        }
+        goto out;
+    }
+    HOOK(op, NESSIE_HOOK_MIGRATE_AFTER_DST, 0);
+    /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1, "aborting
+     * migration"): the copy was visible, so it is recycled, not freed. */
+    if ((*status = ite_cas(op, src, sv, 0, &ok)) != NESSIE_OK || !ok) {
+        bool cleared;
+        uint64_t old;
+        /* Abandon the copy first so no takeover can commit it once it is unlinked. */
+        dte_state_cas(op, copy, DTE_BUSY, DTE_BUSY | DTE_ABANDONED, &old);
+        if (ite_cas(op, dst, copy, 0, &cleared) == NESSIE_OK && cleared)
+            nessie_recycle(ctx, copy);
+        if (*status != NESSIE_OK) {
+            result = A_DONE;
+        } else {
+            count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        }
+        goto out;
+    }
+    /* Step 8: the copy is valid. Step 9: the source's DTE is recycled. */
+    bool committed;
+    if ((*status = commit_own(op, copy, DTE_BUSY, &committed)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    nessie_recycle(ctx, sv);
+    *status = NESSIE_OK;
+    result = A_DONE;
+out:
+    ctx->kind = saved;
+    return result;
+}
+
+/* --- PUT and its forms (A.1.3), DELETE (A.1.5) ---------------------------------------------- */
+
+/* Modes whose candidate must hold the key: they need the current item. */
+static bool needs_present(enum wmode m) { return m != W_SET && m != W_ADD; }
+/* Modes that build the new value from the old one. */
+static bool needs_old_value(enum wmode m)
+{
+    return m == W_APPEND || m == W_PREPEND || m == W_INCR || m == W_DECR || m == W_TOUCH;
+}
+
+static int absent_status(enum wmode m)
+{
+    switch (m) {
+    case W_REPLACE:
+    case W_APPEND:
+    case W_PREPEND:
+        return NESSIE_NOT_STORED;
+    default:
+        return NESSIE_NOT_FOUND;
+    }
+}
+
+/*
+ * Judge the condition on the item the candidate holds (live: present and neither expired nor
+ * flushed) and build the new DTE's contents. Returns NESSIE_OK to go on, or the final status.
+ */
+static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, bool live,
+                     struct dte_hdr *h, const void **v1, uint32_t *l1, const void **v2,
+                     uint32_t *l2)
+{
+    struct nessie_node *nd = op->node;
+    memset(h, 0, sizeof(*h));
+    h->key_len = (uint8_t)op->klen;
+    h->kind = DTE_KIND_VALUE;
+    h->flags = w->flags;
+    h->exptime = w->exptime;
+    *v1 = w->val;
+    *l1 = w->vlen;
+    *v2 = NULL;
+    *l2 = 0;
+    switch (w->mode) {
+    case W_SET:
+        break;
+    case W_ADD:
+        if (live)
+            return NESSIE_NOT_STORED;
+        break;
+    case W_REPLACE:
+        if (!live)
+            return NESSIE_NOT_STORED;
+        break;
+    case W_CAS:
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        if (old->h.version != w->cas)
+            return NESSIE_EXISTS;
+        break;
+    case W_APPEND:
+    case W_PREPEND:
+        if (!live)
+            return NESSIE_NOT_STORED;
+        h->flags = old->h.flags;
+        h->exptime = old->h.exptime;
+        if (w->mode == W_APPEND) {
+            *v1 = old->value;
+            *l1 = old->h.value_len;
+            *v2 = w->val;
+            *l2 = w->vlen;
+        } else {
+            *v2 = old->value;
+            *l2 = old->h.value_len;
+        }
+        break;
+    case W_INCR:
+    case W_DECR: {
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        size_t cap = old->h.value_len > ARITH_MAX_DIGITS ? old->h.value_len : ARITH_MAX_DIGITS;
+        char *out = (char *)nessie_ctx_buf(op->ctx, 2, cap);
+        size_t outlen;
+        if (!out)
+            return NESSIE_NO_MEMORY;
+        if (!arith_apply(old->value, old->h.value_len, w->mode == W_INCR, w->delta, out, cap,
+                         &outlen, &w->num_out))
+            return NESSIE_NON_NUMERIC;
+        h->flags = old->h.flags;
+        h->exptime = old->h.exptime;
+        *v1 = out;
+        *l1 = (uint32_t)outlen;
+        break;
+    }
+    case W_TOUCH:
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        h->flags = old->h.flags;
+        *v1 = old->value;
+        *l1 = old->h.value_len;
+        h->version = old->h.version; /* memcached's touch keeps the CAS token */
+        return NESSIE_OK;
+    case W_DELETE:
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        h->kind = DTE_KIND_TOMBSTONE;
+        *v1 = NULL;
+        *l1 = 0;
+        break;
+    }
+    h->version = nessie_version_next(nd);
+    return NESSIE_OK;
+}
+
+/* A DTE with this call's creator id: the call's own earlier attempt. */
+static bool is_mine(const struct op *op, const struct dte_view *v)
+{
+    return v->h.creator == op->id;
+}
+
+static void rec_remove(struct op *op, uint64_t ite)
+{
+    for (uint32_t i = 0; i < op->nrec; i++)
+        if (op->rec[i] == ite) {
+            op->rec[i] = op->rec[--op->nrec];
+            return;
+        }
+}
+
+/* Read our own DTE's header (always local). */
+static void mine_hdr(struct op *op, uint64_t ite, struct dte_hdr *h)
+{
+    fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(ite), h, sizeof(*h));
+}
+
+/*
+ * Take this call's uncommitted entry back out of the index: abandon it first (so that no takeover
+ * can commit it any more), then put its previous version back in its ITE. Sets *done when a
+ * takeover had committed it already: the call has taken effect then, with that entry's version.
+ */
+static int rollback_mine(struct op *op, bool *done, uint64_t *version)
+{
+    uint64_t e = op->mine, old = 0;
+    *done = false;
+    if (!e)
+        return NESSIE_OK;
+    int rc = dte_state_cas(op, e, DTE_BUSY, DTE_BUSY | DTE_ABANDONED, &old);
+    if (rc != NESSIE_OK)
+        return rc;
+    struct dte_hdr h;
+    mine_hdr(op, e, &h);
+    if (old & DTE_COMMITTED) {
+        *done = true;
+        *version = h.version;
+        op->mine = 0;
+        return NESSIE_OK;
+    }
+    bool ok;
+    uint64_t pos = op->pos[op->mine_pos];
+    if ((rc = ite_cas(op, pos, e, h.prev_ite, &ok)) != NESSIE_OK)
+        return rc;
+    if (ok) {
+        nessie_recycle(op->ctx, e);
+        rec_remove(op, h.prev_ite); /* linked again: not ours to recycle */
+    } else {
+        /* Someone unlinked it (and recycles it); if a takeover rolled it back for us, the
+         * previous version is linked again all the same. */
+        uint64_t now;
+        if ((rc = ite_read(op, pos, &now)) != NESSIE_OK)
+            return rc;
+        if (now == h.prev_ite && !ite_empty(now))
+            rec_remove(op, h.prev_ite);
+    }
+    op->mine = 0;
+    return NESSIE_OK;
+}
+
+/* The call is finished (it took effect): recycle what it replaced. */
+static enum attempt write_done(struct op *op, struct wreq *w, uint64_t version, int *status)
+{
+    w->version_out = version;
+    op->mine = 0;
+    recycle_all(op);
+    *status = NESSIE_OK;
+    return A_DONE;
+}
+
+static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
+{
+    struct nessie_node *nd = op->node;
+    struct dte_view v;
+    bool match, ok, done;
+    int cand = -1;
+    bool adopted = false, live = false;
+    struct dte_view old = {0};
+    uint64_t version;
+
+    /* Step 2: forward pass for a candidate: the first entry holding the key, or the first empty
+     * one if the mode allows an absent key. A call with an entry of its own still in the index
+     * from an earlier attempt looks on for it, to adopt it (A.1.3 step 2.3). */
+    for (uint32_t i = 0; i < op->n; i++) {
+        if (attempt_expired(op)) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
+        uint64_t ite, t = nessie_mono_ns();
+        if ((*status = ite_read(op, op->pos[i], &ite)) != NESSIE_OK)
+            return A_DONE;
+        op->seen[i] = ite;
+        if (ite_empty(ite)) {
+            if (!needs_present(w->mode) && !op->mine) { /* Step 2.1 */
+                cand = (int)i;
+                break;
+            }
+            continue;
+        }
+        if (ite_filter(ite) != op->filter) /* Step 2.2 */
+            continue;
+        if (ite == op->mine) { /* our earlier attempt's entry, still uncommitted: adopt it */
+            cand = (int)i;
+            adopted = true;
+            break;
+        }
+        /* Step 2.3: the DTE without its value, unless the new value is built from it. */
+        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, needs_old_value(w->mode), t, &v,
+                                 &match)) != NESSIE_OK)
+            return A_DONE;
+        if (!match)
+            continue;
+        if (is_mine(op, &v) && (v.h.state & DTE_COMMITTED)) /* a takeover finished this call */
+            return write_done(op, w, v.h.version, status);
+        if (!(v.h.state & DTE_COMMITTED)) {
+            if (is_orphan(op, &v.h)) {
+                if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
+                    return A_DONE;
+                return A_RETRY_NOW;
+            }
+            count_abort(op, NESSIE_ABORT_INVALID_DTE); /* in progress elsewhere */
+            return A_RETRY;
+        }
+        if (op->mine) {
+            /* The key is committed in front of our own entry (moved there meanwhile): our entry
+             * would be hidden behind it. Take ours back out and start over. */
+            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+                return A_DONE;
+            if (done)
+                return write_done(op, w, version, status);
+            return A_RETRY_NOW;
+        }
+        cand = (int)i;
+        old = v;
+        live = dte_readable(&v.h) && !item_dead(nd, &v.h);
+        break;
+    }
+
+    if (cand < 0 && op->mine) {
+        /* Our entry is gone from the index: someone cleared it (and recycles it), or a takeover
+         * committed it before it was replaced. */
+        struct dte_hdr h;
+        mine_hdr(op, op->mine, &h);
+        if (h.state & DTE_COMMITTED)
+            return write_done(op, w, h.version, status);
+        op->mine = 0;
+        return A_RETRY_NOW;
+    }
+    if (cand < 0 && needs_present(w->mode)) {
+        /* The key is in none of I_1..I_n: confirm with a reverse pass, as a GET miss does. */
+        bool changed;
+        if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
+            return A_DONE;
+        if (changed) {
+            count_abort(op, NESSIE_ABORT_REVERSE_PASS);
+            return A_RETRY;
+        }
+        *status = absent_status(w->mode);
+        return A_DONE;
+    }
+    if (cand < 0) {
+        /* Step 2.4: every entry is taken by other keys: MIGRATE one away, then try again. The
+         * thesis moves I_1; when that chain ends at the depth limit, I_2.. are tried too before
+         * the index is declared full. */
+        enum attempt r = A_DONE;
+        for (uint32_t i = 0; i < op->n; i++) {
+            r = migrate(op, op->pos[i], op->pos, 0, status);
+            if (r == A_DONE && *status == NESSIE_OK)
+                return A_RETRY_NOW;
+            if (!(r == A_DONE && *status == NESSIE_INDEX_FULL))
+                break;
+        }
+        if (r == A_RETRY)
+            count_abort(op, NESSIE_ABORT_MIGRATE);
+        return r;
+    }
+
+    uint64_t mine = op->mine;
+    if (!adopted) {
+        /* Step 3: the new DTE, in local memory, invalid, with the candidate's ITE as previous
+         * version. The condition of a conditional form is judged here, on the item the
+         * candidate holds; the CAS below makes sure it still holds it. */
+        struct dte_hdr h;
+        const void *v1, *v2;
+        uint32_t l1, l2;
+        int rc = build_new(op, w, &old, live, &h, &v1, &l1, &v2, &l2);
+        if (rc != NESSIE_OK) {
+            *status = rc;
+            return A_DONE;
+        }
+        h.prev_ite = op->seen[cand];
+        *status = dte_write_new(op, &h, op->id, op->key, v1, l1, v2, l2, op->filter, &mine);
+        if (*status != NESSIE_OK)
+            return A_DONE;
+        /* Step 3.1: swing the candidate to it. */
+        HOOK(op, NESSIE_HOOK_PUT_BEFORE_CAS, cand);
+        if ((*status = ite_cas(op, op->pos[cand], op->seen[cand], mine, &ok)) != NESSIE_OK) {
+            dte_free_unpublished(op, mine);
+            return A_DONE;
+        }
+        if (!ok) {
+            dte_free_unpublished(op, mine); /* never visible: free at once */
+            count_abort(op, NESSIE_ABORT_CAS_FAILED);
+            return A_RETRY;
+        }
+        /* Step 3.2: the replaced DTE is recycled once the call is done (it serves as the
+         * previous version meanwhile). */
+        if (!ite_empty(op->seen[cand]))
+            rec_push(op, op->seen[cand]);
+        op->seen[cand] = mine;
+        op->mine = mine;
+        op->mine_pos = (uint32_t)cand;
+        op->mine_prev_live = live;
+        op->mine_version = h.version;
+        HOOK(op, NESSIE_HOOK_PUT_AFTER_CAS, cand);
+    }
+
+    /* Step 4: clear duplicates of the key in I_{cnd+1}..I_n, in order. */
+    for (uint32_t j = (uint32_t)cand + 1; j < op->n; j++) {
+        uint64_t ite, t = nessie_mono_ns();
+        if ((*status = ite_read(op, op->pos[j], &ite)) != NESSIE_OK)
+            return A_DONE;
+        op->seen[j] = ite;
+        if (ite_empty(ite) || ite_filter(ite) != op->filter)
+            continue;
+        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, false, t, &v, &match)) != NESSIE_OK)
+            return A_DONE;
+        if (!match)
+            continue;
+        bool dup_live = dte_readable(&v.h) && !item_dead(nd, &v.h);
+        if (dup_live && w->mode == W_ADD) {
+            /* add finds the key present after all: take our entry back out. */
+            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+                return A_DONE;
+            if (done)
+                return write_done(op, w, version, status);
+            recycle_all(op);
+            *status = NESSIE_NOT_STORED;
+            return A_DONE;
+        }
+        if (dup_live && !op->mine_prev_live) {
+            /* The duplicate is the value readers see (the candidate was empty or dead): make it
+             * our entry's previous version before unlinking it, so that readers meeting our
+             * entry, and a rollback of it, still find that value. */
+            fab_local_write(nd->fab, FAB_REGION_DATA,
+                            ite_offset(mine) + __builtin_offsetof(struct dte_hdr, prev_ite), &ite,
+                            sizeof(ite));
+            op->mine_prev_live = true;
+        }
+        /* Step 4.4 */
+        if ((*status = ite_cas(op, op->pos[j], ite, 0, &ok)) != NESSIE_OK)
+            return A_DONE;
+        if (!ok) {
+            count_abort(op, NESSIE_ABORT_CAS_FAILED);
+            return A_RETRY;
+        }
+        rec_push(op, ite);
+        op->seen[j] = 0;
+    }
+
+    /* Step 5: reverse pass. */
+    HOOK(op, NESSIE_HOOK_PUT_BEFORE_REVERSE, 0);
+    bool changed;
+    if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
+        return A_DONE;
+    if (changed) {
+        count_abort(op, NESSIE_ABORT_REVERSE_PASS);
+        return A_RETRY;
+    }
+    if (attempt_expired(op)) {
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        return A_RETRY;
+    }
+
+    HOOK(op, NESSIE_HOOK_PUT_BEFORE_COMMIT, 0);
+    /* Step 6: commit: the same CAS a takeover would make, so only one of them happens. PUT: the
+     * entry becomes valid. DELETE (A.1.5 step 6): the tombstone is committed, then unlinked. */
+    bool committed;
+    if ((*status = commit_own(op, mine, DTE_BUSY, &committed)) != NESSIE_OK)
+        return A_DONE;
+    if (!committed) {
+        /* Only this call abandons its own entry, and it has not: cannot happen. */
+        log_error("protocol: own entry %016llx could not be committed", (unsigned long long)mine);
+        *status = NESSIE_INVALID;
+        return A_DONE;
+    }
+    if (w->mode == W_DELETE) {
+        if (ite_cas(op, op->pos[cand], mine, 0, &ok) == NESSIE_OK && ok)
+            rec_push(op, mine);
+    }
+    /* Step 7: recycle what the call replaced. */
+    return write_done(op, w, op->mine_version, status);
+}
+
+/* memcached's exptime: 0 never; up to 30 days relative; beyond, absolute; negative: expired. */
+static uint32_t abs_exptime(int64_t exptime)
+{
+    const int64_t month = 60 * 60 * 24 * 30;
+    int64_t now = (int64_t)(nessie_real_ns() / 1000000000ULL);
+    if (exptime == 0)
+        return 0;
+    if (exptime < 0)
+        return 1; /* in the past */
+    if (exptime <= month)
+        return (uint32_t)(now + exptime);
+    return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
+}
+
+static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void *key,
+                     size_t klen, struct wreq *w)
+{
+    struct op op;
+    op_init(&op, ctx, kind, key, klen);
+    int status = NESSIE_OK;
+    RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
+    if (status == NESSIE_TIMEOUT) {
+        /* Our published entry (if any) is left for a takeover to finish; the DTEs we already
+         * unlinked can be recycled, except the one that entry names as its previous version
+         * (readers use it until the entry is committed; the leak sweep finds it after). */
+        uint64_t keep = 0;
+        if (op.mine) {
+            struct dte_hdr h;
+            mine_hdr(&op, op.mine, &h);
+            keep = h.prev_ite;
+        }
+        for (uint32_t i = 0; i < op.nrec; i++)
+            if (op.rec[i] != keep)
+                nessie_recycle(ctx, op.rec[i]);
+    }
+    return finish(&op, status);
+}
+
+int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
+                 size_t key_len, const void *value, size_t value_len, uint32_t flags,
+                 int64_t exptime, uint64_t cas, uint64_t *version_out)
+{
+    static const enum wmode modes[] = {
+        [NESSIE_SET] = W_SET, [NESSIE_ADD] = W_ADD, [NESSIE_REPLACE] = W_REPLACE,
+        [NESSIE_CAS] = W_CAS, [NESSIE_APPEND] = W_APPEND, [NESSIE_PREPEND] = W_PREPEND,
+    };
+    if (!ctx || (unsigned)mode > NESSIE_PREPEND || (!value && value_len))
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    if (dte_size((uint32_t)key_len, 0) + value_len > ctx->node->cfg.max_item_size)
+        return NESSIE_TOO_BIG;
+    struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
+                     .flags = flags, .exptime = abs_exptime(exptime), .cas = cas};
+    int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+    if (rc == NESSIE_OK && version_out)
+        *version_out = w.version_out;
+    return rc;
+}
+
+int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
+{
+    if (!ctx)
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    struct wreq w = {.mode = W_DELETE};
+    return run_write(ctx, NESSIE_OPK_DELETE, key, key_len, &w);
+}
+
+int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
+                 uint64_t delta, uint64_t *result, uint64_t *version_out)
+{
+    if (!ctx)
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    struct wreq w = {.mode = incr ? W_INCR : W_DECR, .delta = delta};
+    int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+    if (rc == NESSIE_OK) {
+        if (result)
+            *result = w.num_out;
+        if (version_out)
+            *version_out = w.version_out;
+    }
+    return rc;
+}
+
+int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime)
+{
+    if (!ctx)
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    struct wreq w = {.mode = W_TOUCH, .exptime = abs_exptime(exptime)};
+    return run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+}

@@ -1,0 +1,319 @@
+/* slab.c - see slab.h. */
+#include "slab.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+/* Tunables of the carving, with their reason:
+ * - the smallest slot holds a header, a short key and a short value;
+ * - slots grow by 1.25x (memcached's default factor): at most 25% of a slot is wasted, and a
+ *   1 MiB maximum needs ~40 classes, a 64 MiB one ~60, inside the ITE's 6 class bits;
+ * - a page holds at least one slot of the largest class and is never smaller than 64 KiB, so
+ *   small classes get many slots per page. */
+#define SLAB_MIN_SLOT 128
+#define SLAB_GROWTH_NUM 5
+#define SLAB_GROWTH_DEN 4
+#define SLAB_MIN_PAGE (64 * 1024)
+
+static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+static _Atomic uint64_t *word_at(unsigned char *base, uint64_t off)
+{
+    return (_Atomic uint64_t *)(base + off);
+}
+
+uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class_size,
+                       uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset)
+{
+    uint64_t largest = round_up(max_item, ITE_UNIT);
+    uint32_t n = 0;
+    uint64_t size = SLAB_MIN_SLOT;
+    if (largest < SLAB_MIN_SLOT)
+        largest = SLAB_MIN_SLOT;
+    while (n < ITE_MAX_CLASSES) {
+        if (size >= largest) {
+            class_size[n++] = (uint32_t)largest;
+            break;
+        }
+        class_size[n++] = (uint32_t)size;
+        uint64_t next = round_up(size * SLAB_GROWTH_NUM / SLAB_GROWTH_DEN, ITE_UNIT);
+        size = next > size ? next : size + ITE_UNIT;
+    }
+    if (class_size[n - 1] != largest) {
+        log_error("slab: max item size %llu needs more than %u size classes",
+                  (unsigned long long)max_item, ITE_MAX_CLASSES);
+        return 0;
+    }
+    uint64_t page = round_up(largest > SLAB_MIN_PAGE ? largest : SLAB_MIN_PAGE, SLAB_MIN_PAGE);
+    /* Pages follow the header and the page table (one byte per page, bounded above by the number
+     * of pages that could fit if the table took no room). */
+    uint64_t max_pages = region_bytes / page;
+    uint64_t offset = round_up(DATA_HDR_BYTES + max_pages, 4096);
+    if (offset >= region_bytes || (region_bytes - offset) / page == 0) {
+        log_error("slab: a data region of %llu bytes holds no page of %llu bytes (max item size "
+                  "%llu); make it larger or the max item size smaller",
+                  (unsigned long long)region_bytes, (unsigned long long)page,
+                  (unsigned long long)max_item);
+        return 0;
+    }
+    *page_bytes = page;
+    *page_count = (region_bytes - offset) / page;
+    *pages_offset = offset;
+    return n;
+}
+
+static int push_free(struct slab_class *c, uint64_t off)
+{
+    if (c->nfree == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        uint64_t *p = realloc(c->free, cap * sizeof(*p));
+        if (!p)
+            return -1;
+        c->free = p;
+        c->cap = cap;
+    }
+    c->free[c->nfree++] = off;
+    return 0;
+}
+
+static uint64_t page_offset(const struct slab *s, uint64_t page)
+{
+    return s->hdr->pages_offset + page * s->hdr->page_bytes;
+}
+
+static uint64_t slots_per_page(const struct slab *s, uint32_t cls)
+{
+    return s->hdr->page_bytes / s->cls[cls].slot_bytes;
+}
+
+/* A slot is free when both of its first words are zero: never used, or reset by the scan. */
+static bool slot_free(struct slab *s, uint64_t off)
+{
+    return atomic_load_explicit(word_at(s->base, off + DTE_OFF_STATE), memory_order_acquire) == 0 &&
+           atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire) == 0;
+}
+
+int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh)
+{
+    uint32_t sizes[ITE_MAX_CLASSES];
+    uint64_t page_bytes, page_count, pages_offset;
+    uint32_t n = slab_geometry(region_bytes, max_item, sizes, &page_bytes, &page_count,
+                               &pages_offset);
+    if (n == 0)
+        return -1;
+
+    memset(s, 0, sizeof(*s));
+    s->base = region;
+    s->hdr = region;
+    s->page_class = s->base + DATA_HDR_BYTES;
+    s->nclasses = n;
+    pthread_mutex_init(&s->lock, NULL);
+
+    struct data_hdr *h = s->hdr;
+    uint64_t magic = atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire);
+    if (fresh || magic != DATA_MAGIC) {
+        /* Format. The magic goes last (release), so a crash mid-format leaves a region that the
+         * next start formats again rather than trusts. */
+        h->layout_version = DATA_LAYOUT_VERSION;
+        h->class_count = n;
+        h->region_bytes = region_bytes;
+        h->page_bytes = page_bytes;
+        h->page_count = page_count;
+        h->pages_offset = pages_offset;
+        h->max_item_size = max_item;
+        memcpy(h->class_size, sizes, n * sizeof(sizes[0]));
+        memset(s->page_class, DATA_PAGE_UNASSIGNED, page_count);
+        atomic_store_explicit((_Atomic uint64_t *)&h->magic, DATA_MAGIC, memory_order_release);
+    } else if (h->layout_version != DATA_LAYOUT_VERSION || h->region_bytes != region_bytes ||
+               h->max_item_size != max_item || h->class_count != n ||
+               memcmp(h->class_size, sizes, n * sizeof(sizes[0])) != 0) {
+        log_error("slab: the data region was formatted for another configuration (layout %u, "
+                  "%llu bytes, max item %llu); wipe it or restore the configuration",
+                  h->layout_version, (unsigned long long)h->region_bytes,
+                  (unsigned long long)h->max_item_size);
+        pthread_mutex_destroy(&s->lock);
+        return -1;
+    }
+
+    for (uint32_t c = 0; c < n; c++)
+        s->cls[c].slot_bytes = sizes[c];
+
+    /* Rebuild the free lists from the pages (empty after a format). */
+    for (uint64_t p = 0; p < h->page_count; p++) {
+        uint8_t c = s->page_class[p];
+        if (c == DATA_PAGE_UNASSIGNED)
+            continue;
+        if (c >= n) {
+            log_error("slab: page %llu has unknown class %u", (unsigned long long)p, c);
+            pthread_mutex_destroy(&s->lock);
+            return -1;
+        }
+        s->next_page = p + 1;
+        uint64_t per = slots_per_page(s, c);
+        s->cls[c].slots += per;
+        for (uint64_t i = 0; i < per; i++) {
+            uint64_t off = page_offset(s, p) + i * sizes[c];
+            if (slot_free(s, off) && push_free(&s->cls[c], off) != 0) {
+                slab_close(s);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+void slab_close(struct slab *s)
+{
+    for (uint32_t c = 0; c < s->nclasses; c++)
+        free(s->cls[c].free);
+    pthread_mutex_destroy(&s->lock);
+    memset(s, 0, sizeof(*s));
+}
+
+int slab_class_for(const struct slab *s, uint64_t bytes)
+{
+    for (uint32_t c = 0; c < s->nclasses; c++)
+        if (s->cls[c].slot_bytes >= bytes)
+            return (int)c;
+    return -1;
+}
+
+/* Assign the next unassigned page to cls. Called with the lock held. */
+static int grow_class(struct slab *s, uint32_t cls)
+{
+    if (s->next_page >= s->hdr->page_count)
+        return -1;
+    uint64_t p = s->next_page++;
+    uint64_t per = slots_per_page(s, cls);
+    /* Persist the assignment before any slot of the page is handed out, so a restart that finds a
+     * written slot also finds the page's class. */
+    atomic_store_explicit((_Atomic uint8_t *)&s->page_class[p], (uint8_t)cls, memory_order_release);
+    s->cls[cls].slots += per;
+    /* Push in reverse so slots are handed out in address order. */
+    for (uint64_t i = per; i-- > 0;)
+        if (push_free(&s->cls[cls], page_offset(s, p) + i * s->cls[cls].slot_bytes) != 0)
+            return -1;
+    return 0;
+}
+
+/* Free an expired recycled slot. Called with the lock held. */
+static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint64_t now_ms)
+{
+    uint64_t r = atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire);
+    if (!(r & DTE_RECYCLED) || (r & DTE_RECYCLE_MS_MASK) > now_ms)
+        return false;
+    /* Expired: no operation that could still hold its ITE is alive (they all time out within one
+     * expiration period), so the slot can be reset and reused. */
+    atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
+    atomic_store_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), 0, memory_order_release);
+    return push_free(&s->cls[cls], off) == 0;
+}
+
+/* One step of the scan cursor over (page, slot). Returns false when no page is assigned. */
+static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
+{
+    if (s->next_page == 0)
+        return false;
+    if (s->scan_page >= s->next_page) {
+        s->scan_page = 0;
+        s->scan_slot = 0;
+    }
+    uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
+                                     memory_order_acquire);
+    *cls = c;
+    *off = page_offset(s, s->scan_page) + s->scan_slot * s->cls[c].slot_bytes;
+    if (++s->scan_slot >= slots_per_page(s, c)) {
+        s->scan_slot = 0;
+        s->scan_page++;
+    }
+    return true;
+}
+
+static size_t scan_locked(struct slab *s, size_t max_slots, uint64_t now_ms, int want_cls)
+{
+    size_t freed = 0;
+    for (size_t i = 0; i < max_slots; i++) {
+        uint32_t c;
+        uint64_t off;
+        if (!scan_step(s, &c, &off))
+            break;
+        if (reclaim_if_expired(s, c, off, now_ms)) {
+            freed++;
+            if (want_cls >= 0 && (int)c == want_cls)
+                break;
+        }
+    }
+    return freed;
+}
+
+static uint64_t total_slots(const struct slab *s)
+{
+    uint64_t n = 0;
+    for (uint32_t c = 0; c < s->nclasses; c++)
+        n += s->cls[c].slots;
+    return n;
+}
+
+static uint64_t realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset)
+{
+    if (cls >= s->nclasses)
+        return -1;
+    pthread_mutex_lock(&s->lock);
+    struct slab_class *c = &s->cls[cls];
+    if (c->nfree == 0 && grow_class(s, cls) != 0 && c->nfree == 0) {
+        /* Nothing free and no page left: scan on the critical path (the background recycler is
+         * meant to make this rare), one full pass at most. */
+        scan_locked(s, total_slots(s), realtime_ms(), (int)cls);
+    }
+    int rc = -1;
+    if (c->nfree > 0) {
+        *offset = c->free[--c->nfree];
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
+{
+    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_STATE), 0, memory_order_relaxed);
+    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_RECYCLE), 0, memory_order_release);
+    pthread_mutex_lock(&s->lock);
+    if (push_free(&s->cls[cls], offset) != 0)
+        log_warn("slab: out of memory returning a slot; it is found again by the next scan");
+    pthread_mutex_unlock(&s->lock);
+}
+
+size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t freed = scan_locked(s, max_slots, now_ms, -1);
+    pthread_mutex_unlock(&s->lock);
+    return freed;
+}
+
+void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),
+                        void *arg)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t pages = s->next_page;
+    pthread_mutex_unlock(&s->lock);
+    for (uint64_t p = 0; p < pages; p++) {
+        uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[p], memory_order_acquire);
+        if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses)
+            continue;
+        for (uint64_t i = 0; i < slots_per_page(s, c); i++)
+            fn(arg, c, page_offset(s, p) + i * s->cls[c].slot_bytes);
+    }
+}

@@ -1,0 +1,66 @@
+/*
+ * slab.h - the owner's allocator of its data region: size classes of growing slot size carved
+ * from fixed-size pages (memcached's slab idea), free lists kept in process memory and rebuilt
+ * from the region when a restarted node re-attaches it. Only the owning node allocates from its
+ * region (DESIGN.md); other nodes only mark entries recycled, which this allocator finds again
+ * by scanning. Thread-safe.
+ */
+#ifndef NESSIE_KVSTORE_SLAB_H
+#define NESSIE_KVSTORE_SLAB_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+struct slab_class {
+    uint32_t slot_bytes;
+    uint64_t *free;       /* stack of free slot offsets */
+    size_t nfree, cap;
+    uint64_t slots;       /* slots in pages assigned to this class */
+};
+
+struct slab {
+    unsigned char *base;  /* this node's DATA region, mapped */
+    struct data_hdr *hdr;
+    uint8_t *page_class;  /* persistent page table, in the region */
+    uint32_t nclasses;
+    struct slab_class cls[ITE_MAX_CLASSES];
+    /* One lock for the free lists and page assignment: allocation is a push/pop, far shorter than
+     * any fabric operation around it, so finer locking would buy nothing measurable yet. */
+    pthread_mutex_t lock;
+    uint64_t next_page;   /* pages below this are assigned (assignment goes in page order) */
+    uint64_t scan_page, scan_slot; /* cursor of the incremental recycle scan */
+};
+
+/* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
+ * classes, or 0 if the configuration cannot be laid out (logged). */
+uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class_size,
+                       uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset);
+
+/* Format a new region (fresh=true) or re-attach an existing one and rebuild the free lists.
+ * Returns 0, or -1 (logged) if the region's header does not match the configuration. */
+int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh);
+void slab_close(struct slab *s);
+
+/* Smallest class whose slots hold `bytes`, or -1 if none (too big). */
+int slab_class_for(const struct slab *s, uint64_t bytes);
+
+/* Take a free slot of class cls: free list, else a new page, else a scan for expired recycled
+ * slots. Returns 0 and *offset, or -1 when the region has nothing of that size (out of memory). */
+int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
+
+/* Give back a slot that was never made visible (its CAS failed): no expiry needed. */
+void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
+
+/* Scan up to max_slots slots from the cursor; return to the free lists every slot marked
+ * recycled whose expiry (ms, CLOCK_REALTIME) is <= now_ms. Returns how many it freed. */
+size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
+
+/* Call fn on every slot of every assigned page (for the leak sweep and tests). */
+void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),
+                        void *arg);
+
+#endif
