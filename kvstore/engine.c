@@ -276,7 +276,9 @@ unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len)
 static void mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
 {
     struct nessie_node *nd = ctx->node;
-    uint64_t expiry_ms = nessie_real_ns() / 1000000ULL + nd->cfg.expiration_ms;
+    /* Rounded up by a millisecond: the word holds whole milliseconds, and a slot reused even a
+     * fraction of a period early breaks the guarantee caches and slow readers rely on. */
+    uint64_t expiry_ms = nessie_real_ns() / 1000000ULL + nd->cfg.expiration_ms + 1;
     uint64_t word = DTE_RECYCLED | (expiry_ms & DTE_RECYCLE_MS_MASK);
     uint64_t off = ite_offset(ite) + DTE_OFF_RECYCLE;
     if (ite_node(ite) == nd->cfg.self) {

@@ -165,6 +165,18 @@ static void count_abort(struct op *op, enum nessie_abort why)
     CTR_ADD(OPC(op->ctx).aborts[why], 1);
 }
 
+/* Step 0, at the moments that matter: a result is used, or a CAS is made, only if every read it
+ * rests on is less than one expiration period old. A thread descheduled for longer between its
+ * reads and this check could otherwise act on an entry that was recycled and reused meanwhile
+ * (the same slot, for the same key, even has the same ITE word). */
+#define EXPIRED_RETRY(op)                              \
+    do {                                               \
+        if (attempt_expired(op)) {                     \
+            count_abort((op), NESSIE_ABORT_TIMEOUT);   \
+            return A_RETRY;                            \
+        }                                              \
+    } while (0)
+
 /* Exponential back-off with jitter (paper 4.3.2): 1 us doubling to 1 ms. Short waits yield
  * rather than sleep: a futex sleep costs ~60 us on these machines. */
 static void backoff(struct op *op, unsigned attempt)
@@ -471,6 +483,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         if (!match)
             continue;
         /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
+        EXPIRED_RETRY(op);
         if (dte_readable(&v.h)) {
             if (item_dead(nd, &v.h)) {
                 *status = NESSIE_NOT_FOUND;
@@ -497,6 +510,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             if ((*status = dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t, &pv,
                                      &pmatch)) != NESSIE_OK)
                 return A_DONE;
+            EXPIRED_RETRY(op);
             if (pmatch && dte_readable(&pv.h)) {
                 CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
                 if (item_dead(nd, &pv.h)) {
@@ -520,6 +534,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         count_abort(op, NESSIE_ABORT_REVERSE_PASS);
         return A_RETRY;
     }
+    EXPIRED_RETRY(op);
     *status = NESSIE_NOT_FOUND;
     return A_DONE;
 }
@@ -645,9 +660,6 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     }
     ctx->kind = NESSIE_OPK_MIGRATE;
     CTR_ADD(OPC(ctx).ops, 1);
-    CTR_ADD(ctx->ctr.migrations, 1);
-    if (depth > 0)
-        CTR_ADD(ctx->ctr.recursive_migrations, 1);
 
     /* Step 2: read the source. */
     uint64_t sv;
@@ -753,7 +765,12 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         goto out;
     }
     /* Step 6: point the (empty) destination at the copy. */
-    bool ok;
+    bool ok = false;
+    if (attempt_expired(op)) {
+        dte_free_unpublished(op, copy);
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        goto out;
+    }
     if ((*status = ite_cas(op, dst, 0, copy, &ok)) != NESSIE_OK || !ok) {
         dte_free_unpublished(op, copy);
         if (*status != NESSIE_OK) {
@@ -787,6 +804,10 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         goto out;
     }
     nessie_recycle(ctx, sv);
+    /* Counted here, when an entry has moved: attempts that abort show in the MIGRATE counters. */
+    CTR_ADD(ctx->ctr.migrations, 1);
+    if (depth > 0)
+        CTR_ADD(ctx->ctr.recursive_migrations, 1);
     *status = NESSIE_OK;
     result = A_DONE;
 out:
@@ -1065,6 +1086,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             count_abort(op, NESSIE_ABORT_REVERSE_PASS);
             return A_RETRY;
         }
+        EXPIRED_RETRY(op);
         *status = absent_status(w->mode);
         return A_DONE;
     }
@@ -1093,6 +1115,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         struct dte_hdr h;
         const void *v1, *v2;
         uint32_t l1, l2;
+        EXPIRED_RETRY(op);
         int rc = build_new(op, w, &old, live, &h, &v1, &l1, &v2, &l2);
         if (rc != NESSIE_OK) {
             *status = rc;
@@ -1104,6 +1127,11 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             return A_DONE;
         /* Step 3.1: swing the candidate to it. */
         HOOK(op, NESSIE_HOOK_PUT_BEFORE_CAS, cand);
+        if (attempt_expired(op)) {
+            dte_free_unpublished(op, mine);
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
         if ((*status = ite_cas(op, op->pos[cand], op->seen[cand], mine, &ok)) != NESSIE_OK) {
             dte_free_unpublished(op, mine);
             return A_DONE;
@@ -1138,6 +1166,19 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         if (!match)
             continue;
         bool dup_live = dte_readable(&v.h) && !item_dead(nd, &v.h);
+        if (w->mode == W_ADD && !(v.h.state & DTE_COMMITTED)) {
+            /* An entry in progress may stand for a live item (a migration's copy, a write whose
+             * previous version is live): add cannot tell whether the key is absent, so it does
+             * not clear it as the thesis's step 4.4 would. It takes its own entry back out
+             * (holding it would block that other operation, which meets ours first) and tries
+             * again once the other has finished. */
+            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+                return A_DONE;
+            if (done)
+                return write_done(op, w, version, status);
+            count_abort(op, NESSIE_ABORT_INVALID_DTE);
+            return A_RETRY;
+        }
         if (dup_live && w->mode == W_ADD) {
             /* add finds the key present after all: take our entry back out. */
             if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
@@ -1158,6 +1199,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             op->mine_prev_live = true;
         }
         /* Step 4.4 */
+        EXPIRED_RETRY(op);
         if ((*status = ite_cas(op, op->pos[j], ite, 0, &ok)) != NESSIE_OK)
             return A_DONE;
         if (!ok) {
@@ -1223,7 +1265,12 @@ static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void
     op_init(&op, ctx, kind, key, klen);
     int status = NESSIE_OK;
     RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
-    if (status == NESSIE_TIMEOUT) {
+    if (status != NESSIE_TIMEOUT) {
+        /* A call that ends refused (exists, not stored, ...) after an earlier attempt of it
+         * unlinked entries still owes their recycling: its own entry is out of the index by then
+         * (adopted, rolled back, or cleared by another operation). */
+        recycle_all(&op);
+    } else {
         /* Our published entry (if any) is left for a takeover to finish; the DTEs we already
          * unlinked can be recycled, except the one that entry names as its previous version
          * (readers use it until the entry is committed; the leak sweep finds it after). */

@@ -204,7 +204,7 @@ static int grow_class(struct slab *s, uint32_t cls)
 static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint64_t now_ms)
 {
     uint64_t r = atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire);
-    if (!(r & DTE_RECYCLED) || (r & DTE_RECYCLE_MS_MASK) > now_ms)
+    if (!(r & DTE_RECYCLED) || (r & DTE_RECYCLE_MS_MASK) >= now_ms)
         return false;
     /* Expired: no operation that could still hold its ITE is alive (they all time out within one
      * expiration period), so the slot can be reset and reused. */

@@ -56,7 +56,7 @@ int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
 
 /* Scan up to max_slots slots from the cursor; return to the free lists every slot marked
- * recycled whose expiry (ms, CLOCK_REALTIME) is <= now_ms. Returns how many it freed. */
+ * recycled whose expiry (ms, CLOCK_REALTIME) is before now_ms. Returns how many it freed. */
 size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
 
 /* Call fn on every slot of every assigned page (for the leak sweep and tests). */

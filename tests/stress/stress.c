@@ -1,0 +1,615 @@
+/*
+ * nessie-stress - torture the engine and check what it did.
+ *
+ * Several node processes (fork), each with several threads, run a random mix of every operation
+ * on a small key set over the shared-memory fabric, with tables small enough to force migrations
+ * and recycling. Every operation's invocation and response are recorded in a history that lives
+ * in memory shared with the parent; once all are done, the parent checks each key's history for
+ * linearizability (tests/stress/lincheck.h), reads every key once more from every node (a key that
+ * cannot be read is stuck), and counts data table entries that are neither live, nor free, nor
+ * waiting in recycling (leaked).
+ *
+ * The last line is the summary:
+ *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C
+ * and the exit status is non-zero if V, S or L is not zero.
+ */
+#include <errno.h>
+#include <glib.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "layout.h"
+#include "lincheck.h"
+#include "log.h"
+#include "nessie.h"
+
+/* Values are recorded inline. Written values are short; values read can grow by appends up to
+ * the item size limit (header and key included), which keeps them below OUT_MAX. */
+#define VAL_MAX 32
+#define MAX_ITEM 512
+#define OUT_MAX (MAX_ITEM - 64)
+
+struct event {
+    uint64_t call_ns, ret_ns; /* CLOCK_MONOTONIC, shared by all processes of one host */
+    uint16_t key;
+    uint8_t op;               /* enum lc_op */
+    uint8_t outcome;          /* enum lc_outcome */
+    uint8_t done;             /* the response was recorded */
+    uint32_t vlen, outlen, flags_in, flags_out;
+    uint64_t delta, cas_in, num_out, version_out;
+    char val[VAL_MAX];
+    char out[OUT_MAX];
+};
+
+/* Options (GOptionContext), with their defaults. */
+static gint opt_nodes = 3, opt_threads = 4, opt_keys = 32;
+static gint64 opt_ops = 100000;
+static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20;
+static gint opt_expiration_ms = 20, opt_seed = 1;
+static gboolean opt_check = FALSE, opt_quiet = FALSE;
+static gchar *opt_dump = NULL;
+
+static GOptionEntry entries[] = {
+    {"nodes", 'n', 0, G_OPTION_ARG_INT, &opt_nodes, "node processes (default 3)", "N"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "threads per node (default 4)", "T"},
+    {"keys", 'k', 0, G_OPTION_ARG_INT, &opt_keys, "distinct keys (default 32)", "K"},
+    {"ops", 'o', 0, G_OPTION_ARG_INT64, &opt_ops, "operations in all (default 100000)", "OPS"},
+    {"index-slots", 0, 0, G_OPTION_ARG_INT64, &opt_index_slots,
+     "index entries per node (default 64)", "S"},
+    {"data-bytes", 0, 0, G_OPTION_ARG_INT64, &opt_data_bytes,
+     "data region bytes per node (default 1 MiB)", "B"},
+    {"expiration-ms", 0, 0, G_OPTION_ARG_INT, &opt_expiration_ms,
+     "expiration period (default 20)", "MS"},
+    {"seed", 0, 0, G_OPTION_ARG_INT, &opt_seed, "random seed (default 1)", "SEED"},
+    {"check", 'c', 0, G_OPTION_ARG_NONE, &opt_check,
+     "check every key's history for linearizability", NULL},
+    {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "print only the summary", NULL},
+    {"dump", 0, 0, G_OPTION_ARG_FILENAME, &opt_dump,
+     "write the history of every key that fails the check to DIR/key-NNN.txt", "DIR"},
+    G_OPTION_ENTRY_NULL,
+};
+
+/* What the node processes report to the parent, in shared memory. */
+struct node_report {
+    struct nessie_counters ctr;
+    int failed; /* the node could not run (logged) */
+};
+
+struct shared {
+    _Atomic int ready;      /* node processes that have opened their node */
+    _Atomic int go;         /* all may start */
+    struct node_report node[64];
+};
+
+static char cluster[64];
+static struct shared *sh;
+static struct event *hist; /* nodes * threads * per_thread events */
+static uint64_t per_thread;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void config_for(struct nessie_config *cfg, uint32_t self)
+{
+    nessie_config_defaults(cfg);
+    cfg->cluster = cluster;
+    cfg->nodes = (uint32_t)opt_nodes;
+    cfg->self = self;
+    cfg->index_slots = (uint64_t)opt_index_slots;
+    cfg->data_bytes = (uint64_t)opt_data_bytes;
+    cfg->max_item_size = MAX_ITEM;
+    cfg->expiration_ms = (uint32_t)opt_expiration_ms;
+    /* A call may retry through many expiration periods: with 12 threads on 2 cores a thread can
+     * be descheduled for longer than one short period. */
+    cfg->op_timeout_ms = (uint32_t)opt_expiration_ms * 50;
+    cfg->background_recycle = true;
+}
+
+static void key_name(char *buf, size_t len, int k) { snprintf(buf, len, "key-%03d", k); }
+
+struct worker {
+    struct nessie_node *node;
+    uint32_t node_id, thread;
+    uint64_t rng;
+    uint64_t last_version[1024]; /* per key: the version this thread last saw, for cas */
+};
+
+static uint64_t rnd(struct worker *w)
+{
+    w->rng ^= w->rng << 13;
+    w->rng ^= w->rng >> 7;
+    w->rng ^= w->rng << 17;
+    return w->rng;
+}
+
+static enum lc_outcome outcome_of(int op, int rc)
+{
+    switch (rc) {
+    case NESSIE_OK:
+        return LC_OK;
+    case NESSIE_NOT_FOUND:
+        return op == LC_CAS ? LC_CAS_NOT_FOUND : LC_NOT_FOUND;
+    case NESSIE_NOT_STORED:
+        return LC_NOT_STORED;
+    case NESSIE_EXISTS:
+        return LC_EXISTS;
+    case NESSIE_NON_NUMERIC:
+        return LC_NON_NUMERIC;
+    case NESSIE_TOO_BIG:
+    case NESSIE_NO_MEMORY:
+    case NESSIE_INDEX_FULL:
+        return LC_FAILED;
+    default:
+        return LC_UNKNOWN; /* timeout: may or may not have taken effect */
+    }
+}
+
+/* One random operation on a random key, recorded in e. */
+static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, uint64_t seq)
+{
+    static const uint8_t mix[] = {
+        /* weights: gets dominate, every form appears */
+        LC_GET, LC_GET, LC_GET, LC_GET, LC_GET, LC_GET, LC_GET, LC_GET, LC_SET, LC_SET,
+        LC_SET, LC_SET, LC_ADD, LC_REPLACE, LC_CAS, LC_CAS, LC_APPEND, LC_PREPEND, LC_INCR,
+        LC_INCR, LC_DECR, LC_TOUCH, LC_DELETE, LC_DELETE,
+    };
+    int k = (int)(rnd(w) % (uint64_t)opt_keys);
+    char key[32];
+    key_name(key, sizeof(key), k);
+    size_t klen = strlen(key);
+    memset(e, 0, offsetof(struct event, val));
+    e->key = (uint16_t)k;
+    e->op = mix[rnd(w) % sizeof(mix)];
+    /* Written values are unique (node, thread, sequence); some are numbers, for incr/decr. */
+    if (rnd(w) % 3 == 0)
+        e->vlen = (uint32_t)snprintf(e->val, VAL_MAX, "%" PRIu64,
+                                     ((uint64_t)w->node_id << 40) | ((uint64_t)w->thread << 32) | seq);
+    else
+        e->vlen = (uint32_t)snprintf(e->val, VAL_MAX, "n%ut%u-%" PRIu64, w->node_id, w->thread, seq);
+    if (e->op == LC_APPEND || e->op == LC_PREPEND)
+        e->vlen = (uint32_t)snprintf(e->val, VAL_MAX, "<%u.%u.%" PRIu64 ">", w->node_id, w->thread, seq);
+    e->flags_in = (uint32_t)(rnd(w) % 4);
+    e->delta = rnd(w) % 100;
+    e->cas_in = w->last_version[k];
+
+    struct nessie_item it;
+    uint64_t version = 0;
+    int rc;
+    e->call_ns = mono_ns();
+    switch (e->op) {
+    case LC_GET:
+        rc = nessie_get(ctx, key, klen, &it);
+        if (rc == NESSIE_OK) {
+            e->outlen = it.value_len < OUT_MAX ? it.value_len : OUT_MAX;
+            memcpy(e->out, it.value, e->outlen);
+            e->flags_out = it.flags;
+            e->version_out = it.version;
+            w->last_version[k] = it.version;
+        }
+        break;
+    case LC_SET:
+    case LC_ADD:
+    case LC_REPLACE:
+    case LC_CAS:
+    case LC_APPEND:
+    case LC_PREPEND: {
+        static const enum nessie_store_mode modes[] = {
+            [LC_SET] = NESSIE_SET, [LC_ADD] = NESSIE_ADD, [LC_REPLACE] = NESSIE_REPLACE,
+            [LC_CAS] = NESSIE_CAS, [LC_APPEND] = NESSIE_APPEND, [LC_PREPEND] = NESSIE_PREPEND,
+        };
+        rc = nessie_store(ctx, modes[e->op], key, klen, e->val, e->vlen, e->flags_in, 0, e->cas_in,
+                          &version);
+        if (rc == NESSIE_OK)
+            e->version_out = version;
+        break;
+    }
+    case LC_INCR:
+    case LC_DECR:
+        rc = nessie_arith(ctx, key, klen, e->op == LC_INCR, e->delta, &e->num_out, &version);
+        if (rc == NESSIE_OK)
+            e->version_out = version;
+        break;
+    case LC_TOUCH:
+        rc = nessie_touch(ctx, key, klen, 0);
+        break;
+    case LC_DELETE:
+    default:
+        rc = nessie_delete(ctx, key, klen);
+        break;
+    }
+    e->ret_ns = mono_ns();
+    e->outcome = (uint8_t)outcome_of(e->op, rc);
+    if (e->outcome == LC_UNKNOWN)
+        e->version_out = 0;
+    atomic_store_explicit((_Atomic uint8_t *)&e->done, 1, memory_order_release);
+}
+
+static void *worker_main(void *p)
+{
+    struct worker *w = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(w->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    struct event *mine = hist + ((uint64_t)w->node_id * (uint64_t)opt_threads + w->thread) * per_thread;
+    for (uint64_t i = 0; i < per_thread; i++)
+        run_one(w, ctx, &mine[i], i);
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+struct recycler {
+    struct nessie_node *node;
+    _Atomic int stop;
+};
+
+/* The daemon's recycler thread, in miniature: mark what is staged, free what has expired. */
+static void *recycler_main(void *p)
+{
+    struct recycler *r = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(r->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
+        nessie_recycle_run(ctx, 4096);
+        struct timespec ts = {0, 500 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    nessie_recycle_run(ctx, 0); /* mark the last staged entries */
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+static int node_main(uint32_t id)
+{
+    struct nessie_config cfg;
+    struct nessie_node *node;
+    config_for(&cfg, id);
+    if (nessie_node_open(&cfg, &node) != NESSIE_OK) {
+        sh->node[id].failed = 1;
+        atomic_fetch_add(&sh->ready, 1);
+        return 1;
+    }
+    atomic_fetch_add(&sh->ready, 1);
+    while (!atomic_load(&sh->go))
+        usleep(100);
+
+    struct recycler rec = {.node = node};
+    pthread_t rt;
+    pthread_create(&rt, NULL, recycler_main, &rec);
+    pthread_t *th = calloc((size_t)opt_threads, sizeof(*th));
+    struct worker *w = calloc((size_t)opt_threads, sizeof(*w));
+    for (int t = 0; t < opt_threads; t++) {
+        w[t] = (struct worker){.node = node, .node_id = id, .thread = (uint32_t)t,
+                               .rng = (uint64_t)opt_seed * 0x9e3779b97f4a7c15ULL + id * 1000 + t + 1};
+        pthread_create(&th[t], NULL, worker_main, &w[t]);
+    }
+    int failed = 0;
+    for (int t = 0; t < opt_threads; t++) {
+        void *r;
+        pthread_join(th[t], &r);
+        failed |= r != NULL;
+    }
+    atomic_store_explicit(&rec.stop, 1, memory_order_release);
+    pthread_join(rt, NULL);
+    nessie_node_counters(node, &sh->node[id].ctr);
+    sh->node[id].failed = failed;
+    free(th);
+    free(w);
+    nessie_node_close(node);
+    return failed;
+}
+
+/* --- after the run: stuck keys, leaks, linearizability ------------------------------------- */
+
+/* Read every key from every node once more; record the reads in the history too (they are
+ * checked like any other), and count keys that cannot be read. */
+static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
+{
+    uint64_t stuck = 0;
+    for (int n = 0; n < opt_nodes; n++) {
+        struct nessie_ctx *ctx;
+        if (nessie_ctx_create(nodes[n], &ctx) != NESSIE_OK)
+            return (uint64_t)opt_keys;
+        for (int k = 0; k < opt_keys; k++) {
+            char key[32];
+            key_name(key, sizeof(key), k);
+            struct event e;
+            memset(&e, 0, sizeof(e));
+            e.key = (uint16_t)k;
+            e.op = LC_GET;
+            struct nessie_item it;
+            e.call_ns = mono_ns();
+            int rc = nessie_get(ctx, key, strlen(key), &it);
+            e.ret_ns = mono_ns();
+            if (rc == NESSIE_OK) {
+                e.outlen = it.value_len < OUT_MAX ? it.value_len : OUT_MAX;
+                memcpy(e.out, it.value, e.outlen);
+                e.flags_out = it.flags;
+                e.version_out = it.version;
+            } else if (rc != NESSIE_NOT_FOUND) {
+                if (!opt_quiet)
+                    fprintf(stderr, "stuck: %s on node %d: %s\n", key, n, nessie_strerror(rc));
+                stuck++;
+                continue;
+            }
+            e.outcome = (uint8_t)outcome_of(LC_GET, rc);
+            e.done = 1;
+            g_array_append_val(extra, e);
+        }
+        nessie_ctx_destroy(ctx);
+    }
+    return stuck;
+}
+
+/*
+ * Entries of node n's data region that are neither free, nor marked recycled, nor referenced by
+ * an ITE anywhere in the cluster, nor the previous version of an uncommitted entry (which its
+ * writer keeps until it commits).
+ */
+static uint64_t count_leaks(struct nessie_node **nodes)
+{
+    GHashTable *ref = g_hash_table_new(g_int64_hash, g_int64_equal);
+    GArray *keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+    for (int n = 0; n < opt_nodes; n++) {
+        const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_INDEX);
+        for (int64_t s = 0; s < opt_index_slots; s++)
+            if (idx[s])
+                g_array_append_val(keys, idx[s]);
+    }
+    /* Each referenced ITE word names a (node, offset); keep those, and uncommitted entries'
+     * previous versions. */
+    for (guint i = 0; i < keys->len; i++) {
+        uint64_t ite = (uint64_t)g_array_index(keys, gint64, i);
+        gint64 *loc = g_new(gint64, 1);
+        *loc = (gint64)(((uint64_t)ite_node(ite) << 40) | ite_offset(ite));
+        g_hash_table_add(ref, loc);
+        const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[ite_node(ite)]),
+                                                   FAB_REGION_DATA);
+        struct dte_hdr h;
+        memcpy(&h, data + ite_offset(ite), sizeof(h));
+        if (!(h.state & DTE_COMMITTED) && h.prev_ite) {
+            gint64 *p = g_new(gint64, 1);
+            *p = (gint64)(((uint64_t)ite_node(h.prev_ite) << 40) | ite_offset(h.prev_ite));
+            g_hash_table_add(ref, p);
+        }
+    }
+    uint64_t leaked = 0;
+    for (int n = 0; n < opt_nodes; n++) {
+        const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_DATA);
+        const struct data_hdr *dh = (const struct data_hdr *)data;
+        const uint8_t *pages = data + DATA_HDR_BYTES;
+        for (uint64_t p = 0; p < dh->page_count; p++) {
+            if (pages[p] == DATA_PAGE_UNASSIGNED)
+                continue;
+            uint32_t slot = dh->class_size[pages[p]];
+            for (uint64_t off = dh->pages_offset + p * dh->page_bytes;
+                 off + slot <= dh->pages_offset + (p + 1) * dh->page_bytes; off += slot) {
+                const struct dte_hdr *h = (const struct dte_hdr *)(data + off);
+                if (h->state == 0 && h->recycle == 0)
+                    continue; /* free */
+                if (h->recycle & DTE_RECYCLED)
+                    continue; /* waiting for its expiry */
+                gint64 loc = (gint64)(((uint64_t)n << 40) | off);
+                if (g_hash_table_contains(ref, &loc))
+                    continue;
+                if (!opt_quiet && leaked < 5)
+                    fprintf(stderr, "leaked: node %d offset %" PRIu64 " key '%.*s' state %" PRIx64
+                                    " kind %u flags %#x version %" PRIx64 " creator %" PRIx64 "\n",
+                            n, off, (int)h->key_len, (const char *)(h + 1), h->state, h->kind,
+                            h->flags8, h->version, h->creator);
+                leaked++;
+            }
+        }
+    }
+    g_hash_table_foreach(ref, (GHFunc)(void (*)(void))g_free, NULL);
+    g_hash_table_destroy(ref);
+    g_array_free(keys, TRUE);
+    return leaked;
+}
+
+static int by_call(gconstpointer a, gconstpointer b)
+{
+    const struct lc_event *x = a, *y = b;
+    return x->call_ns < y->call_ns ? -1 : x->call_ns > y->call_ns;
+}
+
+/* One line per operation, in call order: what a person needs to find the bug. */
+static void dump_history(int k, struct lc_event *ev, guint n, const char *why)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/key-%03d.txt", opt_dump, k);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return;
+    }
+    fprintf(f, "# %s\n# call(us) return(us) op outcome input | output\n", why);
+    qsort(ev, n, sizeof(*ev), (int (*)(const void *, const void *))by_call);
+    uint64_t t0 = n ? ev[0].call_ns : 0;
+    for (guint i = 0; i < n; i++) {
+        const struct lc_event *e = &ev[i];
+        fprintf(f, "%10.3f %10.3f us  %-7s %-13s in='%.*s' fin=%u cas=%" PRIx64 " d=%" PRIu64
+                   " | out='%.*s' flags=%u ver=%" PRIx64 " num=%" PRIu64 "\n",
+                (double)(e->call_ns - t0) / 1e3,
+                e->ret_ns == UINT64_MAX ? -1.0 : (double)(e->ret_ns - t0) / 1e3,
+                lc_op_name(e->op), lc_outcome_name(e->outcome), (int)e->vlen,
+                e->val ? (const char *)e->val : "", e->flags_in, e->cas_in, e->delta, (int)e->outlen,
+                e->out ? (const char *)e->out : "", e->flags_out, e->version_out, e->num_out);
+    }
+    fclose(f);
+    fprintf(stderr, "history of key-%03d written to %s\n", k, path);
+}
+
+static void to_lc(const struct event *e, struct lc_event *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->call_ns = e->call_ns;
+    l->ret_ns = e->done ? e->ret_ns : UINT64_MAX;
+    l->op = (enum lc_op)e->op;
+    l->outcome = e->done ? (enum lc_outcome)e->outcome : LC_UNKNOWN;
+    l->val = e->val;
+    l->vlen = e->vlen;
+    l->flags_in = e->flags_in;
+    l->delta = e->delta;
+    l->cas_in = e->cas_in;
+    l->out = e->out;
+    l->outlen = e->outlen;
+    l->flags_out = e->flags_out;
+    l->num_out = e->num_out;
+    l->version_out = e->version_out;
+}
+
+static uint64_t check_histories(uint64_t total, GArray *extra)
+{
+    GPtrArray **per_key = g_new0(GPtrArray *, (gsize)opt_keys);
+    for (int k = 0; k < opt_keys; k++)
+        per_key[k] = g_ptr_array_new();
+    for (uint64_t i = 0; i < total; i++)
+        if (hist[i].call_ns)
+            g_ptr_array_add(per_key[hist[i].key], &hist[i]);
+    for (guint i = 0; i < extra->len; i++)
+        g_ptr_array_add(per_key[g_array_index(extra, struct event, i).key],
+                        &g_array_index(extra, struct event, i));
+    uint64_t violations = 0;
+    for (int k = 0; k < opt_keys; k++) {
+        GPtrArray *a = per_key[k];
+        struct lc_event *ev = g_new(struct lc_event, a->len ? a->len : 1);
+        for (guint i = 0; i < a->len; i++)
+            to_lc(g_ptr_array_index(a, i), &ev[i]);
+        char why[2048];
+        int rc = lc_check_key(ev, a->len, 0, why, sizeof(why));
+        if (rc != 0) {
+            violations++;
+            fprintf(stderr, "key-%03d: %s: %s\n", k, rc > 0 ? "NOT LINEARIZABLE" : "check gave up",
+                    why);
+            if (opt_dump)
+                dump_history(k, ev, a->len, why);
+        }
+        g_free(ev);
+        g_ptr_array_free(a, TRUE);
+    }
+    g_free(per_key);
+    return violations;
+}
+
+int main(int argc, char **argv)
+{
+    GError *err = NULL;
+    GOptionContext *oc = g_option_context_new("- torture the Nessie engine and check it");
+    g_option_context_set_summary(
+        oc, "Runs NODES node processes with THREADS threads each, issuing a random mix of every\n"
+            "operation on KEYS keys over the shared-memory fabric, with small tables so that\n"
+            "migrations and recycling happen. With --check, every key's history is checked for\n"
+            "linearizability. The last line is a summary; the exit status is non-zero if any\n"
+            "violation, stuck key or leaked entry was found.");
+    g_option_context_add_main_entries(oc, entries, NULL);
+    if (!g_option_context_parse(oc, &argc, &argv, &err)) {
+        fprintf(stderr, "nessie-stress: %s\n", err->message);
+        return 2;
+    }
+    g_option_context_free(oc);
+    if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 1024 ||
+        opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1) {
+        fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
+        return 2;
+    }
+    snprintf(cluster, sizeof(cluster), "stress-%d", (int)getpid());
+    per_thread = (uint64_t)opt_ops / ((uint64_t)opt_nodes * (uint64_t)opt_threads);
+    if (per_thread == 0)
+        per_thread = 1;
+    uint64_t total = per_thread * (uint64_t)opt_nodes * (uint64_t)opt_threads;
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    hist = mmap(NULL, total * sizeof(struct event), PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (sh == MAP_FAILED || hist == MAP_FAILED) {
+        perror("nessie-stress: mmap");
+        return 2;
+    }
+    if (!opt_quiet)
+        fprintf(stderr, "nessie-stress: %d nodes x %d threads, %" PRIu64 " ops on %d keys, %" PRId64
+                        " index slots and %" PRId64 " data bytes per node, expiration %d ms\n",
+                opt_nodes, opt_threads, total, opt_keys, opt_index_slots, opt_data_bytes,
+                opt_expiration_ms);
+
+    pid_t *pids = calloc((size_t)opt_nodes, sizeof(*pids));
+    for (int n = 0; n < opt_nodes; n++) {
+        pids[n] = fork();
+        if (pids[n] == 0)
+            _exit(node_main((uint32_t)n));
+    }
+    while (atomic_load(&sh->ready) < opt_nodes)
+        usleep(1000);
+    uint64_t t0 = mono_ns();
+    atomic_store(&sh->go, 1);
+    int failed = 0;
+    for (int n = 0; n < opt_nodes; n++) {
+        int st;
+        waitpid(pids[n], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sh->node[n].failed) {
+            fprintf(stderr, "nessie-stress: node %d failed\n", n);
+            failed = 1;
+        }
+    }
+    double secs = (double)(mono_ns() - t0) / 1e9;
+
+    /* Quiescence: re-attach every node here and look at what is left. */
+    struct nessie_node **nodes = calloc((size_t)opt_nodes, sizeof(*nodes));
+    for (int n = 0; n < opt_nodes; n++) {
+        struct nessie_config cfg;
+        config_for(&cfg, (uint32_t)n);
+        if (nessie_node_open(&cfg, &nodes[n]) != NESSIE_OK)
+            return 2;
+    }
+    GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
+    uint64_t stuck = final_reads(nodes, extra);
+    uint64_t leaked = count_leaks(nodes);
+    uint64_t violations = opt_check ? check_histories(total, extra) : 0;
+
+    struct nessie_counters sum = {0};
+    for (int n = 0; n < opt_nodes; n++) {
+        const uint64_t *src = (const uint64_t *)&sh->node[n].ctr;
+        uint64_t *dst = (uint64_t *)&sum;
+        for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
+            dst[i] += src[i];
+    }
+    uint64_t ops = 0, timeouts = 0, attempts = 0;
+    for (int k = 0; k < NESSIE_OPK_COUNT; k++)
+        if (k != NESSIE_OPK_MIGRATE) {
+            ops += sum.op[k].ops;
+            attempts += sum.op[k].attempts;
+            timeouts += sum.op[k].outcomes[NESSIE_TIMEOUT];
+        }
+    if (!opt_quiet) {
+        fprintf(stderr, "nessie-stress: %.2f s, %.0f ops/s, %" PRIu64 " retries, %" PRIu64
+                        " timeouts, %" PRIu64 " takeovers, %" PRIu64 " index-full, %" PRIu64
+                        " out-of-memory\n",
+                secs, (double)ops / secs, attempts - ops, timeouts, sum.takeovers,
+                sum.op[NESSIE_OPK_PUT].outcomes[NESSIE_INDEX_FULL],
+                sum.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY]);
+    }
+    printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
+           " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 "\n",
+           ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed);
+
+    for (int n = 0; n < opt_nodes; n++) {
+        nessie_node_close(nodes[n]);
+        fab_unlink(FAB_BACKEND_SHM, cluster, (uint32_t)n);
+    }
+    g_array_free(extra, TRUE);
+    free(nodes);
+    free(pids);
+    return (failed || violations || stuck || leaked) ? 1 : 0;
+}
