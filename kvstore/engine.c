@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <glib.h>
+
 #include "engine_int.h"
 #include "log.h"
 
@@ -153,6 +155,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     nd->incarnation = __atomic_add_fetch(&nd->hdr->incarnation, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&nd->stage_lock, NULL);
     pthread_mutex_init(&nd->ctx_lock, NULL);
+    pthread_mutex_init(&nd->sweep_lock, NULL);
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
@@ -168,6 +171,8 @@ void nessie_node_close(struct nessie_node *nd)
         log_warn("engine: node closed with contexts still open");
     pthread_mutex_destroy(&nd->ctx_lock);
     pthread_mutex_destroy(&nd->stage_lock);
+    pthread_mutex_destroy(&nd->sweep_lock);
+    g_free(nd->sweep_prev);
     free(nd->stage);
     slab_close(&nd->slab);
     fab_close(nd->fab);
@@ -385,4 +390,133 @@ int nessie_flush(struct nessie_ctx *ctx)
         }
     }
     return NESSIE_OK;
+}
+
+/* --- leak sweep ------------------------------------------------------------------------------ */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct sweep_scan {
+    struct nessie_node *nd;
+    GHashTable *referenced; /* offsets in this node's region that something still needs */
+    GArray *candidates;     /* offsets that look leaked now */
+    uint64_t now_ns;
+};
+
+static void sweep_slot(void *arg, uint32_t cls, uint64_t off)
+{
+    struct sweep_scan *sc = arg;
+    struct dte_hdr h;
+    (void)cls;
+    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off, &h, 32); /* state, recycle, prev, version */
+    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off + 40, &h.created_ns, 8);
+    if (h.state == 0 && h.recycle == 0)
+        return; /* free */
+    if (h.recycle & DTE_RECYCLED)
+        return; /* on its way back already */
+    if (h.created_ns + sc->nd->grace_ns > sc->now_ns)
+        return; /* may belong to an operation still running */
+    if (g_hash_table_contains(sc->referenced, &off))
+        return;
+    g_array_append_val(sc->candidates, off);
+}
+
+/* Read every node's index; note which of this node's DTEs are referenced, directly or as the
+ * previous version of an entry that is not committed yet (its readers still use it). */
+static int sweep_references(struct nessie_ctx *ctx, GHashTable *referenced)
+{
+    struct nessie_node *nd = ctx->node;
+    const size_t chunk = 8192; /* ITEs per READ */
+    uint64_t *buf = malloc(chunk * 8);
+    if (!buf)
+        return -1;
+    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+        for (uint64_t s0 = 0; s0 < nd->cfg.index_slots; s0 += chunk) {
+            uint64_t cnt = nd->cfg.index_slots - s0 < chunk ? nd->cfg.index_slots - s0 : chunk;
+            struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_INDEX,
+                                .offset = s0 * 8, .local = buf, .length = (uint32_t)(cnt * 8)};
+            if (fab_exec(ctx->ep, &wr) != FAB_OK) {
+                free(buf);
+                return -1;
+            }
+            for (uint64_t i = 0; i < cnt; i++) {
+                uint64_t ite = buf[i];
+                if (ite_empty(ite) || ite_class(ite) >= nd->nclasses)
+                    continue;
+                if (ite_node(ite) == nd->cfg.self) {
+                    uint64_t *off = g_new(uint64_t, 1);
+                    *off = ite_offset(ite);
+                    g_hash_table_add(referenced, off);
+                }
+                uint64_t hdr[3]; /* state, recycle, prev ITE */
+                struct fab_wr rd = {.opcode = FAB_OP_READ, .node = ite_node(ite),
+                                    .region = FAB_REGION_DATA, .offset = ite_offset(ite),
+                                    .local = hdr, .length = sizeof(hdr)};
+                if (fab_exec(ctx->ep, &rd) != FAB_OK) {
+                    free(buf);
+                    return -1;
+                }
+                if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) &&
+                    ite_node(hdr[2]) == nd->cfg.self) {
+                    uint64_t *off = g_new(uint64_t, 1);
+                    *off = ite_offset(hdr[2]);
+                    g_hash_table_add(referenced, off);
+                }
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+long nessie_sweep_leaks(struct nessie_ctx *ctx)
+{
+    struct nessie_node *nd = ctx->node;
+    uint64_t now = nessie_real_ns();
+    pthread_mutex_lock(&nd->sweep_lock);
+    if (nd->sweep_prev_ns && now - nd->sweep_prev_ns < nd->grace_ns) {
+        pthread_mutex_unlock(&nd->sweep_lock);
+        return 0; /* too soon to confirm anything */
+    }
+    GHashTable *referenced = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+    GArray *cand = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    long marked = 0;
+    if (sweep_references(ctx, referenced) != 0) {
+        marked = -1;
+        goto out;
+    }
+    struct sweep_scan sc = {.nd = nd, .referenced = referenced, .candidates = cand, .now_ns = now};
+    slab_for_each_slot(&nd->slab, sweep_slot, &sc);
+    /* Confirm: leaked now, and already at the previous sweep, a grace period ago. */
+    GArray *keep = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    for (guint i = 0; i < cand->len; i++) {
+        uint64_t off = g_array_index(cand, uint64_t, i);
+        if (nd->sweep_prev &&
+            bsearch(&off, nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64)) {
+            uint64_t word = DTE_RECYCLED |
+                            ((now / 1000000ULL + nd->cfg.expiration_ms + 1) & DTE_RECYCLE_MS_MASK);
+            fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_OFF_RECYCLE, &word, 8);
+            marked++;
+        } else {
+            g_array_append_val(keep, off);
+        }
+    }
+    g_free(nd->sweep_prev);
+    nd->nsweep_prev = keep->len;
+    nd->sweep_prev = (uint64_t *)g_array_free(keep, FALSE); /* NULL when empty */
+    if (nd->nsweep_prev)
+        qsort(nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64);
+    nd->sweep_prev_ns = now;
+    CTR_ADD(ctx->ctr.swept, (uint64_t)marked);
+    if (marked)
+        log_info("engine: node %u: recycled %ld leaked data table entries", nd->cfg.self, marked);
+out:
+    g_array_free(cand, TRUE);
+    g_hash_table_destroy(referenced);
+    pthread_mutex_unlock(&nd->sweep_lock);
+    return marked;
 }

@@ -41,6 +41,12 @@ struct nessie_node {
     uint64_t *stage;
     size_t nstage, stage_cap;
 
+    /* Leak sweep: the candidates of the previous sweep (offsets, sorted) and when it ran. */
+    pthread_mutex_t sweep_lock;
+    uint64_t *sweep_prev;
+    size_t nsweep_prev;
+    uint64_t sweep_prev_ns;
+
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
     pthread_mutex_t ctx_lock;
     struct nessie_ctx *ctxs;

@@ -104,6 +104,7 @@ struct nessie_counters {
     uint64_t migrations, recursive_migrations;
     uint64_t takeovers;           /* orphaned entries completed by another operation */
     uint64_t staged, marked, freed; /* recycling pipeline */
+    uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
 };
 
 struct nessie_node;
@@ -173,6 +174,18 @@ int nessie_flush(struct nessie_ctx *ctx);
  * free lists by scanning up to scan_slots slots. Returns how many DTEs it freed or marked.
  */
 size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
+
+/*
+ * Find this node's DTEs that nothing references any more and that nobody will recycle: their
+ * writer died before publishing them, or the operation that unlinked them died with its staged
+ * recycling (a daemon killed mid-operation), or a takeover completed an operation whose
+ * recycling list died with it. Such a DTE is recycled only once it has stayed unreferenced and
+ * unmarked across two sweeps at least one grace period apart, so a live operation, which marks
+ * what it unlinked well within that time, is never raced. Reads every node's index: run it now
+ * and then (a recycler thread), not per operation. Returns how many DTEs it recycled, or -1 if a
+ * peer was unreachable (nothing is recycled then).
+ */
+long nessie_sweep_leaks(struct nessie_ctx *ctx);
 
 /* Per size class usage of this node's data region (for stats and tests). */
 struct nessie_class_usage {

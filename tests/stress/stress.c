@@ -9,6 +9,12 @@
  * cannot be read is stuck), and counts data table entries that are neither live, nor free, nor
  * waiting in recycling (leaked).
  *
+ * With --crash-every MS, the parent kills a random node process with SIGKILL at that interval and
+ * starts it again: the new process re-attaches the node's tables and its threads go on where the
+ * killed ones stopped. An operation cut off by the kill counts as possibly applied. After the
+ * last restart the parent waits one grace period, reads every key (which takes over entries the
+ * killed writers left), and runs the leak sweep before counting leaks.
+ *
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C
  * and the exit status is non-zero if V, S or L is not zero.
@@ -53,8 +59,8 @@ struct event {
 /* Options (GOptionContext), with their defaults. */
 static gint opt_nodes = 3, opt_threads = 4, opt_keys = 32;
 static gint64 opt_ops = 100000;
-static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20;
-static gint opt_expiration_ms = 20, opt_seed = 1;
+static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20, opt_budget = 0;
+static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 
@@ -70,6 +76,10 @@ static GOptionEntry entries[] = {
     {"expiration-ms", 0, 0, G_OPTION_ARG_INT, &opt_expiration_ms,
      "expiration period (default 20)", "MS"},
     {"seed", 0, 0, G_OPTION_ARG_INT, &opt_seed, "random seed (default 1)", "SEED"},
+    {"check-budget", 0, 0, G_OPTION_ARG_INT64, &opt_budget,
+     "model states the check may explore per key (default 10 million)", "N"},
+    {"crash-every", 0, 0, G_OPTION_ARG_INT, &opt_crash_every,
+     "kill -9 a random node process every MS and restart it (default: never)", "MS"},
     {"check", 'c', 0, G_OPTION_ARG_NONE, &opt_check,
      "check every key's history for linearizability", NULL},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "print only the summary", NULL},
@@ -88,6 +98,7 @@ struct shared {
     _Atomic int ready;      /* node processes that have opened their node */
     _Atomic int go;         /* all may start */
     struct node_report node[64];
+    _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
 };
 
 static char cluster[64];
@@ -244,8 +255,18 @@ static void *worker_main(void *p)
     if (nessie_ctx_create(w->node, &ctx) != NESSIE_OK)
         return (void *)1;
     struct event *mine = hist + ((uint64_t)w->node_id * (uint64_t)opt_threads + w->thread) * per_thread;
-    for (uint64_t i = 0; i < per_thread; i++)
+    _Atomic uint64_t *next = &sh->next[w->node_id][w->thread];
+    uint64_t i = atomic_load(next);
+    /* A killed predecessor may have started operation i: it stays in the history as it is
+     * (possibly applied), and this thread goes on with the next one. */
+    if (i < per_thread && mine[i].call_ns != 0)
+        i++;
+    for (; i < per_thread; i++) {
+        atomic_store(next, i);
+        w->rng ^= i * 0x9e3779b97f4a7c15ULL; /* a restart does not replay the same choices */
         run_one(w, ctx, &mine[i], i);
+    }
+    atomic_store(next, per_thread);
     nessie_ctx_destroy(ctx);
     return NULL;
 }
@@ -264,6 +285,10 @@ static void *recycler_main(void *p)
         return (void *)1;
     while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
         nessie_recycle_run(ctx, 4096);
+        /* Only runs that kill nodes can leak by design; elsewhere a leak is a bug to report,
+         * not to sweep away. The sweep paces itself (one grace period between confirmations). */
+        if (opt_crash_every)
+            nessie_sweep_leaks(ctx);
         struct timespec ts = {0, 500 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -272,17 +297,19 @@ static void *recycler_main(void *p)
     return NULL;
 }
 
-static int node_main(uint32_t id)
+static int node_main(uint32_t id, bool restart)
 {
     struct nessie_config cfg;
     struct nessie_node *node;
     config_for(&cfg, id);
     if (nessie_node_open(&cfg, &node) != NESSIE_OK) {
         sh->node[id].failed = 1;
-        atomic_fetch_add(&sh->ready, 1);
+        if (!restart)
+            atomic_fetch_add(&sh->ready, 1);
         return 1;
     }
-    atomic_fetch_add(&sh->ready, 1);
+    if (!restart)
+        atomic_fetch_add(&sh->ready, 1);
     while (!atomic_load(&sh->go))
         usleep(100);
 
@@ -490,7 +517,7 @@ static uint64_t check_histories(uint64_t total, GArray *extra)
         for (guint i = 0; i < a->len; i++)
             to_lc(g_ptr_array_index(a, i), &ev[i]);
         char why[2048];
-        int rc = lc_check_key(ev, a->len, 0, why, sizeof(why));
+        int rc = lc_check_key(ev, a->len, (uint64_t)opt_budget, why, sizeof(why));
         if (rc != 0) {
             violations++;
             fprintf(stderr, "key-%03d: %s: %s\n", k, rc > 0 ? "NOT LINEARIZABLE" : "check gave up",
@@ -548,20 +575,50 @@ int main(int argc, char **argv)
     for (int n = 0; n < opt_nodes; n++) {
         pids[n] = fork();
         if (pids[n] == 0)
-            _exit(node_main((uint32_t)n));
+            _exit(node_main((uint32_t)n, false));
     }
     while (atomic_load(&sh->ready) < opt_nodes)
         usleep(1000);
     uint64_t t0 = mono_ns();
     atomic_store(&sh->go, 1);
-    int failed = 0;
-    for (int n = 0; n < opt_nodes; n++) {
+    int failed = 0, running = opt_nodes;
+    uint64_t restarts = 0, crash_rng = (uint64_t)opt_seed * 2654435761u + 7;
+    uint64_t next_crash = mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
+    while (running > 0) {
         int st;
-        waitpid(pids[n], &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sh->node[n].failed) {
-            fprintf(stderr, "nessie-stress: node %d failed\n", n);
-            failed = 1;
+        pid_t pid = waitpid(-1, &st, opt_crash_every ? WNOHANG : 0);
+        if (pid > 0) {
+            for (int n = 0; n < opt_nodes; n++) {
+                if (pids[n] != pid)
+                    continue;
+                pids[n] = 0;
+                running--;
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sh->node[n].failed) {
+                    fprintf(stderr, "nessie-stress: node %d failed\n", n);
+                    failed = 1;
+                }
+            }
+            continue;
         }
+        if (!opt_crash_every)
+            continue;
+        if (mono_ns() < next_crash) {
+            usleep(1000);
+            continue;
+        }
+        next_crash = mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
+        crash_rng ^= crash_rng << 13;
+        crash_rng ^= crash_rng >> 7;
+        crash_rng ^= crash_rng << 17;
+        int n = (int)(crash_rng % (uint64_t)opt_nodes);
+        if (pids[n] == 0)
+            continue; /* finished already */
+        kill(pids[n], SIGKILL);
+        waitpid(pids[n], &st, 0);
+        restarts++;
+        pids[n] = fork();
+        if (pids[n] == 0)
+            _exit(node_main((uint32_t)n, true));
     }
     double secs = (double)(mono_ns() - t0) / 1e9;
 
@@ -574,7 +631,27 @@ int main(int argc, char **argv)
             return 2;
     }
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
+    uint64_t grace_us = ((uint64_t)opt_expiration_ms * 50 + 2ULL * (uint64_t)opt_expiration_ms + 5) * 1000;
+    if (opt_crash_every)
+        usleep((useconds_t)grace_us); /* entries the killed writers left are orphans now */
     uint64_t stuck = final_reads(nodes, extra);
+    uint64_t swept = 0;
+    if (opt_crash_every) {
+        /* The leak sweep confirms over two passes a grace period apart. */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int n = 0; n < opt_nodes; n++) {
+                struct nessie_ctx *ctx;
+                if (nessie_ctx_create(nodes[n], &ctx) != NESSIE_OK)
+                    return 2;
+                long r = nessie_sweep_leaks(ctx);
+                swept += r > 0 ? (uint64_t)r : 0;
+                nessie_recycle_run(ctx, 0);
+                nessie_ctx_destroy(ctx);
+            }
+            if (pass == 0)
+                usleep((useconds_t)grace_us);
+        }
+    }
     uint64_t leaked = count_leaks(nodes);
     uint64_t violations = opt_check ? check_histories(total, extra) : 0;
 
@@ -595,10 +672,16 @@ int main(int argc, char **argv)
     if (!opt_quiet) {
         fprintf(stderr, "nessie-stress: %.2f s, %.0f ops/s, %" PRIu64 " retries, %" PRIu64
                         " timeouts, %" PRIu64 " takeovers, %" PRIu64 " index-full, %" PRIu64
-                        " out-of-memory\n",
+                        " out-of-memory, %" PRIu64 " restarts, %" PRIu64 " swept at the end%s\n",
                 secs, (double)ops / secs, attempts - ops, timeouts, sum.takeovers,
                 sum.op[NESSIE_OPK_PUT].outcomes[NESSIE_INDEX_FULL],
-                sum.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY]);
+                sum.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], restarts, swept,
+                restarts ? " (counters of killed processes are lost)" : "");
+    }
+    if (restarts) { /* the killed processes' counters are gone; count from the history */
+        ops = 0;
+        for (uint64_t i = 0; i < total; i++)
+            ops += hist[i].call_ns != 0;
     }
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 "\n",
