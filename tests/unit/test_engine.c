@@ -689,6 +689,74 @@ static void test_get_during_delete(void **state)
     check_value(C.ctx[2], "k", NULL);
 }
 
+static char g_x1b[32];
+static void free_first_then_put_v2(void)
+{
+    assert_int_equal(nessie_delete(C.ctx[0], g_x1b, strlen(g_x1b)), NESSIE_OK);
+    assert_int_equal(set(C.ctx[2], "k", "v2"), NESSIE_OK);
+}
+
+/* A.1.3 step 3.1 (PUT conflict, different candidates) and step 4.4: P took I_3; meanwhile P2
+ * takes the smaller I_1 and clears P's entry in its step 4. P detects it in its reverse pass,
+ * retries, and is ordered after P2; the key ends in I_1 only. */
+static void test_smaller_candidate_wins(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    uint64_t kp[8];
+    char x2[32];
+    nessie_key_positions(C.node[0], "k", 1, kp);
+    key_at(kp[0], "x", g_x1b, sizeof(g_x1b));
+    key_at(kp[1], "y", x2, sizeof(x2));
+    assert_int_equal(set(C.ctx[0], g_x1b, "x1"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], x2, "x2"), NESSIE_OK);
+    script(C.ctx[1], NESSIE_HOOK_PUT_AFTER_CAS, 2, free_first_then_put_v2);
+    assert_int_equal(set(C.ctx[1], "k", "v1"), NESSIE_OK);
+    assert_true(S.fired);
+    const struct nessie_op_counters *p = &nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_PUT];
+    assert_true(p->aborts[NESSIE_ABORT_REVERSE_PASS] + p->aborts[NESSIE_ABORT_CAS_FAILED] >= 1);
+    check_value(C.ctx[0], "k", "v1");
+    assert_true(ite_at(kp[0], slots) != 0);
+    assert_int_equal(ite_at(kp[2], slots), 0);
+    check_value(C.ctx[0], x2, "x2");
+}
+
+static void overwrite_victim(void)
+{
+    assert_int_equal(set(C.ctx[2], g_victim, "changed"), NESSIE_OK);
+}
+
+/* A.1.4 step 7, PUT conflict: a PUT on the migrated key swaps the source before the MIGRATE
+ * empties it; the MIGRATE's CAS on the source fails, it takes its copy out of the destination
+ * (paper 4.3.1, "aborting migration") and the PUT that needed room retries. Nothing is lost. */
+static void test_migrate_source_changed(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    uint64_t zp[8];
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    char a[32], b[32];
+    key_at(zp[0], "v", g_victim, sizeof(g_victim));
+    key_at(zp[1], "a", a, sizeof(a));
+    key_at(zp[2], "b", b, sizeof(b));
+    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
+    if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0)
+        skip();
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, overwrite_victim);
+    assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
+    assert_true(S.fired);
+    const struct nessie_op_counters *m = &nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_MIGRATE];
+    assert_true(m->aborts[NESSIE_ABORT_CAS_FAILED] >= 1);
+    check_value(C.ctx[0], g_victim, "changed");
+    check_value(C.ctx[0], "z", "zzz");
+    check_value(C.ctx[0], a, "a");
+    check_value(C.ctx[0], b, "b");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -708,6 +776,8 @@ int main(void)
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
+        cmocka_unit_test_teardown(test_smaller_candidate_wins, teardown),
+        cmocka_unit_test_teardown(test_migrate_source_changed, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
