@@ -209,6 +209,8 @@ enum nessie_hook_point {
     NESSIE_HOOK_PUT_AFTER_CAS,       /* PUT's CAS on I_cnd succeeded (arg: cnd) */
     NESSIE_HOOK_PUT_BEFORE_REVERSE,  /* PUT finished step 4 */
     NESSIE_HOOK_PUT_BEFORE_COMMIT,   /* PUT passed its reverse pass, about to commit */
+    NESSIE_HOOK_MIGRATE_START,       /* MIGRATE about to read its source (arg: depth) */
+    NESSIE_HOOK_MIGRATE_BEFORE_DST,  /* MIGRATE wrote its copy, about to CAS I_dst */
     NESSIE_HOOK_MIGRATE_AFTER_DST,   /* MIGRATE's CAS on I_dst succeeded */
 };
 typedef void (*nessie_hook_fn)(struct nessie_ctx *ctx, enum nessie_hook_point point,

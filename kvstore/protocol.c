@@ -446,6 +446,25 @@ static void recycle_all(struct op *op)
     op->nrec = 0;
 }
 
+/*
+ * A.1.2 step 3: the forward pass met the key in none of I_1..I_n. Unless the reverse pass sees a
+ * change (a migration may have moved the key behind the pass), the key is absent and the call
+ * ends with `absent`.
+ */
+static enum attempt end_absent(struct op *op, int absent, int *status)
+{
+    bool changed;
+    if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
+        return A_DONE;
+    if (changed) {
+        count_abort(op, NESSIE_ABORT_REVERSE_PASS);
+        return A_RETRY;
+    }
+    EXPIRED_RETRY(op);
+    *status = absent;
+    return A_DONE;
+}
+
 /* --- GET (A.1.2) ----------------------------------------------------------------------------- */
 
 static void item_out(const struct dte_view *v, struct nessie_item *out)
@@ -527,16 +546,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
     }
     /* Step 3: not found in the forward pass; a migration may have moved it behind us. */
     HOOK(op, NESSIE_HOOK_GET_BEFORE_REVERSE, 0);
-    bool changed;
-    if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
-        return A_DONE;
-    if (changed) {
-        count_abort(op, NESSIE_ABORT_REVERSE_PASS);
-        return A_RETRY;
-    }
-    EXPIRED_RETRY(op);
-    *status = NESSIE_NOT_FOUND;
-    return A_DONE;
+    return end_absent(op, NESSIE_NOT_FOUND, status);
 }
 
 /* Run attempts with back-off until one is final or the call's budget is spent. */
@@ -662,6 +672,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     CTR_ADD(OPC(ctx).ops, 1);
 
     /* Step 2: read the source. */
+    HOOK(op, NESSIE_HOOK_MIGRATE_START, depth);
     uint64_t sv;
     uint64_t t = nessie_mono_ns();
     if ((*status = ite_read(op, src, &sv)) != NESSIE_OK) {
@@ -765,6 +776,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         goto out;
     }
     /* Step 6: point the (empty) destination at the copy. */
+    HOOK(op, NESSIE_HOOK_MIGRATE_BEFORE_DST, 0);
     bool ok = false;
     if (attempt_expired(op)) {
         dte_free_unpublished(op, copy);
@@ -1077,19 +1089,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         op->mine = 0;
         return A_RETRY_NOW;
     }
-    if (cand < 0 && needs_present(w->mode)) {
-        /* The key is in none of I_1..I_n: confirm with a reverse pass, as a GET miss does. */
-        bool changed;
-        if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
-            return A_DONE;
-        if (changed) {
-            count_abort(op, NESSIE_ABORT_REVERSE_PASS);
-            return A_RETRY;
-        }
-        EXPIRED_RETRY(op);
-        *status = absent_status(w->mode);
-        return A_DONE;
-    }
+    if (cand < 0 && needs_present(w->mode)) /* in none of I_1..I_n: as a GET miss ends */
+        return end_absent(op, absent_status(w->mode), status);
     if (cand < 0) {
         /* Step 2.4: every entry is taken by other keys: MIGRATE one away, then try again. The
          * thesis moves I_1; when that chain ends at the depth limit, I_2.. are tried too before

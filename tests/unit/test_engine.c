@@ -524,16 +524,22 @@ static void test_two_puts_same_candidate(void **state)
     check_value(C.ctx[0], "k", "v2");
 }
 
-/* Find a key other than avoid whose first position is `pos`. */
-static void key_at(uint64_t pos, const char *prefix, char *out, size_t len)
+/* Find a key, named prefix<n>, whose position number `way` (0: I_1) is `pos`. */
+static void key_at_way(uint64_t pos, int way, const char *prefix, char *out, size_t len)
 {
     for (int i = 0;; i++) {
         uint64_t p[8];
         snprintf(out, len, "%s%d", prefix, i);
         nessie_key_positions(C.node[0], out, strlen(out), p);
-        if (p[0] == pos)
+        if (p[way] == pos)
             return;
     }
+}
+
+/* Find a key whose first position is `pos`. */
+static void key_at(uint64_t pos, const char *prefix, char *out, size_t len)
+{
+    key_at_way(pos, 0, prefix, out, len);
 }
 
 /*
@@ -606,6 +612,23 @@ static void get_victim(void)
                  (const char *)seen_item.value);
 }
 
+/* Make a key z all of whose positions are taken, so a PUT of z must MIGRATE: I_1 by the victim
+ * (g_victim, value "victim"), I_2 and I_3 by keys a and b (values "a", "b"). Skips the test if a
+ * filler key landed elsewhere. */
+static void fill_positions_of_z(uint64_t slots, char *a, char *b)
+{
+    uint64_t zp[8];
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    key_at(zp[0], "v", g_victim, sizeof(g_victim));
+    key_at(zp[1], "a", a, 32);
+    key_at(zp[2], "b", b, 32);
+    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
+    if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0)
+        skip();
+}
+
 /* A.1.4 step 6, GET conflict: while a MIGRATE has pointed its destination at an invalid copy
  * and not yet emptied the source, the moved key still reads correctly; after it, too. */
 static void test_get_during_migrate(void **state)
@@ -613,20 +636,8 @@ static void test_get_during_migrate(void **state)
     (void)state;
     const uint64_t slots = 64;
     cluster_open(3, slots, 4 << 20, NULL);
-    /* A key z all of whose positions are taken: I_1 by the victim, I_2 and I_3 by others. */
-    uint64_t zp[8];
-    nessie_key_positions(C.node[0], "z", 1, zp);
     char a[32], b[32];
-    key_at(zp[0], "v", g_victim, sizeof(g_victim));
-    key_at(zp[1], "a", a, sizeof(a));
-    key_at(zp[2], "b", b, sizeof(b));
-    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
-    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
-    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
-    uint64_t vp[8];
-    nessie_key_positions(C.node[0], g_victim, strlen(g_victim), vp);
-    if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0)
-        skip(); /* the filler keys landed elsewhere: not this case */
+    fill_positions_of_z(slots, a, b);
     script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, get_victim);
     assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
     assert_true(S.fired);
@@ -735,17 +746,8 @@ static void test_migrate_source_changed(void **state)
     (void)state;
     const uint64_t slots = 64;
     cluster_open(3, slots, 4 << 20, NULL);
-    uint64_t zp[8];
-    nessie_key_positions(C.node[0], "z", 1, zp);
     char a[32], b[32];
-    key_at(zp[0], "v", g_victim, sizeof(g_victim));
-    key_at(zp[1], "a", a, sizeof(a));
-    key_at(zp[2], "b", b, sizeof(b));
-    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
-    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
-    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
-    if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0)
-        skip();
+    fill_positions_of_z(slots, a, b);
     script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, overwrite_victim);
     assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
     assert_true(S.fired);
@@ -755,6 +757,196 @@ static void test_migrate_source_changed(void **state)
     check_value(C.ctx[0], "z", "zzz");
     check_value(C.ctx[0], a, "a");
     check_value(C.ctx[0], b, "b");
+}
+
+/* A.1.4 step 2.1: the source is freed between the PUT's forward pass and the MIGRATE's read of
+ * it: the MIGRATE has nothing to move, and the PUT takes the freed entry. */
+static void delete_victim(void)
+{
+    assert_int_equal(nessie_delete(C.ctx[2], g_victim, strlen(g_victim)), NESSIE_OK);
+}
+
+static void test_migrate_source_freed(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    char a[32], b[32];
+    uint64_t zp[8];
+    fill_positions_of_z(slots, a, b);
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_START, 0, delete_victim);
+    assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
+    assert_true(S.fired);
+    assert_int_equal(nessie_ctx_counters(C.ctx[1])->migrations, 0);
+    assert_true(ite_at(zp[0], slots) != 0);
+    check_value(C.ctx[0], "z", "zzz");
+    check_value(C.ctx[0], g_victim, NULL);
+    check_value(C.ctx[0], a, "a");
+    check_value(C.ctx[0], b, "b");
+}
+
+/* A.1.4 step 2.3: the key that needs room got into the source meanwhile (another PUT of it
+ * after the source's key was deleted): the MIGRATE stops, and the PUT replaces that value. */
+static void delete_victim_then_put_z(void)
+{
+    delete_victim();
+    assert_int_equal(set(C.ctx[2], "z", "early"), NESSIE_OK);
+}
+
+static void test_migrate_source_became_key(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    char a[32], b[32];
+    uint64_t zp[8];
+    fill_positions_of_z(slots, a, b);
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_START, 0, delete_victim_then_put_z);
+    assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
+    assert_true(S.fired);
+    assert_int_equal(nessie_ctx_counters(C.ctx[1])->migrations, 0);
+    assert_true(ite_at(zp[0], slots) != 0);
+    check_value(C.ctx[0], "z", "zzz");
+    check_value(C.ctx[0], a, "a");
+    check_value(C.ctx[0], b, "b");
+}
+
+static void short_ops(struct nessie_config *c) { c->op_timeout_ms = 100; }
+
+static void put_z_meets_write_in_progress(void)
+{
+    seen_rc = set(C.ctx[1], "z", "zzz");
+}
+
+/* A.1.4 step 2.4: a MIGRATE never moves an entry an operation is writing. While a PUT of the
+ * source's key is paused before its commit, the PUT that needs room aborts and retries until its
+ * budget is spent (a timeout, having changed nothing); the paused PUT then commits its value. */
+static void test_migrate_source_in_progress(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, short_ops);
+    char a[32], b[32];
+    fill_positions_of_z(slots, a, b);
+    script(C.ctx[2], NESSIE_HOOK_PUT_BEFORE_COMMIT, -1, put_z_meets_write_in_progress);
+    assert_int_equal(set(C.ctx[2], g_victim, "v2"), NESSIE_OK);
+    assert_true(S.fired);
+    assert_int_equal(seen_rc, NESSIE_TIMEOUT);
+    const struct nessie_op_counters *m = &nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_MIGRATE];
+    assert_true(m->aborts[NESSIE_ABORT_INVALID_DTE] >= 1);
+    assert_int_equal(nessie_ctx_counters(C.ctx[1])->migrations, 0);
+    check_value(C.ctx[0], g_victim, "v2");
+    check_value(C.ctx[0], "z", NULL);
+    check_value(C.ctx[0], a, "a");
+    check_value(C.ctx[0], b, "b");
+}
+
+static char g_w[32];
+static void put_w_into_dst(void) { assert_int_equal(set(C.ctx[2], g_w, "w"), NESSIE_OK); }
+
+/* A.1.3 step 3.1 (migrate conflict) and A.1.4 step 6 (put conflict): a PUT takes the entry a
+ * MIGRATE chose as its destination between the MIGRATE's check that it is empty and its CAS.
+ * The MIGRATE's CAS fails, its unpublished copy is freed, and the PUT that needed room retries
+ * and moves the source elsewhere. */
+static void test_put_takes_migrate_destination(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    char a[32], b[32];
+    uint64_t zp[8], vp[8];
+    fill_positions_of_z(slots, a, b);
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    nessie_key_positions(C.node[0], g_victim, strlen(g_victim), vp);
+    uint64_t dst = UINT64_MAX;
+    for (int i = 0; i < 3 && dst == UINT64_MAX; i++)
+        if (vp[i] != zp[0] && vp[i] != zp[1] && vp[i] != zp[2] && ite_at(vp[i], slots) == 0)
+            dst = vp[i];
+    if (dst == UINT64_MAX)
+        skip();
+    key_at(dst, "w", g_w, sizeof(g_w));
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, put_w_into_dst);
+    assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK);
+    assert_true(S.fired);
+    const struct nessie_op_counters *m = &nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_MIGRATE];
+    assert_true(m->aborts[NESSIE_ABORT_CAS_FAILED] >= 1);
+    assert_true(nessie_ctx_counters(C.ctx[1])->migrations >= 1);
+    check_value(C.ctx[0], g_w, "w");
+    check_value(C.ctx[0], g_victim, "victim");
+    check_value(C.ctx[0], "z", "zzz");
+    check_value(C.ctx[0], a, "a");
+    check_value(C.ctx[0], b, "b");
+}
+
+static char g_x1c[32];
+static void delete_x1c(void)
+{
+    assert_int_equal(nessie_delete(C.ctx[2], g_x1c, strlen(g_x1c)), NESSIE_OK);
+}
+
+/* A.1.3 step 5 and step 4.4 (put conflicts, another key): an ITE the PUT inspected in its forward
+ * pass changes before its reverse pass (here another key's entry in I_1 is deleted). The PUT
+ * aborts, retries, adopts its own entry in I_3 and commits it there. */
+static void test_put_reverse_pass_sees_other_key_change(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    char x2[32];
+    uint64_t kp[8];
+    k_in_third(g_x1c, x2, kp);
+    script(C.ctx[1], NESSIE_HOOK_PUT_BEFORE_REVERSE, -1, delete_x1c);
+    assert_int_equal(set(C.ctx[1], "k", "new"), NESSIE_OK);
+    assert_true(S.fired);
+    const struct nessie_op_counters *p = &nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_PUT];
+    assert_int_equal(p->aborts[NESSIE_ABORT_REVERSE_PASS], 1);
+    assert_int_equal(ite_at(kp[0], slots), 0);
+    assert_true(ite_at(kp[2], slots) != 0);
+    check_value(C.ctx[0], "k", "new");
+    check_value(C.ctx[0], x2, "x2");
+    check_value(C.ctx[0], g_x1c, NULL);
+}
+
+static void put_z_on_node1(void) { assert_int_equal(set(C.ctx[1], "z", "zzz"), NESSIE_OK); }
+
+/* A.1.4 step 7, GET conflict with dst < src: a GET has read I_dst (empty) when the MIGRATE
+ * points it at the copy and empties I_src; the GET's forward pass finds nothing, its reverse
+ * pass sees I_dst changed, and its retry finds the key in I_dst. */
+static void test_get_misses_migrate_backwards(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    uint64_t zp[8], vp[8];
+    char a[32], b[32], f[32];
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    /* The victim's I_2 is z's I_1; its I_1 is taken by a filler while it is written, then freed. */
+    key_at_way(zp[0], 1, "v", g_victim, sizeof(g_victim));
+    nessie_key_positions(C.node[0], g_victim, strlen(g_victim), vp);
+    key_at(vp[0], "f", f, sizeof(f));
+    key_at(zp[1], "a", a, sizeof(a));
+    key_at(zp[2], "b", b, sizeof(b));
+    assert_int_equal(set(C.ctx[0], f, "f"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
+    assert_int_equal(nessie_delete(C.ctx[0], f, strlen(f)), NESSIE_OK);
+    if (vp[0] == zp[1] || vp[0] == zp[2] || ite_at(zp[0], slots) == 0 ||
+        ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0 || ite_at(vp[0], slots) != 0)
+        skip();
+    script(C.ctx[2], NESSIE_HOOK_GET_ITE_READ, 0, put_z_on_node1);
+    get_victim();
+    assert_true(S.fired);
+    assert_int_equal(seen_rc, NESSIE_OK);
+    assert_string_equal(seen_buf, "victim");
+    assert_int_equal(
+        nessie_ctx_counters(C.ctx[2])->op[NESSIE_OPK_GET].aborts[NESSIE_ABORT_REVERSE_PASS], 1);
+    assert_int_equal(nessie_ctx_counters(C.ctx[1])->migrations, 1);
+    assert_true(ite_at(vp[0], slots) != 0);
+    assert_int_equal(ite_at(zp[0], slots) != 0, 1); /* z took the victim's old entry */
+    check_value(C.ctx[0], "z", "zzz");
 }
 
 int main(void)
@@ -778,6 +970,12 @@ int main(void)
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_wins, teardown),
         cmocka_unit_test_teardown(test_migrate_source_changed, teardown),
+        cmocka_unit_test_teardown(test_migrate_source_freed, teardown),
+        cmocka_unit_test_teardown(test_migrate_source_became_key, teardown),
+        cmocka_unit_test_teardown(test_migrate_source_in_progress, teardown),
+        cmocka_unit_test_teardown(test_put_takes_migrate_destination, teardown),
+        cmocka_unit_test_teardown(test_put_reverse_pass_sees_other_key_change, teardown),
+        cmocka_unit_test_teardown(test_get_misses_migrate_backwards, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
