@@ -43,6 +43,17 @@ KVSTORE_SRC := $(wildcard kvstore/*.c)
 KVSTORE_OBJ := $(KVSTORE_SRC:%.c=$(BUILD)/obj/%.o)
 LIBNESSIE   := $(BUILD)/libnessie.a
 
+# The daemon. jemalloc is its allocator, except under sanitizers, which bring their own.
+RECEP_SRC := $(wildcard reception/*.c)
+RECEP_OBJ := $(RECEP_SRC:%.c=$(BUILD)/obj/%.o)
+RECEP_BIN := $(BUILD)/reception
+RECEP_PKGS = glib-2.0 libunwind $(if $(SAN),,jemalloc)
+RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
+
+# The client side of a channel (the shim's), and the test tools built on it.
+CHANNEL_OBJ := $(BUILD)/obj/shim/channel.o
+WIRE_CLIENT := $(BUILD)/tests/wire-client
+
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -56,7 +67,23 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
 
-all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN))
+all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT)
+
+$(RECEP_BIN): $(RECEP_OBJ) $(LIBNESSIE)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(RECEP_LIBS) $(LDLIBS) -o $@
+
+$(BUILD)/obj/reception/%.o: reception/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(shell $(PKG_CONFIG) --cflags $(RECEP_PKGS)) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/shim/%.o: shim/%.c
+	@mkdir -p $(@D)
+	$(CC) -Iinclude -D_GNU_SOURCE $(CFLAGS) -c $< -o $@
+
+$(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -73,9 +100,9 @@ $(LIBNESSIE): $(KVSTORE_OBJ)
 
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Itests/stress $(NESSIE_CFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -Itests/stress -Ishim $(NESSIE_CFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
 
@@ -89,7 +116,7 @@ deps:
 
 # Build and run the tests without the dependency check.
 check: all $(UNIT_BIN)
-	@SAN=$(SAN) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) $(UNIT_BIN)
+	@SAN=$(SAN) BUILD=$(BUILD) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) $(UNIT_BIN)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check
@@ -104,14 +131,19 @@ PUBLIC_HEADERS := $(wildcard include/nessie/*.h)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(RECEP_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/etc/nessie
+	install -m 0644 reception/nessie.conf $(DESTDIR)$(PREFIX)/etc/nessie/
 	$(if $(PUBLIC_HEADERS),install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/)
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a
+	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/bin/reception
+	rm -rf $(DESTDIR)$(PREFIX)/etc/nessie
 	rm -rf $(DESTDIR)$(PREFIX)/include/nessie
 
 clean:
 	rm -rf build
 
--include $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
+-include $(RECEP_OBJ:.o=.d) $(CHANNEL_OBJ:.o=.d) $(BUILD)/obj/tests/reception/wire_client.d \
+         $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(STRESS_LIB_OBJ:.o=.d) $(BUILD)/obj/tests/stress/stress.d

@@ -346,6 +346,19 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots)
     return done + freed;
 }
 
+uint64_t nessie_index_used(struct nessie_node *nd)
+{
+    uint64_t buf[512], used = 0;
+    for (uint64_t s = 0; s < nd->cfg.index_slots; s += 512) {
+        uint64_t n = nd->cfg.index_slots - s < 512 ? nd->cfg.index_slots - s : 512;
+        if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, buf, (uint32_t)(n * 8)) != FAB_OK)
+            break;
+        for (uint64_t i = 0; i < n; i++)
+            used += buf[i] != 0;
+    }
+    return used;
+}
+
 uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *out, uint32_t max)
 {
     pthread_mutex_lock(&nd->slab.lock);

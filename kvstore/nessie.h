@@ -187,6 +187,9 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  */
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
 
+/* Non-empty entries of this node's index table (a scan of it: for stats, not per operation). */
+uint64_t nessie_index_used(struct nessie_node *node);
+
 /* Per size class usage of this node's data region (for stats and tests). */
 struct nessie_class_usage {
     uint32_t slot_bytes;

@@ -1,0 +1,163 @@
+/*
+ * recycler.c - recycler daemon threads.
+ */
+#include "recycler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+/* Slots of the data region one pass examines for expired recycled entries: enough to keep ahead
+ * of a busy node, small enough that a pass never holds the allocator's lock for long. */
+#define RECYCLE_SCAN_SLOTS 4096
+
+struct recycler_thread {
+    struct recep_recycler *r;
+    pthread_t thread;
+    uint32_t index;
+    struct nessie_ctx *ctx;
+    bool started;
+};
+
+struct recep_recycler {
+    struct nessie_node *node;
+    uint32_t n;
+    uint32_t sweep_every_s;
+    uint32_t expiration_ms;
+    uint64_t grace_ms; /* the engine's takeover grace: op timeout + 2 expiration periods */
+    /* Stop: a flag under a mutex with a condition variable, so a sleeping recycler stops at once
+     * rather than at the end of its nap. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;
+    struct recycler_thread *t;
+};
+
+/* Sleep ms unless stopped first. Returns true if stopping. */
+static bool nap(struct recep_recycler *r, uint64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->lock);
+    while (!r->stop && pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+        ;
+    bool stop = r->stop;
+    pthread_mutex_unlock(&r->lock);
+    return stop;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
+}
+
+static void *recycler_main(void *arg)
+{
+    struct recycler_thread *t = arg;
+    struct recep_recycler *r = t->r;
+    /* Idle naps grow up to a quarter of an expiration period: recycled entries become reusable
+     * one period after marking, so checking more often than that buys nothing when idle, and an
+     * idle daemon should not wake up often. */
+    const uint64_t max_nap = r->expiration_ms / 4 ? r->expiration_ms / 4 : 1;
+    uint64_t nap_ms = 1;
+    /* Thread 0 sweeps leaks: twice after start (a DTE is reclaimed only if two sweeps at least a
+     * grace period apart find it unreferenced; the engine keeps that rule), then every
+     * sweep_every_s. */
+    uint64_t next_sweep = t->index == 0 ? mono_ms() : UINT64_MAX;
+    int sweeps = 0;
+    for (;;) {
+        size_t done = nessie_recycle_run(t->ctx, RECYCLE_SCAN_SLOTS);
+        if (t->index == 0 && mono_ms() >= next_sweep) {
+            long swept = nessie_sweep_leaks(t->ctx);
+            if (swept > 0)
+                log_info("recycler: recycled %ld leaked data table entries", swept);
+            sweeps++;
+            if (sweeps < 3)
+                next_sweep = mono_ms() + r->grace_ms + 100;
+            else if (r->sweep_every_s)
+                next_sweep = mono_ms() + 1000ULL * r->sweep_every_s;
+            else
+                next_sweep = UINT64_MAX;
+        }
+        nap_ms = done ? 1 : (nap_ms * 2 > max_nap ? max_nap : nap_ms * 2);
+        if (nap(r, done ? 0 : nap_ms))
+            break;
+    }
+    return NULL;
+}
+
+int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_every_s,
+                         struct recep_recycler **out)
+{
+    struct recep_recycler *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    r->node = node;
+    r->n = n;
+    r->sweep_every_s = sweep_every_s;
+    const struct nessie_config *c = nessie_node_config(node);
+    r->expiration_ms = c->expiration_ms;
+    r->grace_ms = (uint64_t)(c->op_timeout_ms ? c->op_timeout_ms : c->expiration_ms) +
+                  2ULL * c->expiration_ms;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->cond, NULL);
+    r->t = calloc(n, sizeof(*r->t));
+    if (!r->t) {
+        free(r);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct recycler_thread *t = &r->t[i];
+        t->r = r;
+        t->index = i;
+        if (nessie_ctx_create(node, &t->ctx) != NESSIE_OK) {
+            log_error("recycler %u: cannot create an engine context", i);
+            recep_recycler_stop(r);
+            return -1;
+        }
+        int rc = pthread_create(&t->thread, NULL, recycler_main, t);
+        if (rc != 0) {
+            log_error("recycler %u: pthread_create: %s", i, strerror(rc));
+            nessie_ctx_destroy(t->ctx);
+            t->ctx = NULL;
+            recep_recycler_stop(r);
+            return -1;
+        }
+        t->started = true;
+    }
+    *out = r;
+    return 0;
+}
+
+void recep_recycler_stop(struct recep_recycler *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stop = true;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->t[i].started)
+            pthread_join(r->t[i].thread, NULL);
+        if (r->t[i].ctx)
+            nessie_ctx_destroy(r->t[i].ctx);
+    }
+    free(r->t);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

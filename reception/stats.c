@@ -1,0 +1,221 @@
+/*
+ * stats.c - counters aggregation and rendering.
+ */
+#include "stats.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct recep_stats {
+    struct nessie_node *node;
+    struct recep_worker **workers;
+    uint32_t nworkers;
+    pthread_t thread;
+    time_t started;
+    uint64_t channels_total; /* __atomic */
+    /* The last interval's rates, under lock (written once a second, read on request). */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;
+    struct nessie_counters prev;
+    uint64_t prev_ns;
+    double rate[NESSIE_OPK_COUNT];
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void *stats_main(void *arg)
+{
+    struct recep_stats *st = arg;
+    pthread_mutex_lock(&st->lock);
+    while (!st->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&st->cond, &st->lock, &ts);
+        if (st->stop)
+            break;
+        struct nessie_counters cur;
+        nessie_node_counters(st->node, &cur);
+        uint64_t now = mono_ns();
+        double dt = (double)(now - st->prev_ns) / 1e9;
+        for (int k = 0; k < NESSIE_OPK_COUNT; k++)
+            st->rate[k] = dt > 0 ? (double)(cur.op[k].ops - st->prev.op[k].ops) / dt : 0;
+        st->prev = cur;
+        st->prev_ns = now;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+int recep_stats_start(struct nessie_node *node, struct recep_worker **workers, uint32_t nworkers,
+                      struct recep_stats **out)
+{
+    struct recep_stats *st = calloc(1, sizeof(*st));
+    if (!st)
+        return -1;
+    st->node = node;
+    st->workers = workers;
+    st->nworkers = nworkers;
+    st->started = time(NULL);
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->cond, NULL);
+    nessie_node_counters(node, &st->prev);
+    st->prev_ns = mono_ns();
+    int rc = pthread_create(&st->thread, NULL, stats_main, st);
+    if (rc != 0) {
+        log_error("stats: pthread_create: %s", strerror(rc));
+        pthread_cond_destroy(&st->cond);
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+        return -1;
+    }
+    *out = st;
+    return 0;
+}
+
+void recep_stats_stop(struct recep_stats *st)
+{
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->lock);
+    st->stop = true;
+    pthread_cond_signal(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+    pthread_join(st->thread, NULL);
+    pthread_cond_destroy(&st->cond);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+void recep_stats_channel_opened(struct recep_stats *st)
+{
+    __atomic_fetch_add(&st->channels_total, 1, __ATOMIC_RELAXED);
+}
+
+static const char *const opk_name[NESSIE_OPK_COUNT] = {"get", "put", "delete", "migrate"};
+static const char *const abort_name[NESSIE_ABORT_COUNT] = {"invalid_dte", "cas_failed",
+                                                          "reverse_pass", "timeout", "migrate"};
+
+#define STAT_U(name, v) g_string_append_printf(out, "STAT %s %llu\r\n", (name), \
+                                               (unsigned long long)(v))
+#define STAT_F(name, v) g_string_append_printf(out, "STAT %s %.3f\r\n", (name), (double)(v))
+
+static double per(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+void recep_stats_format(struct recep_stats *st, GString *out)
+{
+    const struct nessie_config *cfg = nessie_node_config(st->node);
+    struct nessie_counters c;
+    nessie_node_counters(st->node, &c);
+    double rate[NESSIE_OPK_COUNT];
+    pthread_mutex_lock(&st->lock);
+    memcpy(rate, st->rate, sizeof(rate));
+    pthread_mutex_unlock(&st->lock);
+
+    /* memcached's names first, so memcstat and memcached tools read what they expect. */
+    STAT_U("pid", getpid());
+    STAT_U("uptime", time(NULL) - st->started);
+    STAT_U("time", time(NULL));
+    g_string_append(out, "STAT version nessie-1\r\n");
+    STAT_U("pointer_size", sizeof(void *) * 8);
+    uint32_t channels = 0, asleep = 0;
+    uint64_t requests = 0;
+    for (uint32_t i = 0; i < st->nworkers; i++) {
+        struct recep_worker_stats ws;
+        recep_worker_stats(st->workers[i], &ws);
+        channels += ws.channels;
+        asleep += ws.asleep;
+        requests += ws.requests;
+    }
+    STAT_U("curr_connections", channels);
+    STAT_U("total_connections", __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED));
+    STAT_U("threads", st->nworkers);
+    const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],
+                                    *d = &c.op[NESSIE_OPK_DELETE];
+    STAT_U("cmd_get", g->ops);
+    STAT_U("cmd_set", p->ops);
+    STAT_U("cmd_delete", d->ops);
+    STAT_U("get_hits", g->outcomes[NESSIE_OK]);
+    STAT_U("get_misses", g->outcomes[NESSIE_NOT_FOUND]);
+    STAT_U("delete_hits", d->outcomes[NESSIE_OK]);
+    STAT_U("delete_misses", d->outcomes[NESSIE_NOT_FOUND]);
+    STAT_U("limit_maxbytes", cfg->data_bytes);
+
+    /* Nessie's own. */
+    STAT_U("nessie_node", cfg->self);
+    STAT_U("nessie_nodes", cfg->nodes);
+    STAT_U("nessie_requests", requests);
+    STAT_U("nessie_workers_asleep", asleep);
+    char name[96];
+    for (int k = 0; k < NESSIE_OPK_COUNT; k++) {
+        const struct nessie_op_counters *o = &c.op[k];
+        snprintf(name, sizeof(name), "nessie_%s_ops", opk_name[k]);
+        STAT_U(name, o->ops);
+        snprintf(name, sizeof(name), "nessie_%s_ops_per_sec", opk_name[k]);
+        STAT_F(name, rate[k]);
+        snprintf(name, sizeof(name), "nessie_%s_retries", opk_name[k]);
+        STAT_U(name, o->attempts > o->ops ? o->attempts - o->ops : 0);
+        for (int a = 0; a < NESSIE_ABORT_COUNT; a++) {
+            snprintf(name, sizeof(name), "nessie_%s_aborts_%s", opk_name[k], abort_name[a]);
+            STAT_U(name, o->aborts[a]);
+        }
+        snprintf(name, sizeof(name), "nessie_%s_timeouts", opk_name[k]);
+        STAT_U(name, o->outcomes[NESSIE_TIMEOUT]);
+        /* Fabric operations and bytes per call: what the paper's figures 8 to 11 plot. */
+        snprintf(name, sizeof(name), "nessie_%s_reads_per_op", opk_name[k]);
+        STAT_F(name, per(o->ite_reads + o->dte_reads, o->ops));
+        snprintf(name, sizeof(name), "nessie_%s_ite_reads_per_op", opk_name[k]);
+        STAT_F(name, per(o->ite_reads, o->ops));
+        snprintf(name, sizeof(name), "nessie_%s_writes_per_op", opk_name[k]);
+        STAT_F(name, per(o->writes, o->ops));
+        snprintf(name, sizeof(name), "nessie_%s_cas_per_op", opk_name[k]);
+        STAT_F(name, per(o->cas, o->ops));
+        snprintf(name, sizeof(name), "nessie_%s_bytes_per_op", opk_name[k]);
+        STAT_F(name, per(o->bytes_read + o->bytes_written, o->ops));
+    }
+    uint64_t hits = 0, misses = 0;
+    for (int k = 0; k < NESSIE_OPK_COUNT; k++) {
+        hits += c.op[k].cache_hits;
+        misses += c.op[k].cache_misses;
+    }
+    STAT_U("nessie_cache_hits", hits);
+    STAT_U("nessie_cache_misses", misses);
+    STAT_F("nessie_cache_hit_rate", per(hits, hits + misses));
+    STAT_U("nessie_prev_version_hits", g->prev_version_hits);
+    STAT_U("nessie_migrations", c.migrations);
+    STAT_U("nessie_recursive_migrations", c.recursive_migrations);
+    STAT_U("nessie_takeovers", c.takeovers);
+    uint64_t used = nessie_index_used(st->node);
+    STAT_U("nessie_index_slots", cfg->index_slots);
+    STAT_U("nessie_index_used", used);
+    STAT_F("nessie_index_load_factor", per(used, cfg->index_slots));
+    STAT_U("nessie_recycle_staged", c.staged);
+    STAT_U("nessie_recycle_marked", c.marked);
+    STAT_U("nessie_recycle_freed", c.freed);
+    STAT_U("nessie_recycle_swept", c.swept);
+    STAT_U("nessie_recycle_backlog", c.staged > c.marked ? c.staged - c.marked : 0);
+    struct nessie_class_usage cu[64];
+    uint32_t ncls = nessie_class_usage(st->node, cu, 64);
+    for (uint32_t i = 0; i < ncls && i < 64; i++) {
+        if (cu[i].slots == 0)
+            continue;
+        g_string_append_printf(out, "STAT nessie_class_%u_bytes %u\r\n", i, cu[i].slot_bytes);
+        snprintf(name, sizeof(name), "nessie_class_%u_slots", i);
+        STAT_U(name, cu[i].slots);
+        snprintf(name, sizeof(name), "nessie_class_%u_free", i);
+        STAT_U(name, cu[i].free);
+    }
+    g_string_append(out, "END\r\n");
+}

@@ -1,0 +1,270 @@
+/*
+ * worker.c - the request loop of one worker thread.
+ *
+ * Parking (the daemon's side of wire.h's wake-up protocol): before sleeping the worker stores
+ * worker_parked = 1 in each of its channels (seq_cst) and then checks their states once more
+ * (seq_cst loads); a client stores its state (seq_cst) and then loads worker_parked. One of the
+ * two sees the other: the worker finds the request, or the client rings the doorbell.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <glib.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct recep_worker {
+    pthread_t thread;
+    uint32_t index;
+    uint32_t spin_us;
+    struct nessie_node *node;
+    struct nessie_ctx *ctx;
+    int epfd;
+    int wake;                 /* eventfd: a new channel, or stop */
+    GAsyncQueue *incoming;    /* channels handed over by the Receptionist */
+    GPtrArray *channels;      /* owned by the worker thread only */
+    bool stop;                /* __atomic; set by recep_worker_stop */
+    /* Stats, written by the worker, read by the stats thread (relaxed atomics: counters). */
+    uint64_t requests, sleeps;
+    uint32_t nchannels;
+    bool asleep;
+};
+
+/* Tag of the epoll data for a channel's socket (the doorbell uses the channel pointer itself):
+ * channel structs are at least 8-aligned, so bit 0 is free. */
+#define SOCK_TAG 1u
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void adopt(struct recep_worker *w, struct recep_channel *ch)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ch};
+    struct epoll_event es = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLIN,
+                             .data.ptr = (void *)((uintptr_t)ch | SOCK_TAG)};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, ch->doorbell, &ev) != 0 ||
+        epoll_ctl(w->epfd, EPOLL_CTL_ADD, ch->sock, &es) != 0) {
+        log_error("worker %u: epoll_ctl: %s; dropping channel %llu", w->index, strerror(errno),
+                  (unsigned long long)ch->id);
+        recep_channel_destroy(ch); /* closing its fds also removes whatever was added */
+        return;
+    }
+    g_ptr_array_add(w->channels, ch);
+    __atomic_store_n(&w->nchannels, w->channels->len, __ATOMIC_RELAXED);
+    log_debug("worker %u: channel %llu of pid %d", w->index, (unsigned long long)ch->id,
+              (int)ch->pid);
+}
+
+static void reap(struct recep_worker *w)
+{
+    for (guint i = 0; i < w->channels->len;) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
+        if (!ch->dead) {
+            i++;
+            continue;
+        }
+        /* A request posted just before the client died is served first: its effect must not
+         * depend on when we noticed the hang-up (and serving it leaves no key half-done). */
+        recep_channel_serve(ch, w->ctx);
+        log_debug("worker %u: channel %llu closed (pid %d, %llu requests)", w->index,
+                  (unsigned long long)ch->id, (int)ch->pid, (unsigned long long)ch->requests);
+        recep_channel_destroy(ch);
+        g_ptr_array_remove_index_fast(w->channels, i);
+    }
+    __atomic_store_n(&w->nchannels, w->channels->len, __ATOMIC_RELAXED);
+}
+
+static unsigned serve_all(struct recep_worker *w)
+{
+    unsigned n = 0;
+    for (guint i = 0; i < w->channels->len; i++) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
+        if (recep_channel_pending(ch) && recep_channel_serve(ch, w->ctx))
+            n++;
+    }
+    if (n)
+        __atomic_fetch_add(&w->requests, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+static void set_parked(struct recep_worker *w, uint32_t v)
+{
+    for (guint i = 0; i < w->channels->len; i++) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
+        __atomic_store_n(&ch->hdr->worker_parked, v, __ATOMIC_SEQ_CST);
+    }
+}
+
+static bool any_pending(struct recep_worker *w)
+{
+    for (guint i = 0; i < w->channels->len; i++) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
+        if (__atomic_load_n(&ch->hdr->state, __ATOMIC_SEQ_CST) == WIRE_ST_REQUEST)
+            return true;
+    }
+    return false;
+}
+
+static void *worker_main(void *arg)
+{
+    struct recep_worker *w = arg;
+    struct epoll_event evs[64];
+    uint64_t last = now_ns();
+    const uint64_t spin_ns = (uint64_t)w->spin_us * 1000ULL;
+    for (;;) {
+        struct recep_channel *ch;
+        while ((ch = g_async_queue_try_pop(w->incoming)) != NULL)
+            adopt(w, ch);
+        if (serve_all(w)) {
+            last = now_ns();
+            continue;
+        }
+        if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+            break;
+        if (now_ns() - last < spin_ns)
+            continue;
+        set_parked(w, 1);
+        if (any_pending(w) || g_async_queue_length(w->incoming) > 0) {
+            set_parked(w, 0);
+            continue;
+        }
+        __atomic_store_n(&w->asleep, true, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&w->sleeps, 1, __ATOMIC_RELAXED);
+        int n = epoll_wait(w->epfd, evs, 64, -1);
+        __atomic_store_n(&w->asleep, false, __ATOMIC_RELAXED);
+        set_parked(w, 0);
+        if (n < 0 && errno != EINTR) {
+            log_error("worker %u: epoll_wait: %s", w->index, strerror(errno));
+            break;
+        }
+        bool hangups = false;
+        for (int i = 0; i < n; i++) {
+            uint64_t drain;
+            if (evs[i].data.ptr == NULL) {
+                if (read(w->wake, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+                    log_warn("worker %u: wake read: %s", w->index, strerror(errno));
+            } else if ((uintptr_t)evs[i].data.ptr & SOCK_TAG) {
+                ch = (void *)((uintptr_t)evs[i].data.ptr & ~(uintptr_t)SOCK_TAG);
+                /* After the hello, a client sends nothing on its socket: any event is its
+                 * end (hang-up, or data it should not send, which ends it as well). */
+                ch->dead = true;
+                hangups = true;
+            } else {
+                ch = evs[i].data.ptr;
+                if (read(ch->doorbell, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+                    log_warn("worker %u: doorbell read: %s", w->index, strerror(errno));
+            }
+        }
+        if (hangups)
+            reap(w);
+        last = now_ns();
+    }
+    /* Stop: what was posted before is served, then every channel is closed. */
+    serve_all(w);
+    for (guint i = 0; i < w->channels->len; i++)
+        recep_channel_destroy(g_ptr_array_index(w->channels, i));
+    g_ptr_array_set_size(w->channels, 0);
+    struct recep_channel *ch;
+    while ((ch = g_async_queue_try_pop(w->incoming)) != NULL)
+        recep_channel_destroy(ch);
+    return NULL;
+}
+
+int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_us,
+                       struct recep_worker **out)
+{
+    struct recep_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -1;
+    w->index = index;
+    w->spin_us = spin_us;
+    w->node = node;
+    if (nessie_ctx_create(node, &w->ctx) != NESSIE_OK) {
+        log_error("worker %u: cannot create an engine context", index);
+        goto fail_ctx;
+    }
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0) {
+        log_error("worker %u: epoll_create1: %s", index, strerror(errno));
+        goto fail_epoll;
+    }
+    w->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake < 0) {
+        log_error("worker %u: eventfd: %s", index, strerror(errno));
+        goto fail_wake;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake, &ev) != 0) {
+        log_error("worker %u: epoll_ctl: %s", index, strerror(errno));
+        goto fail_ctl;
+    }
+    w->incoming = g_async_queue_new();
+    w->channels = g_ptr_array_new();
+    int rc = pthread_create(&w->thread, NULL, worker_main, w);
+    if (rc != 0) {
+        log_error("worker %u: pthread_create: %s", index, strerror(rc));
+        goto fail_thread;
+    }
+    *out = w;
+    return 0;
+
+fail_thread:
+    g_ptr_array_free(w->channels, TRUE);
+    g_async_queue_unref(w->incoming);
+fail_ctl:
+    close(w->wake);
+fail_wake:
+    close(w->epfd);
+fail_epoll:
+    nessie_ctx_destroy(w->ctx);
+fail_ctx:
+    free(w);
+    return -1;
+}
+
+static void ring(struct recep_worker *w)
+{
+    uint64_t one = 1;
+    if (write(w->wake, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_warn("worker %u: wake: %s", w->index, strerror(errno));
+}
+
+void recep_worker_add(struct recep_worker *w, struct recep_channel *ch)
+{
+    g_async_queue_push(w->incoming, ch);
+    ring(w);
+}
+
+void recep_worker_stop(struct recep_worker *w)
+{
+    if (!w)
+        return;
+    __atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
+    ring(w);
+    pthread_join(w->thread, NULL);
+    g_ptr_array_free(w->channels, TRUE);
+    g_async_queue_unref(w->incoming);
+    close(w->wake);
+    close(w->epfd);
+    nessie_ctx_destroy(w->ctx);
+    free(w);
+}
+
+void recep_worker_stats(const struct recep_worker *w, struct recep_worker_stats *out)
+{
+    out->requests = __atomic_load_n(&w->requests, __ATOMIC_RELAXED);
+    out->sleeps = __atomic_load_n(&w->sleeps, __ATOMIC_RELAXED);
+    out->channels = __atomic_load_n(&w->nchannels, __ATOMIC_RELAXED);
+    out->asleep = __atomic_load_n(&w->asleep, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,58 @@
+/*
+ * channel.h - the client side of a reception channel (include/nessie/wire.h). The shim keeps one
+ * per application thread; test tools use it directly. A channel is used by one thread at a time.
+ *
+ * Every call returns an enum wire_status (>= 0), or a negative errno when the daemon cannot be
+ * reached or has gone away (-ECONNREFUSED, -ENOENT, -EPIPE...): the channel is then dead, and
+ * shim_ch_close() is all that is left to do with it.
+ */
+#ifndef NESSIE_SHIM_CHANNEL_H
+#define NESSIE_SHIM_CHANNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nessie/wire.h>
+
+struct shim_ch;
+
+/* Connect to the daemon at path and get a channel. Returns WIRE_OK and *out, a wire error the
+ * daemon answered (WIRE_E_VERSION, WIRE_E_BUSY...), or -errno. */
+int shim_ch_open(const char *path, struct shim_ch **out);
+void shim_ch_close(struct shim_ch *ch);
+uint32_t shim_ch_arena_bytes(const struct shim_ch *ch);
+uint32_t shim_ch_max_item_size(const struct shim_ch *ch);
+
+/* A value read: malloc'd (the caller frees it), with its flags and version. */
+struct shim_value {
+    void *data;
+    uint32_t len;
+    uint32_t flags;
+    uint64_t version;
+};
+
+int shim_ch_get(struct shim_ch *ch, const void *key, size_t klen, struct shim_value *out);
+int shim_ch_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key, size_t klen,
+                  const void *value, size_t vlen, uint32_t flags, int64_t exptime, uint64_t cas,
+                  uint64_t *version_out);
+int shim_ch_delete(struct shim_ch *ch, const void *key, size_t klen);
+int shim_ch_arith(struct shim_ch *ch, const void *key, size_t klen, int incr, uint64_t delta,
+                  uint64_t *result);
+int shim_ch_touch(struct shim_ch *ch, const void *key, size_t klen, int64_t exptime);
+int shim_ch_flush(struct shim_ch *ch);
+
+/* Multi-get: calls hit(user, index, value) for each key found (the value is the callee's to
+ * free). Returns WIRE_OK, or the first error (the keys after it are not reported). */
+typedef void (*shim_hit_fn)(void *user, size_t index, struct shim_value *v);
+int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klens, size_t n,
+                 shim_hit_fn hit, void *user);
+
+/* One raw request, as given (tests send malformed ones with it): req is copied into the channel,
+ * arena_data (arena_len bytes) into the arena. *rep receives the reply. */
+int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
+                size_t arena_len, struct wire_rep *rep);
+
+/* The daemon's stats text ("STAT name value\r\n"... "END\r\n"), malloc'd, NUL-terminated. */
+int shim_stats(const char *path, char **text);
+
+#endif

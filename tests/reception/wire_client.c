@@ -1,0 +1,324 @@
+/*
+ * wire_client.c - build/tests/wire-client: a small client of include/nessie/wire.h for tests and
+ * for poking at a daemon by hand, until (and besides) the shim.
+ *
+ *   wire-client -s SOCK get KEY | set KEY VALUE | delete KEY | incr KEY N | decr KEY N
+ *   wire-client -s SOCK stats
+ *   wire-client -s SOCK load --id P --keys K --ops N [--max-value B] [--seed S]
+ *
+ * load: this process owns the keys "p<P>-k<i>". It writes, deletes and reads them at random,
+ * checks every read against what it was told, survives its daemon's death (it reconnects, and
+ * counts the operations cut off as possibly applied), and at the end reads every key back. Its
+ * last line: "load: ops=N acked=A unknown=U reconnects=R violations=V"; exit 1 if V > 0.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "channel.h"
+
+static const char *sock_path;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: wire-client -s SOCKET COMMAND ...\n"
+            "  get KEY | set KEY VALUE | delete KEY | incr KEY N | decr KEY N | stats\n"
+            "  load --id P --keys K --ops N [--max-value BYTES] [--seed S]\n");
+}
+
+static struct shim_ch *open_or_die(void)
+{
+    struct shim_ch *ch;
+    int rc = shim_ch_open(sock_path, &ch);
+    if (rc != WIRE_OK) {
+        fprintf(stderr, "wire-client: %s: %s\n", sock_path,
+                rc < 0 ? strerror(-rc) : "refused by the daemon");
+        exit(2);
+    }
+    return ch;
+}
+
+/* ---- load ---------------------------------------------------------------------------------- */
+
+/* What a key may hold: the last acknowledged value (NULL: absent), and values written since by
+ * calls whose outcome is unknown (cut off by the daemon's death, or timed out). */
+struct model {
+    char *acked;
+    char **unknown; /* NULL entries stand for a delete */
+    size_t nunknown;
+};
+
+static uint64_t rnd_state;
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return rnd_state;
+}
+
+static bool same(const char *a, const char *b, size_t blen)
+{
+    if (!a)
+        return false;
+    return strlen(a) == blen && memcmp(a, b, blen) == 0;
+}
+
+static void forget_unknown(struct model *m, size_t upto)
+{
+    for (size_t i = 0; i < upto; i++)
+        free(m->unknown[i]);
+    memmove(m->unknown, m->unknown + upto, (m->nunknown - upto) * sizeof(char *));
+    m->nunknown -= upto;
+}
+
+static void set_acked(struct model *m, char *v)
+{
+    free(m->acked);
+    m->acked = v;
+    forget_unknown(m, m->nunknown); /* an acknowledged write orders everything before it */
+}
+
+static void add_unknown(struct model *m, char *v)
+{
+    m->unknown = realloc(m->unknown, (m->nunknown + 1) * sizeof(char *));
+    m->unknown[m->nunknown++] = v;
+}
+
+/* Check a read: hit (v, len) or miss (v NULL). Updates the model; returns false on a violation. */
+static bool observe(struct model *m, const char *v, size_t len)
+{
+    if (v ? same(m->acked, v, len) : m->acked == NULL)
+        return true;
+    for (size_t i = 0; i < m->nunknown; i++) {
+        if (v ? same(m->unknown[i], v, len) : m->unknown[i] == NULL) {
+            char *x = m->unknown[i];
+            m->unknown[i] = NULL;
+            forget_unknown(m, i + 1);
+            free(m->acked);
+            m->acked = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+static struct shim_ch *reconnect(unsigned *reconnects)
+{
+    struct shim_ch *ch;
+    for (int i = 0; i < 600; i++) { /* up to a minute: the operator restarts the daemon */
+        if (shim_ch_open(sock_path, &ch) == WIRE_OK) {
+            (*reconnects)++;
+            return ch;
+        }
+        struct timespec ts = {0, 100 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "wire-client: %s: daemon did not come back within a minute\n", sock_path);
+    exit(2);
+}
+
+static int cmd_load(int argc, char **argv)
+{
+    unsigned id = 0, keys = 64, max_value = 4096;
+    unsigned long ops = 10000, seed = 1;
+    static const struct option lo[] = {{"id", 1, 0, 'i'},        {"keys", 1, 0, 'k'},
+                                       {"ops", 1, 0, 'o'},       {"max-value", 1, 0, 'm'},
+                                       {"seed", 1, 0, 'S'},      {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'i': id = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'k': keys = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'o': ops = strtoul(optarg, NULL, 0); break;
+        case 'm': max_value = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'S': seed = strtoul(optarg, NULL, 0); break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (keys == 0 || max_value < 32) {
+        usage(stderr);
+        return 2;
+    }
+    rnd_state = seed * 0x9e3779b97f4a7c15ULL + id + 1;
+    struct model *mod = calloc(keys, sizeof(*mod));
+    struct shim_ch *ch = open_or_die();
+    unsigned reconnects = 0;
+    unsigned long acked = 0, unknown = 0, violations = 0, errors = 0;
+    char key[64];
+    char *buf = malloc(max_value + 1);
+    for (unsigned long n = 0; n < ops; n++) {
+        unsigned k = (unsigned)(rnd() % keys);
+        struct model *m = &mod[k];
+        int klen = snprintf(key, sizeof(key), "p%u-k%u", id, k);
+        unsigned dice = (unsigned)(rnd() % 100);
+        int rc;
+        if (dice < 50) {
+            /* Mostly small values; one in 20 up to max_value, to cross the arena in chunks. */
+            size_t len = 16 + (size_t)(rnd() % 200);
+            if (rnd() % 20 == 0)
+                len = 32 + (size_t)(rnd() % (max_value - 31));
+            int h = snprintf(buf, max_value + 1, "%u:%u:%lu:", id, k, n);
+            for (size_t i = (size_t)h; i < len; i++)
+                buf[i] = (char)('a' + (n + i) % 26);
+            buf[len > (size_t)h ? len : (size_t)h] = '\0';
+            char *v = strdup(buf);
+            rc = shim_ch_store(ch, WIRE_SET, key, (size_t)klen, v, strlen(v), k, 0, 0, NULL);
+            if (rc == WIRE_OK) {
+                set_acked(m, v);
+                acked++;
+            } else if (rc == WIRE_TIMEOUT || rc < 0) {
+                add_unknown(m, v); /* may have taken effect, now or later */
+                unknown++;
+            } else {
+                free(v); /* refused (too big, out of memory...): changed nothing */
+            }
+        } else if (dice < 60) {
+            rc = shim_ch_delete(ch, key, (size_t)klen);
+            if (rc == WIRE_OK || rc == WIRE_NOT_FOUND) {
+                if (rc == WIRE_NOT_FOUND && !observe(m, NULL, 0)) {
+                    fprintf(stderr, "load: %s: delete said absent, expected a value\n", key);
+                    violations++;
+                }
+                set_acked(m, NULL);
+                acked++;
+            } else if (rc == WIRE_TIMEOUT || rc < 0) {
+                add_unknown(m, NULL);
+                unknown++;
+            }
+        } else {
+            struct shim_value v;
+            rc = shim_ch_get(ch, key, (size_t)klen, &v);
+            if (rc == WIRE_OK || rc == WIRE_NOT_FOUND) {
+                bool ok = rc == WIRE_OK ? observe(m, v.data, v.len) : observe(m, NULL, 0);
+                if (!ok) {
+                    fprintf(stderr, "load: %s: read %s%.*s%s, which was never written last\n",
+                            key, rc == WIRE_OK ? "\"" : "", rc == WIRE_OK ? 40 : 7,
+                            rc == WIRE_OK ? (const char *)v.data : "nothing",
+                            rc == WIRE_OK ? "\"" : "");
+                    violations++;
+                }
+                if (rc == WIRE_OK)
+                    free(v.data);
+            }
+        }
+        if (rc < 0) {
+            shim_ch_close(ch);
+            ch = reconnect(&reconnects);
+        } else if (rc != WIRE_OK && rc != WIRE_NOT_FOUND) {
+            errors++;
+        }
+    }
+    /* Read everything back: every acknowledged write still there (or a later unknown one). */
+    for (unsigned k = 0; k < keys; k++) {
+        int klen = snprintf(key, sizeof(key), "p%u-k%u", id, k);
+        struct shim_value v;
+        int rc;
+        while ((rc = shim_ch_get(ch, key, (size_t)klen, &v)) < 0) {
+            shim_ch_close(ch);
+            ch = reconnect(&reconnects);
+        }
+        bool ok = rc == WIRE_OK ? observe(&mod[k], v.data, v.len)
+                                : rc == WIRE_NOT_FOUND && observe(&mod[k], NULL, 0);
+        if (!ok) {
+            fprintf(stderr, "load: final read of %s: status %d, not what was written\n", key, rc);
+            violations++;
+        }
+        if (rc == WIRE_OK)
+            free(v.data);
+        free(mod[k].acked);
+        forget_unknown(&mod[k], mod[k].nunknown);
+        free(mod[k].unknown);
+    }
+    shim_ch_close(ch);
+    free(mod);
+    free(buf);
+    printf("load: ops=%lu acked=%lu unknown=%lu errors=%lu reconnects=%u violations=%lu\n", ops,
+           acked, unknown, errors, reconnects, violations);
+    return violations ? 1 : 0;
+}
+
+/* ---- one-shot commands ---------------------------------------------------------------------- */
+
+static const char *status_name(int rc)
+{
+    static const char *const names[] = {"OK", "NOT_FOUND", "NOT_STORED", "EXISTS", "NON_NUMERIC",
+                                        "TOO_BIG", "NO_MEMORY", "INDEX_FULL", "TIMEOUT",
+                                        "BAD_KEY", "INVALID", "FABRIC_ERROR"};
+    if (rc >= 0 && rc < (int)(sizeof(names) / sizeof(names[0])))
+        return names[rc];
+    if (rc < 0)
+        return strerror(-rc);
+    return "PROTOCOL_ERROR";
+}
+
+int main(int argc, char **argv)
+{
+    int c;
+    while ((c = getopt(argc, argv, "+s:h")) != -1) {
+        switch (c) {
+        case 's': sock_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!sock_path)
+        sock_path = getenv("NESSIE_SOCKET");
+    if (!sock_path || optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[optind];
+    char **a = argv + optind + 1;
+    int na = argc - optind - 1;
+    if (strcmp(cmd, "load") == 0)
+        return cmd_load(argc - optind, argv + optind);
+    if (strcmp(cmd, "stats") == 0) {
+        char *text;
+        int rc = shim_stats(sock_path, &text);
+        if (rc != WIRE_OK) {
+            fprintf(stderr, "wire-client: stats: %s\n", status_name(rc));
+            return 1;
+        }
+        fputs(text, stdout);
+        free(text);
+        return 0;
+    }
+    struct shim_ch *ch = open_or_die();
+    int rc;
+    if (strcmp(cmd, "get") == 0 && na == 1) {
+        struct shim_value v;
+        rc = shim_ch_get(ch, a[0], strlen(a[0]), &v);
+        if (rc == WIRE_OK) {
+            fwrite(v.data, 1, v.len, stdout);
+            putchar('\n');
+            free(v.data);
+        }
+    } else if (strcmp(cmd, "set") == 0 && na == 2) {
+        rc = shim_ch_store(ch, WIRE_SET, a[0], strlen(a[0]), a[1], strlen(a[1]), 0, 0, 0, NULL);
+    } else if (strcmp(cmd, "delete") == 0 && na == 1) {
+        rc = shim_ch_delete(ch, a[0], strlen(a[0]));
+    } else if ((strcmp(cmd, "incr") == 0 || strcmp(cmd, "decr") == 0) && na == 2) {
+        uint64_t r;
+        rc = shim_ch_arith(ch, a[0], strlen(a[0]), cmd[0] == 'i', strtoull(a[1], NULL, 10), &r);
+        if (rc == WIRE_OK)
+            printf("%llu\n", (unsigned long long)r);
+    } else {
+        usage(stderr);
+        shim_ch_close(ch);
+        return 2;
+    }
+    shim_ch_close(ch);
+    if (rc != WIRE_OK) {
+        fprintf(stderr, "%s\n", status_name(rc));
+        return 1;
+    }
+    return 0;
+}
