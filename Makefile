@@ -116,7 +116,7 @@ deps:
 
 # Build and run the tests without the dependency check.
 check: all $(UNIT_BIN)
-	@SAN=$(SAN) BUILD=$(BUILD) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) $(UNIT_BIN)
+	@SAN=$(SAN) BUILD=$(BUILD) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) --integration $(UNIT_BIN)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check

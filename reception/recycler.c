@@ -81,9 +81,7 @@ static void *recycler_main(void *arg)
     for (;;) {
         size_t done = nessie_recycle_run(t->ctx, RECYCLE_SCAN_SLOTS);
         if (t->index == 0 && mono_ms() >= next_sweep) {
-            long swept = nessie_sweep_leaks(t->ctx);
-            if (swept > 0)
-                log_info("recycler: recycled %ld leaked data table entries", swept);
+            nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;
             if (sweeps < 3)
                 next_sweep = mono_ms() + r->grace_ms + 100;

@@ -44,6 +44,18 @@ static struct shim_ch *open_or_die(void)
     return ch;
 }
 
+static const char *status_name(int rc)
+{
+    static const char *const names[] = {"OK", "NOT_FOUND", "NOT_STORED", "EXISTS", "NON_NUMERIC",
+                                        "TOO_BIG", "NO_MEMORY", "INDEX_FULL", "TIMEOUT",
+                                        "BAD_KEY", "INVALID", "FABRIC_ERROR"};
+    if (rc >= 0 && rc < (int)(sizeof(names) / sizeof(names[0])))
+        return names[rc];
+    if (rc < 0)
+        return strerror(-rc);
+    return "PROTOCOL_ERROR";
+}
+
 /* ---- load ---------------------------------------------------------------------------------- */
 
 /* What a key may hold: the last acknowledged value (NULL: absent), and values written since by
@@ -214,6 +226,7 @@ static int cmd_load(int argc, char **argv)
             ch = reconnect(&reconnects);
         } else if (rc != WIRE_OK && rc != WIRE_NOT_FOUND) {
             errors++;
+            fprintf(stderr, "load: %s: %s\n", key, status_name(rc));
         }
     }
     /* Read everything back: every acknowledged write still there (or a later unknown one). */
@@ -246,18 +259,6 @@ static int cmd_load(int argc, char **argv)
 }
 
 /* ---- one-shot commands ---------------------------------------------------------------------- */
-
-static const char *status_name(int rc)
-{
-    static const char *const names[] = {"OK", "NOT_FOUND", "NOT_STORED", "EXISTS", "NON_NUMERIC",
-                                        "TOO_BIG", "NO_MEMORY", "INDEX_FULL", "TIMEOUT",
-                                        "BAD_KEY", "INVALID", "FABRIC_ERROR"};
-    if (rc >= 0 && rc < (int)(sizeof(names) / sizeof(names[0])))
-        return names[rc];
-    if (rc < 0)
-        return strerror(-rc);
-    return "PROTOCOL_ERROR";
-}
 
 int main(int argc, char **argv)
 {
