@@ -268,6 +268,6 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
                   tmp, sizeof(cfg->socket_path) - 1);
         return -1;
     }
-    snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", tmp);
+    memcpy(cfg->socket_path, tmp, strlen(tmp) + 1); /* length checked above */
     return 0;
 }

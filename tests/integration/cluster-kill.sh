@@ -76,6 +76,9 @@ grep -q "reconnects=[1-9]" "$dir/client2.out" "$dir/client3.out" || {
     exit 1
 }
 "$cluster" status --dir "$dir"
+# The operator's view after the run (tools/nessie-stat asks every daemon of the run directory).
+"$here/tools/nessie-stat" --dir "$dir" | tee "$dir/stat.out"
+grep -q "index load factor" "$dir/stat.out"
 
 if [ "$IDLE_SECONDS" -gt 0 ]; then
     # Let the recyclers' post-restart sweeps finish, then measure.
@@ -91,4 +94,11 @@ for n in 0 1 2; do
     asleep=$("$client" -s "$dir/node$n.sock" stats | sed -n 's/^STAT nessie_workers_asleep \([0-9]*\).*/\1/p')
     [ "$asleep" = 2 ] || { echo "cluster-kill: node $n: $asleep of 2 workers asleep when idle"; exit 1; }
 done
+# A clean stop, and nothing a sanitizer (sanitized builds) found in any daemon.
+"$cluster" stop --dir "$dir"
+if grep -l "Sanitizer\|runtime error" "$dir"/node*.log; then
+    echo "cluster-kill: a daemon's log has sanitizer reports:"
+    grep -A30 "Sanitizer\|runtime error" "$dir"/node*.log | head -n 80
+    exit 1
+fi
 echo "cluster-kill: passed"

@@ -86,7 +86,8 @@ static void forget_unknown(struct model *m, size_t upto)
 {
     for (size_t i = 0; i < upto; i++)
         free(m->unknown[i]);
-    memmove(m->unknown, m->unknown + upto, (m->nunknown - upto) * sizeof(char *));
+    if (upto < m->nunknown)
+        memmove(m->unknown, m->unknown + upto, (m->nunknown - upto) * sizeof(char *));
     m->nunknown -= upto;
 }
 
