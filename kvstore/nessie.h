@@ -152,6 +152,17 @@ enum nessie_store_mode {
 
 int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out);
 
+/*
+ * Multi-get: GETs of n keys, several in flight on the fabric at once (their first index reads go
+ * out as one batch). done(user, i, status, item) is called for every key, in order; item is NULL
+ * unless status is NESSIE_OK, and valid only during the call. Each GET is linearizable on its
+ * own; the set of them is not one atomic read (nor is memcached's). Returns NESSIE_OK, or
+ * NESSIE_INVALID for bad arguments (then nothing is called).
+ */
+typedef void (*nessie_multi_fn)(void *user, size_t i, int status, const struct nessie_item *item);
+int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
+                     const size_t *lens, nessie_multi_fn done, void *user);
+
 /* On NESSIE_OK sets *version_out (if not NULL) to the stored item's new version. */
 int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
                  size_t key_len, const void *value, size_t value_len, uint32_t flags,

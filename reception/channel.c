@@ -250,6 +250,69 @@ static void do_store(struct recep_channel *ch, struct nessie_ctx *ctx, const str
     stage_clear(ch);
 }
 
+/* MGET's reply under construction: hits packed as wire_mitem records from the arena's start. */
+struct mget_fill {
+    struct recep_channel *ch;
+    struct wire_rep *rep;
+    const unsigned char *keys;
+    const uint16_t *offs;
+    size_t base;    /* the request's index of the current window's first key */
+    uint32_t off;
+    bool stopped;   /* the reply is full, or failed: later answers are dropped (resent) */
+};
+
+/* One key's answer, in key order (nessie_get_multi's callback). */
+static void mget_one(void *user, size_t wi, int status, const struct nessie_item *it)
+{
+    struct mget_fill *f = user;
+    const size_t i = f->base + wi;
+    struct recep_channel *ch = f->ch;
+    struct wire_rep *rep = f->rep;
+    if (f->stopped)
+        return;
+    if (status == NESSIE_NOT_FOUND || status == NESSIE_BAD_KEY) {
+        rep->nkeys_done = (uint32_t)i + 1;
+        return;
+    }
+    if (status != NESSIE_OK) {
+        /* A failure ends the batch: the client reports it for the keys not done, or gets it on
+         * its resend if hits came first. */
+        if (rep->nitems == 0)
+            rep->status = wire_status_of(status);
+        f->stopped = true;
+        return;
+    }
+    const unsigned char *k = f->keys + f->offs[i] + 1;
+    uint8_t klen = f->keys[f->offs[i]];
+    uint32_t head = (uint32_t)sizeof(struct wire_mitem) + klen;
+    uint32_t need = (head + it->value_len + 7u) & ~7u;
+    if (f->off + need > ch->arena_bytes && (rep->nitems > 0 || f->off + head + 8 > ch->arena_bytes)) {
+        f->stopped = true; /* resent by the client */
+        return;
+    }
+    struct wire_mitem mi = {.key_index = (uint16_t)i, .key_len = klen, .flags = it->flags,
+                            .total_len = it->value_len, .version = it->version};
+    bool more;
+    mi.chunk_len = place_value(ch, f->off + head, it->value, it->value_len, rep, &more);
+    if (rep->status != WIRE_OK) {
+        f->stopped = true;
+        return;
+    }
+    if (more)
+        mi.rflags = WIRE_F_MORE;
+    memcpy(ch->arena + f->off, &mi, sizeof(mi));
+    memcpy(ch->arena + f->off + sizeof(mi), k, klen);
+    f->off += (head + mi.chunk_len + 7u) & ~7u;
+    rep->nitems++;
+    rep->nkeys_done = (uint32_t)i + 1;
+    if (more)
+        f->stopped = true; /* the long value's rest is fetched; it ends the reply */
+}
+
+/* Keys handed to the engine per nessie_get_multi call: their first reads are in flight
+ * together; a reply that fills up wastes at most this many lookups (the client resends). */
+#define MGET_WINDOW 32
+
 /* MGET: the keys are copied out of the arena first (the reply overwrites it). Hits are packed as
  * wire_mitem records; a hit that does not fit ends the reply (the client resends the keys not
  * done), unless it is the reply's first, which then carries the start of its value. */
@@ -258,11 +321,11 @@ static void do_mget(struct recep_channel *ch, struct nessie_ctx *ctx, const stru
 {
     unsigned char *keys = malloc(rq->key_len ? rq->key_len : 1);
     uint16_t *offs = malloc(sizeof(*offs) * rq->nkeys);
-    if (!keys || !offs) {
-        free(keys);
-        free(offs);
+    const void **kp = malloc(sizeof(*kp) * rq->nkeys);
+    size_t *kl = malloc(sizeof(*kl) * rq->nkeys);
+    if (!keys || !offs || !kp || !kl) {
         rep->status = WIRE_NO_MEMORY;
-        return;
+        goto out;
     }
     memcpy(keys, ch->arena, rq->key_len);
     uint32_t p = 0;
@@ -272,53 +335,25 @@ static void do_mget(struct recep_channel *ch, struct nessie_ctx *ctx, const stru
             goto out;
         }
         offs[i] = (uint16_t)p;
+        kp[i] = keys + p + 1;
+        kl[i] = keys[p];
         p += 1u + keys[p];
     }
     if (p != rq->key_len) {
         rep->status = WIRE_E_MALFORMED;
         goto out;
     }
-    uint32_t off = 0;
     rep->status = WIRE_OK;
-    for (uint16_t i = 0; i < rq->nkeys; i++) {
-        const unsigned char *k = keys + offs[i] + 1;
-        uint8_t klen = keys[offs[i]];
-        struct nessie_item it;
-        int rc = nessie_get(ctx, k, klen, &it);
-        if (rc == NESSIE_NOT_FOUND || rc == NESSIE_BAD_KEY) {
-            rep->nkeys_done = i + 1u;
-            continue;
-        }
-        if (rc != NESSIE_OK) {
-            /* A failure of one key fails the rest of the batch: the client reports it for the
-             * keys not done. */
-            if (rep->nkeys_done == i && rep->nitems == 0)
-                rep->status = wire_status_of(rc);
-            break;
-        }
-        uint32_t head = (uint32_t)sizeof(struct wire_mitem) + klen;
-        uint32_t need = (head + it.value_len + 7u) & ~7u;
-        if (off + need > ch->arena_bytes && (rep->nitems > 0 || off + head + 8 > ch->arena_bytes))
-            break; /* resent by the client */
-        struct wire_mitem mi = {.key_index = i, .key_len = klen, .flags = it.flags,
-                                .total_len = it.value_len, .version = it.version};
-        bool more;
-        mi.chunk_len = place_value(ch, off + head, it.value, it.value_len, rep, &more);
-        if (rep->status != WIRE_OK)
-            break;
-        if (more)
-            mi.rflags = WIRE_F_MORE;
-        memcpy(ch->arena + off, &mi, sizeof(mi));
-        memcpy(ch->arena + off + sizeof(mi), k, klen);
-        off += (head + mi.chunk_len + 7u) & ~7u;
-        rep->nitems++;
-        rep->nkeys_done = i + 1u;
-        if (more)
-            break;
+    struct mget_fill f = {.ch = ch, .rep = rep, .keys = keys, .offs = offs};
+    for (f.base = 0; f.base < rq->nkeys && !f.stopped; f.base += MGET_WINDOW) {
+        size_t n = rq->nkeys - f.base < MGET_WINDOW ? rq->nkeys - f.base : MGET_WINDOW;
+        nessie_get_multi(ctx, n, kp + f.base, kl + f.base, mget_one, &f);
     }
 out:
     free(keys);
     free(offs);
+    free(kp);
+    free(kl);
 }
 
 /* Check what every single-key request shares: a key, and key + chunk inside the arena. */

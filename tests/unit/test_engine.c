@@ -949,6 +949,64 @@ static void test_get_misses_migrate_backwards(void **state)
     check_value(C.ctx[0], "z", "zzz");
 }
 
+struct multi_seen {
+    int status[80];
+    char val[80][16];
+};
+
+static void multi_cb(void *user, size_t i, int status, const struct nessie_item *it)
+{
+    struct multi_seen *m = user;
+    m->status[i] = status;
+    if (status == NESSIE_OK)
+        snprintf(m->val[i], sizeof(m->val[i]), "%.*s", (int)it->value_len,
+                 (const char *)it->value);
+    else
+        assert_null(it);
+}
+
+/* Multi-get: 80 keys (more than one batch window), every third absent, one bad: each answered
+ * once, in order, as a GET of it alone would be. */
+static void test_get_multi(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, NULL);
+    char keys[80][16];
+    const void *kp[80];
+    size_t kl[80];
+    for (int i = 0; i < 80; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mk%d", i);
+        kp[i] = keys[i];
+        kl[i] = strlen(keys[i]);
+        if (i % 3 != 0) {
+            char v[16];
+            snprintf(v, sizeof(v), "v%d", i);
+            assert_int_equal(set(C.ctx[i % 3], keys[i], v), NESSIE_OK);
+        }
+    }
+    kl[40] = 0; /* a bad key among good ones */
+    struct multi_seen m;
+    memset(&m, 0xff, sizeof(m.status));
+    uint64_t reads0 = nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_GET].ite_reads;
+    assert_int_equal(nessie_get_multi(C.ctx[1], 80, kp, kl, multi_cb, &m), NESSIE_OK);
+    for (int i = 0; i < 80; i++) {
+        if (i == 40) {
+            assert_int_equal(m.status[i], NESSIE_BAD_KEY);
+        } else if (i % 3 == 0) {
+            assert_int_equal(m.status[i], NESSIE_NOT_FOUND);
+        } else {
+            char v[16];
+            snprintf(v, sizeof(v), "v%d", i);
+            assert_int_equal(m.status[i], NESSIE_OK);
+            assert_string_equal(m.val[i], v);
+        }
+    }
+    /* Hits need their I_1 only (read ahead); misses read all 3 ways and their reverse pass. */
+    uint64_t reads = nessie_ctx_counters(C.ctx[1])->op[NESSIE_OPK_GET].ite_reads - reads0;
+    assert_true(reads >= 79);
+    assert_int_equal(nessie_get_multi(C.ctx[1], 1, NULL, kl, multi_cb, &m), NESSIE_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -976,6 +1034,7 @@ int main(void)
         cmocka_unit_test_teardown(test_put_takes_migrate_destination, teardown),
         cmocka_unit_test_teardown(test_put_reverse_pass_sees_other_key_change, teardown),
         cmocka_unit_test_teardown(test_get_misses_migrate_backwards, teardown),
+        cmocka_unit_test_teardown(test_get_multi, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
