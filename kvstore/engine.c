@@ -366,6 +366,7 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
         out[c].slot_bytes = nd->slab.cls[c].slot_bytes;
         out[c].slots = nd->slab.cls[c].slots;
         out[c].free = nd->slab.cls[c].nfree;
+        out[c].recycled = nd->slab.cls[c].recycled;
     }
     pthread_mutex_unlock(&nd->slab.lock);
     return nd->nclasses;

@@ -206,6 +206,8 @@ struct nessie_class_usage {
     uint32_t slot_bytes;
     uint64_t slots;       /* slots in pages assigned to the class */
     uint64_t free;        /* on the free list */
+    uint64_t recycled;    /* marked recycled, waiting for their expiry (as of the last full
+                             pass of the recycle scan) */
 };
 /* Fills up to max entries; returns the number of classes. */
 uint32_t nessie_class_usage(struct nessie_node *node, struct nessie_class_usage *out,

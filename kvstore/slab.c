@@ -204,8 +204,12 @@ static int grow_class(struct slab *s, uint32_t cls)
 static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint64_t now_ms)
 {
     uint64_t r = atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire);
-    if (!(r & DTE_RECYCLED) || (r & DTE_RECYCLE_MS_MASK) >= now_ms)
+    if (!(r & DTE_RECYCLED))
         return false;
+    if ((r & DTE_RECYCLE_MS_MASK) >= now_ms) {
+        s->cls[cls].recycled_pass++;
+        return false;
+    }
     /* Expired: no operation that could still hold its ITE is alive (they all time out within one
      * expiration period), so the slot can be reset and reused. */
     atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
@@ -221,6 +225,10 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
     if (s->scan_page >= s->next_page) {
         s->scan_page = 0;
         s->scan_slot = 0;
+        for (uint32_t c = 0; c < s->nclasses; c++) {
+            s->cls[c].recycled = s->cls[c].recycled_pass;
+            s->cls[c].recycled_pass = 0;
+        }
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
                                      memory_order_acquire);

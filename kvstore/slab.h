@@ -20,6 +20,9 @@ struct slab_class {
     uint64_t *free;       /* stack of free slot offsets */
     size_t nfree, cap;
     uint64_t slots;       /* slots in pages assigned to this class */
+    /* Marked recycled and not yet expired: counted by the recycle scan as it passes, published
+     * when a pass over all pages completes (a stat, possibly one pass old). */
+    uint64_t recycled, recycled_pass;
 };
 
 struct slab {

@@ -216,6 +216,8 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U(name, cu[i].slots);
         snprintf(name, sizeof(name), "nessie_class_%u_free", i);
         STAT_U(name, cu[i].free);
+        snprintf(name, sizeof(name), "nessie_class_%u_recycled", i);
+        STAT_U(name, cu[i].recycled);
     }
     g_string_append(out, "END\r\n");
 }

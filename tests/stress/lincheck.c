@@ -61,8 +61,12 @@ struct checker {
     struct op *ops;
     uint32_t nops;
     GPtrArray *vals;    /* every interned value, freed at the end */
-    GHashTable *memo;   /* keys: struct memo_key */
-    GArray *memo_keys_mem;
+    GHashTable *interned; /* struct val * -> itself: one copy of each distinct value */
+    /* The memo: explored (linearized set, state) pairs, an open-addressing set of 16-byte keys
+     * in one array. It holds one entry per explored step, so its size is what bounds the search
+     * budget in memory: 16 bytes x 2 (load <= 1/2) per step, not a node and a malloc each. */
+    struct memo_key *memo;
+    size_t memo_cap, memo_n;
 };
 
 struct memo_key {
@@ -88,6 +92,16 @@ static uint64_t bytes_hash(const void *p, size_t len)
     return h;
 }
 
+static guint val_hash(gconstpointer p) { return (guint)((const struct val *)p)->hash; }
+
+static gboolean val_equal(gconstpointer a, gconstpointer b)
+{
+    const struct val *x = a, *y = b;
+    return x->hash == y->hash && x->len == y->len && memcmp(x->bytes, y->bytes, x->len) == 0;
+}
+
+/* The one copy of a value: the search builds the same appended or incremented values over and
+ * over, and a copy per step would cost more memory than the memo. */
 static const struct val *intern(struct checker *c, const void *bytes, size_t len)
 {
     struct val *v = g_malloc(sizeof(*v) + len);
@@ -95,8 +109,46 @@ static const struct val *intern(struct checker *c, const void *bytes, size_t len
     if (len)
         memcpy(v->bytes, bytes, len);
     v->hash = bytes_hash(bytes, len);
+    struct val *have = g_hash_table_lookup(c->interned, v);
+    if (have) {
+        g_free(v);
+        return have;
+    }
+    g_hash_table_add(c->interned, v);
     g_ptr_array_add(c->vals, v);
     return v;
+}
+
+/* Add k to the memo. Returns false if it was there already. */
+static bool memo_add(struct checker *c, struct memo_key k)
+{
+    if (k.set_hash == 0 && k.state_hash == 0)
+        k.state_hash = 1; /* {0,0} marks an empty slot */
+    if (2 * (c->memo_n + 1) > c->memo_cap) {
+        size_t cap = c->memo_cap ? c->memo_cap * 2 : 1024;
+        struct memo_key *m = g_new0(struct memo_key, cap);
+        for (size_t i = 0; i < c->memo_cap; i++) {
+            struct memo_key o = c->memo[i];
+            if (o.set_hash == 0 && o.state_hash == 0)
+                continue;
+            size_t j = mix64(o.set_hash ^ mix64(o.state_hash)) & (cap - 1);
+            while (m[j].set_hash != 0 || m[j].state_hash != 0)
+                j = (j + 1) & (cap - 1);
+            m[j] = o;
+        }
+        g_free(c->memo);
+        c->memo = m;
+        c->memo_cap = cap;
+    }
+    size_t j = mix64(k.set_hash ^ mix64(k.state_hash)) & (c->memo_cap - 1);
+    while (c->memo[j].set_hash != 0 || c->memo[j].state_hash != 0) {
+        if (c->memo[j].set_hash == k.set_hash && c->memo[j].state_hash == k.state_hash)
+            return false;
+        j = (j + 1) & (c->memo_cap - 1);
+    }
+    c->memo[j] = k;
+    c->memo_n++;
+    return true;
 }
 
 static bool val_eq(const struct val *v, const void *bytes, size_t len)
@@ -109,18 +161,6 @@ static uint64_t state_hash(const struct state *s)
     if (!s->present)
         return 1;
     return mix64(s->v->hash ^ mix64(s->flags + 7) ^ mix64(s->vknown ? s->version + 3 : 5));
-}
-
-static guint memo_hash(gconstpointer p)
-{
-    const struct memo_key *k = p;
-    return (guint)(k->set_hash ^ (k->state_hash * 31));
-}
-
-static gboolean memo_equal(gconstpointer a, gconstpointer b)
-{
-    const struct memo_key *x = a, *y = b;
-    return x->set_hash == y->set_hash && x->state_hash == y->state_hash;
 }
 
 /* Written values become the item, with the written flags and the version the write reported
@@ -323,8 +363,7 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
         budget = 10000000;
     c.ops = g_new0(struct op, n ? n : 1);
     c.vals = g_ptr_array_new_with_free_func(g_free);
-    c.memo = g_hash_table_new(memo_hash, memo_equal);
-    c.memo_keys_mem = g_array_new(FALSE, FALSE, sizeof(struct memo_key *));
+    c.interned = g_hash_table_new(val_hash, val_equal);
 
     /* Keep the operations that can matter: failed ones had no effect, and reads whose answer
      * was lost tell nothing. */
@@ -415,15 +454,11 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
             struct state next = s;
             if (apply(&c, o->e, &next)) {
                 struct memo_key key = {set_hash ^ o->zobrist, state_hash(&next)};
-                if (!g_hash_table_contains(c.memo, &key)) {
+                if (memo_add(&c, key)) {
                     if (++explored > budget) {
                         result = -1;
                         break;
                     }
-                    struct memo_key *k = g_new(struct memo_key, 1);
-                    *k = key;
-                    g_hash_table_add(c.memo, k);
-                    g_array_append_val(c.memo_keys_mem, k);
                     struct frame f = {.op = cur->op, .saved = s};
                     g_array_append_val(stack, f);
                     s = next;
@@ -475,10 +510,8 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
     else if (result == -1)
         describe(why, whylen, "search budget exhausted", stack->len, NULL, &s);
 
-    for (guint i = 0; i < c.memo_keys_mem->len; i++)
-        g_free(g_array_index(c.memo_keys_mem, struct memo_key *, i));
-    g_array_free(c.memo_keys_mem, TRUE);
-    g_hash_table_destroy(c.memo);
+    g_free(c.memo);
+    g_hash_table_destroy(c.interned);
     g_array_free(stack, TRUE);
     g_ptr_array_free(c.vals, TRUE);
     g_free(c.ops);
