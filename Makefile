@@ -52,6 +52,13 @@ RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
 
 # The client side of a channel (the shim's), and the test tools built on it.
 CHANNEL_OBJ := $(BUILD)/obj/shim/channel.o
+
+# The shim: interposes libmemcached, so it is compiled against its headers but never linked to
+# it (the program brings the real one; the shim finds it with dlsym).
+SHIM_SRC := $(filter-out shim/channel.c,$(wildcard shim/*.c))
+SHIM_OBJ := $(SHIM_SRC:shim/%.c=$(BUILD)/obj/shim/%.o)
+SHIM_LIB := $(BUILD)/libdeception.so
+MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
 
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
@@ -67,7 +74,12 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
 
-all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT)
+all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
+     $(SHIM_LIB)
+
+$(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libdeception.so $^ -ldl -o $@
 
 $(RECEP_BIN): $(RECEP_OBJ) $(LIBNESSIE)
 	@mkdir -p $(@D)
@@ -79,7 +91,7 @@ $(BUILD)/obj/reception/%.o: reception/%.c
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(@D)
-	$(CC) -Iinclude -D_GNU_SOURCE $(CFLAGS) -c $< -o $@
+	$(CC) -Iinclude -Ishim -D_GNU_SOURCE $(MEMCACHED_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -132,18 +144,20 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(RECEP_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(SHIM_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -d $(DESTDIR)$(PREFIX)/etc/nessie
 	install -m 0644 reception/nessie.conf $(DESTDIR)$(PREFIX)/etc/nessie/
 	$(if $(PUBLIC_HEADERS),install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/)
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/bin/reception
+	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/bin/reception \
+	      $(DESTDIR)$(PREFIX)/lib/libdeception.so
 	rm -rf $(DESTDIR)$(PREFIX)/etc/nessie
 	rm -rf $(DESTDIR)$(PREFIX)/include/nessie
 
 clean:
 	rm -rf build
 
--include $(RECEP_OBJ:.o=.d) $(CHANNEL_OBJ:.o=.d) $(BUILD)/obj/tests/reception/wire_client.d \
+-include $(RECEP_OBJ:.o=.d) $(CHANNEL_OBJ:.o=.d) $(SHIM_OBJ:.o=.d) $(BUILD)/obj/tests/reception/wire_client.d \
          $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
          $(STRESS_LIB_OBJ:.o=.d) $(BUILD)/obj/tests/stress/stress.d

@@ -1,0 +1,804 @@
+/*
+ * api.c - the interposed libmemcached functions (see deception.c for the serving decision).
+ *
+ * Each function: if the process does not serve, forward to the real one (or fail, strict); else
+ * check the key as libmemcached does (1..250 bytes with the namespace prefix, which we add as the
+ * library would), run the request on this thread's channel, and map the outcome to the
+ * memcached_return_t the real library gives against memcached in the handle's protocol mode.
+ * Values returned to the caller are allocated with the handle's allocators, NUL-terminated.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libmemcached/memcached.h>
+
+#include "channel.h"
+#include "shim.h"
+
+#define KEY_MAX 250
+
+/* ---- keys, modes, outcomes -------------------------------------------------------------------- */
+
+static bool binary_mode(memcached_st *ptr)
+{
+    return REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL) != 0;
+}
+
+/* The key the server sees: namespace + key. Returns MEMCACHED_SUCCESS, or BAD_KEY_PROVIDED for
+ * an empty key or one too long with its prefix. */
+static memcached_return_t full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
+                                   size_t *outlen)
+{
+    if (!key || klen == 0)
+        return MEMCACHED_BAD_KEY_PROVIDED;
+    memcached_return_t rc;
+    const char *ns = REAL(memcached_callback_get)(ptr, MEMCACHED_CALLBACK_NAMESPACE, &rc);
+    size_t nslen = ns ? strlen(ns) : 0;
+    if (nslen + klen > KEY_MAX)
+        return MEMCACHED_BAD_KEY_PROVIDED;
+    memcpy(out, ns, nslen);
+    memcpy(out + nslen, key, klen);
+    *outlen = nslen + klen;
+    return MEMCACHED_SUCCESS;
+}
+
+static size_t ns_len(memcached_st *ptr)
+{
+    memcached_return_t rc;
+    const char *ns = REAL(memcached_callback_get)(ptr, MEMCACHED_CALLBACK_NAMESPACE, &rc);
+    return ns ? strlen(ns) : 0;
+}
+
+/* A channel error (negative) or a daemon-side failure. */
+static memcached_return_t transport(int rc)
+{
+    if (rc < 0)
+        shim_channel_failed();
+    return MEMCACHED_CONNECTION_FAILURE;
+}
+
+static memcached_return_t common(int rc)
+{
+    switch (rc) {
+    case WIRE_OK: return MEMCACHED_SUCCESS;
+    case WIRE_NOT_FOUND: return MEMCACHED_NOTFOUND;
+    case WIRE_NOT_STORED: return MEMCACHED_NOTSTORED;
+    case WIRE_EXISTS: return MEMCACHED_DATA_EXISTS;
+    case WIRE_NON_NUMERIC: return MEMCACHED_CLIENT_ERROR;
+    case WIRE_TOO_BIG: return MEMCACHED_E2BIG;
+    case WIRE_NO_MEMORY:
+    case WIRE_INDEX_FULL: return MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE;
+    case WIRE_TIMEOUT: return MEMCACHED_TIMEOUT;
+    case WIRE_BAD_KEY: return MEMCACHED_BAD_KEY_PROVIDED;
+    default: return transport(rc);
+    }
+}
+
+/* Storage outcomes: memcached's binary protocol answers add on a present key with "exists" and
+ * replace on a missing one with "not found", where ascii says NOT_STORED to both. */
+static memcached_return_t store_status(int rc, enum wire_store_mode m, bool binary)
+{
+    if (rc == WIRE_NOT_STORED && binary && m == WIRE_ADD)
+        return MEMCACHED_DATA_EXISTS;
+    if (rc == WIRE_NOT_STORED && binary && m == WIRE_REPLACE)
+        return MEMCACHED_NOTFOUND;
+    return common(rc);
+}
+
+/* An expiration as memcached receives it: the binary protocol carries 32 unsigned bits (so -1
+ * arrives as a time in 2106); the ascii line is read as a 32-bit signed number, so anything that
+ * does not fit (a negative time_t sent as unsigned, say) means "already expired". */
+static int64_t exptime_of(memcached_st *ptr, time_t exp)
+{
+    if (binary_mode(ptr))
+        return (int64_t)(uint32_t)exp;
+    int64_t e = (int64_t)exp;
+    if (e < 0 || e > INT32_MAX)
+        return -1;
+    return e;
+}
+
+static char *dup_value(memcached_st *ptr, const void *v, size_t len)
+{
+    memcached_malloc_fn m;
+    memcached_free_fn f;
+    memcached_realloc_fn r;
+    memcached_calloc_fn c;
+    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
+    void *ctx = REAL(memcached_get_memory_allocators_context)(ptr);
+    char *out = m(ptr, len + 1, ctx);
+    if (!out)
+        return NULL;
+    if (len)
+        memcpy(out, v, len);
+    out[len] = '\0';
+    return out;
+}
+
+#define NOT_SERVED(fn, ...)                                                     \
+    do {                                                                        \
+        if (!shim_serving())                                                    \
+            return shim_refusing() ? MEMCACHED_CONNECTION_FAILURE               \
+                                   : REAL(fn)(__VA_ARGS__);                     \
+    } while (0)
+
+/* ---- storage ---------------------------------------------------------------------------------- */
+
+static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mode,
+                                      const char *key, size_t klen, const char *value,
+                                      size_t vlen, time_t exp, uint32_t flags, uint64_t cas)
+{
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    char k[KEY_MAX];
+    size_t kl;
+    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    if (!value && vlen)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    int w = shim_ch_store(ch, mode, k, kl, value ? value : "", vlen, flags, exptime_of(ptr, exp), cas,
+                          NULL);
+    return store_status(w, mode, binary_mode(ptr));
+}
+
+#define STORE_FN(name, mode)                                                                  \
+    memcached_return_t name(memcached_st *ptr, const char *key, size_t key_length,            \
+                            const char *value, size_t value_length, time_t expiration,        \
+                            uint32_t flags)                                                   \
+    {                                                                                         \
+        NOT_SERVED(name, ptr, key, key_length, value, value_length, expiration, flags);       \
+        return serve_store(ptr, mode, key, key_length, value, value_length, expiration,       \
+                           flags, 0);                                                         \
+    }                                                                                         \
+    memcached_return_t name##_by_key(memcached_st *ptr, const char *group_key,                \
+                                     size_t group_key_length, const char *key,                \
+                                     size_t key_length, const char *value,                    \
+                                     size_t value_length, time_t expiration, uint32_t flags)  \
+    {                                                                                         \
+        NOT_SERVED(name##_by_key, ptr, group_key, group_key_length, key, key_length, value,   \
+                   value_length, expiration, flags);                                          \
+        return serve_store(ptr, mode, key, key_length, value, value_length, expiration,       \
+                           flags, 0);                                                         \
+    }
+
+STORE_FN(memcached_set, WIRE_SET)
+STORE_FN(memcached_add, WIRE_ADD)
+STORE_FN(memcached_replace, WIRE_REPLACE)
+STORE_FN(memcached_append, WIRE_APPEND)
+STORE_FN(memcached_prepend, WIRE_PREPEND)
+
+memcached_return_t memcached_cas(memcached_st *ptr, const char *key, size_t key_length,
+                                 const char *value, size_t value_length, time_t expiration,
+                                 uint32_t flags, uint64_t cas)
+{
+    NOT_SERVED(memcached_cas, ptr, key, key_length, value, value_length, expiration, flags, cas);
+    return serve_store(ptr, WIRE_CAS, key, key_length, value, value_length, expiration, flags,
+                       cas);
+}
+
+memcached_return_t memcached_cas_by_key(memcached_st *ptr, const char *group_key,
+                                        size_t group_key_length, const char *key,
+                                        size_t key_length, const char *value,
+                                        size_t value_length, time_t expiration, uint32_t flags,
+                                        uint64_t cas)
+{
+    NOT_SERVED(memcached_cas_by_key, ptr, group_key, group_key_length, key, key_length, value,
+               value_length, expiration, flags, cas);
+    return serve_store(ptr, WIRE_CAS, key, key_length, value, value_length, expiration, flags,
+                       cas);
+}
+
+/* ---- get ------------------------------------------------------------------------------------- */
+
+static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *vlen,
+                       uint32_t *flags, memcached_return_t *error)
+{
+    memcached_return_t dummy;
+    if (!error)
+        error = &dummy;
+    if (!ptr) {
+        *error = MEMCACHED_INVALID_ARGUMENTS;
+        return NULL;
+    }
+    char k[KEY_MAX];
+    size_t kl;
+    if ((*error = full_key(ptr, key, klen, k, &kl)) != MEMCACHED_SUCCESS)
+        return NULL;
+    struct shim_ch *ch = shim_channel();
+    if (!ch) {
+        *error = MEMCACHED_CONNECTION_FAILURE;
+        return NULL;
+    }
+    struct shim_value v;
+    int rc = shim_ch_get(ch, k, kl, &v);
+    if (vlen)
+        *vlen = 0;
+    if (rc != WIRE_OK) {
+        *error = common(rc);
+        return NULL;
+    }
+    if (vlen)
+        *vlen = v.len;
+    if (flags)
+        *flags = v.flags;
+    *error = MEMCACHED_SUCCESS;
+    char *out = v.len ? dup_value(ptr, v.data, v.len) : NULL; /* empty: NULL with SUCCESS */
+    if (v.len && !out)
+        *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    free(v.data);
+    return out;
+}
+
+char *memcached_get(memcached_st *ptr, const char *key, size_t key_length, size_t *value_length,
+                    uint32_t *flags, memcached_return_t *error)
+{
+    if (!shim_serving()) {
+        if (shim_refusing()) {
+            if (error)
+                *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        return REAL(memcached_get)(ptr, key, key_length, value_length, flags, error);
+    }
+    return serve_get(ptr, key, key_length, value_length, flags, error);
+}
+
+char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t group_key_length,
+                           const char *key, size_t key_length, size_t *value_length,
+                           uint32_t *flags, memcached_return_t *error)
+{
+    if (!shim_serving()) {
+        if (shim_refusing()) {
+            if (error)
+                *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        return REAL(memcached_get_by_key)(ptr, group_key, group_key_length, key, key_length,
+                                          value_length, flags, error);
+    }
+    return serve_get(ptr, key, key_length, value_length, flags, error);
+}
+
+/* ---- multi-get: results held per handle until fetched ----------------------------------------- */
+
+struct pending_item {
+    char key[KEY_MAX + 1];
+    size_t klen;
+    void *value;
+    size_t vlen;
+    uint32_t flags;
+    uint64_t cas;
+};
+
+/* Per handle: the hits of its last mget not fetched yet. A side table keyed by the handle's
+ * address, since memcached_st cannot grow (its size is ABI); a mutex, since different threads
+ * use different handles at the same time (one handle is never used by two at once). */
+struct pending {
+    const memcached_st *ptr;
+    struct pending_item *items;
+    size_t n, next;
+    bool any_hit, active;
+    struct pending *chain;
+};
+
+#define PENDING_BUCKETS 256
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending *pending_tab[PENDING_BUCKETS];
+
+static size_t bucket_of(const memcached_st *ptr) { return ((uintptr_t)ptr >> 4) % PENDING_BUCKETS; }
+
+static void pending_clear(struct pending *p)
+{
+    for (size_t i = p->next; i < p->n; i++)
+        free(p->items[i].value);
+    free(p->items);
+    p->items = NULL;
+    p->n = p->next = 0;
+    p->any_hit = p->active = false;
+}
+
+/* The handle's entry, made if create is set. Returns NULL if absent (or out of memory). */
+static struct pending *pending_of(const memcached_st *ptr, bool create)
+{
+    size_t b = bucket_of(ptr);
+    pthread_mutex_lock(&pending_lock);
+    struct pending *p = pending_tab[b];
+    while (p && p->ptr != ptr)
+        p = p->chain;
+    if (!p && create && (p = calloc(1, sizeof(*p))) != NULL) {
+        p->ptr = ptr;
+        p->chain = pending_tab[b];
+        pending_tab[b] = p;
+    }
+    pthread_mutex_unlock(&pending_lock);
+    return p;
+}
+
+static void pending_drop(const memcached_st *ptr)
+{
+    size_t b = bucket_of(ptr);
+    pthread_mutex_lock(&pending_lock);
+    struct pending **pp = &pending_tab[b];
+    while (*pp && (*pp)->ptr != ptr)
+        pp = &(*pp)->chain;
+    struct pending *p = *pp;
+    if (p)
+        *pp = p->chain;
+    pthread_mutex_unlock(&pending_lock);
+    if (p) {
+        pending_clear(p);
+        free(p);
+    }
+}
+
+struct collect {
+    struct pending *p;
+    const char *const *keys; /* the caller's, without namespace */
+    const size_t *klens;
+    bool oom;
+};
+
+static void on_hit(void *user, size_t index, struct shim_value *v)
+{
+    struct collect *c = user;
+    struct pending *p = c->p;
+    struct pending_item *it = realloc(p->items, (p->n + 1) * sizeof(*it));
+    if (!it) {
+        free(v->data);
+        c->oom = true;
+        return;
+    }
+    p->items = it;
+    it = &p->items[p->n++];
+    memcpy(it->key, c->keys[index], c->klens[index]);
+    it->key[c->klens[index]] = '\0';
+    it->klen = c->klens[index];
+    it->value = v->data;
+    it->vlen = v->len;
+    it->flags = v->flags;
+    it->cas = v->version;
+    p->any_hit = true;
+}
+
+static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
+                                     const size_t *klens, size_t n)
+{
+    if (!ptr || (n && (!keys || !klens)))
+        return MEMCACHED_INVALID_ARGUMENTS;
+    struct pending *p = pending_of(ptr, true);
+    if (!p)
+        return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    pending_clear(p);
+    if (n == 0)
+        return MEMCACHED_NOTFOUND;
+    /* Every key is checked before anything is asked, as the library does. */
+    size_t nsl = ns_len(ptr);
+    for (size_t i = 0; i < n; i++)
+        if (!keys[i] || klens[i] == 0 || klens[i] + nsl > KEY_MAX)
+            return MEMCACHED_BAD_KEY_PROVIDED;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    char (*full)[KEY_MAX] = malloc(n * KEY_MAX);
+    const void **kp = malloc(n * sizeof(*kp));
+    size_t *kl = malloc(n * sizeof(*kl));
+    memcached_return_t ret = MEMCACHED_SUCCESS;
+    if (!full || !kp || !kl) {
+        ret = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        full_key(ptr, keys[i], klens[i], full[i], &kl[i]);
+        kp[i] = full[i];
+    }
+    struct collect c = {.p = p, .keys = keys, .klens = klens};
+    int rc = shim_ch_mget(ch, kp, kl, n, on_hit, &c);
+    if (rc != WIRE_OK)
+        ret = common(rc);
+    else if (c.oom)
+        ret = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    p->active = true;
+out:
+    free(full);
+    free(kp);
+    free(kl);
+    return ret;
+}
+
+memcached_return_t memcached_mget(memcached_st *ptr, const char *const *keys,
+                                  const size_t *key_length, size_t number_of_keys)
+{
+    NOT_SERVED(memcached_mget, ptr, keys, key_length, number_of_keys);
+    return serve_mget(ptr, keys, key_length, number_of_keys);
+}
+
+memcached_return_t memcached_mget_by_key(memcached_st *ptr, const char *group_key,
+                                         size_t group_key_length, const char *const *keys,
+                                         const size_t *key_length, const size_t number_of_keys)
+{
+    NOT_SERVED(memcached_mget_by_key, ptr, group_key, group_key_length, keys, key_length,
+               number_of_keys);
+    return serve_mget(ptr, keys, key_length, number_of_keys);
+}
+
+/* The next fetched item of ptr's multi-get, or false at its end (*end_rc says how it ended). */
+static bool pending_next(memcached_st *ptr, struct pending_item *out, memcached_return_t *end_rc)
+{
+    struct pending *p = pending_of(ptr, false);
+    if (!p || !p->active || p->next >= p->n) {
+        /* END after at least one hit, NOTFOUND after none (PHP's getResultCode relies on it). */
+        *end_rc = p && p->any_hit ? MEMCACHED_END : MEMCACHED_NOTFOUND;
+        if (p)
+            pending_clear(p);
+        return false;
+    }
+    *out = p->items[p->next++];
+    return true;
+}
+
+static void fill_result(memcached_st *ptr, memcached_result_st *r, const struct pending_item *it)
+{
+    (void)ptr;
+    REAL(memcached_result_reset)(r);
+    REAL(memcached_result_set_value)(r, it->value, it->vlen);
+    REAL(memcached_result_set_flags)(r, it->flags);
+    memcpy(r->item_key, it->key, it->klen + 1);
+    r->key_length = it->klen;
+    r->item_cas = it->cas;
+}
+
+memcached_result_st *memcached_fetch_result(memcached_st *ptr, memcached_result_st *result,
+                                            memcached_return_t *error)
+{
+    if (!shim_serving()) {
+        if (shim_refusing()) {
+            if (error)
+                *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        return REAL(memcached_fetch_result)(ptr, result, error);
+    }
+    memcached_return_t dummy;
+    if (!error)
+        error = &dummy;
+    if (!ptr) {
+        *error = MEMCACHED_INVALID_ARGUMENTS;
+        return NULL;
+    }
+    struct pending_item it;
+    if (!pending_next(ptr, &it, error))
+        return NULL;
+    memcached_result_st *r = result ? result : REAL(memcached_result_create)(ptr, NULL);
+    if (!r) {
+        free(it.value);
+        *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+        return NULL;
+    }
+    fill_result(ptr, r, &it);
+    free(it.value);
+    *error = MEMCACHED_SUCCESS;
+    return r;
+}
+
+char *memcached_fetch(memcached_st *ptr, char *key, size_t *key_length, size_t *value_length,
+                      uint32_t *flags, memcached_return_t *error)
+{
+    if (!shim_serving()) {
+        if (shim_refusing()) {
+            if (error)
+                *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        return REAL(memcached_fetch)(ptr, key, key_length, value_length, flags, error);
+    }
+    memcached_return_t dummy;
+    if (!error)
+        error = &dummy;
+    struct pending_item it;
+    if (!ptr || !pending_next(ptr, &it, error)) {
+        if (!ptr)
+            *error = MEMCACHED_INVALID_ARGUMENTS;
+        if (value_length)
+            *value_length = 0;
+        return NULL;
+    }
+    if (key)
+        memcpy(key, it.key, it.klen + 1);
+    if (key_length)
+        *key_length = it.klen;
+    if (value_length)
+        *value_length = it.vlen;
+    if (flags)
+        *flags = it.flags;
+    char *out = dup_value(ptr, it.value, it.vlen);
+    free(it.value);
+    *error = out ? MEMCACHED_SUCCESS : MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    return out;
+}
+
+static memcached_return_t serve_fetch_execute(memcached_st *ptr, memcached_execute_fn *callback,
+                                              void *context, uint32_t ncb)
+{
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    memcached_result_st r;
+    if (!REAL(memcached_result_create)(ptr, &r))
+        return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    struct pending_item it;
+    memcached_return_t end;
+    while (pending_next(ptr, &it, &end)) {
+        fill_result(ptr, &r, &it);
+        free(it.value);
+        for (uint32_t i = 0; i < ncb; i++)
+            if (callback[i] && callback[i](ptr, &r, context) != MEMCACHED_SUCCESS)
+                break; /* the library stops calling this item's callbacks likewise */
+    }
+    REAL(memcached_result_free)(&r);
+    return MEMCACHED_SUCCESS;
+}
+
+memcached_return_t memcached_fetch_execute(memcached_st *ptr, memcached_execute_fn *callback,
+                                           void *context, uint32_t number_of_callbacks)
+{
+    NOT_SERVED(memcached_fetch_execute, ptr, callback, context, number_of_callbacks);
+    return serve_fetch_execute(ptr, callback, context, number_of_callbacks);
+}
+
+memcached_return_t memcached_mget_execute(memcached_st *ptr, const char *const *keys,
+                                          const size_t *key_length, const size_t number_of_keys,
+                                          memcached_execute_fn *callback, void *context,
+                                          const uint32_t number_of_callbacks)
+{
+    NOT_SERVED(memcached_mget_execute, ptr, keys, key_length, number_of_keys, callback, context,
+               number_of_callbacks);
+    memcached_return_t rc = serve_mget(ptr, keys, key_length, number_of_keys);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    return serve_fetch_execute(ptr, callback, context, number_of_callbacks);
+}
+
+memcached_return_t memcached_mget_execute_by_key(memcached_st *ptr, const char *group_key,
+                                                 size_t group_key_length,
+                                                 const char *const *keys,
+                                                 const size_t *key_length,
+                                                 size_t number_of_keys,
+                                                 memcached_execute_fn *callback, void *context,
+                                                 const uint32_t number_of_callbacks)
+{
+    NOT_SERVED(memcached_mget_execute_by_key, ptr, group_key, group_key_length, keys, key_length,
+               number_of_keys, callback, context, number_of_callbacks);
+    memcached_return_t rc = serve_mget(ptr, keys, key_length, number_of_keys);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    return serve_fetch_execute(ptr, callback, context, number_of_callbacks);
+}
+
+/* ---- delete, exist, touch --------------------------------------------------------------------- */
+
+enum key_op { K_DELETE, K_EXIST, K_TOUCH };
+
+static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const char *key,
+                                       size_t klen, time_t exp)
+{
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    char k[KEY_MAX];
+    size_t kl;
+    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    int w;
+    if (op == K_DELETE) {
+        w = shim_ch_delete(ch, k, kl);
+    } else if (op == K_TOUCH) {
+        w = shim_ch_touch(ch, k, kl, exptime_of(ptr, exp));
+    } else {
+        struct shim_value v;
+        w = shim_ch_get(ch, k, kl, &v);
+        if (w == WIRE_OK)
+            free(v.data);
+    }
+    return common(w);
+}
+
+memcached_return_t memcached_delete(memcached_st *ptr, const char *key, size_t key_length,
+                                    time_t expiration)
+{
+    NOT_SERVED(memcached_delete, ptr, key, key_length, expiration);
+    return serve_key_op(ptr, K_DELETE, key, key_length, expiration);
+}
+
+memcached_return_t memcached_delete_by_key(memcached_st *ptr, const char *group_key,
+                                           size_t group_key_length, const char *key,
+                                           size_t key_length, time_t expiration)
+{
+    NOT_SERVED(memcached_delete_by_key, ptr, group_key, group_key_length, key, key_length,
+               expiration);
+    return serve_key_op(ptr, K_DELETE, key, key_length, expiration);
+}
+
+memcached_return_t memcached_exist(memcached_st *memc, const char *key, size_t key_length)
+{
+    NOT_SERVED(memcached_exist, memc, key, key_length);
+    return serve_key_op(memc, K_EXIST, key, key_length, 0);
+}
+
+memcached_return_t memcached_exist_by_key(memcached_st *memc, const char *group_key,
+                                          size_t group_key_length, const char *key,
+                                          size_t key_length)
+{
+    NOT_SERVED(memcached_exist_by_key, memc, group_key, group_key_length, key, key_length);
+    return serve_key_op(memc, K_EXIST, key, key_length, 0);
+}
+
+memcached_return_t memcached_touch(memcached_st *ptr, const char *key, size_t key_length,
+                                   time_t expiration)
+{
+    NOT_SERVED(memcached_touch, ptr, key, key_length, expiration);
+    return serve_key_op(ptr, K_TOUCH, key, key_length, expiration);
+}
+
+memcached_return_t memcached_touch_by_key(memcached_st *ptr, const char *group_key,
+                                          size_t group_key_length, const char *key,
+                                          size_t key_length, time_t expiration)
+{
+    NOT_SERVED(memcached_touch_by_key, ptr, group_key, group_key_length, key, key_length,
+               expiration);
+    return serve_key_op(ptr, K_TOUCH, key, key_length, expiration);
+}
+
+/* ---- increment, decrement ----------------------------------------------------------------------- */
+
+static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *key, size_t klen,
+                                      uint64_t delta, bool with_initial, uint64_t initial,
+                                      time_t exp, uint64_t *value)
+{
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    char k[KEY_MAX];
+    size_t kl;
+    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    if (rc != MEMCACHED_SUCCESS)
+        return rc;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    for (;;) {
+        uint64_t r = 0;
+        int w = shim_ch_arith(ch, k, kl, incr, delta, &r);
+        if (w == WIRE_OK) {
+            if (value)
+                *value = r;
+            return MEMCACHED_SUCCESS;
+        }
+        /* libmemcached reads memcached's binary "non-numeric value" answer as an unknown read
+         * failure (measured against memcached 1.6.18); ascii gives CLIENT_ERROR. */
+        if (w == WIRE_NON_NUMERIC && binary_mode(ptr))
+            return MEMCACHED_UNKNOWN_READ_FAILURE;
+        if (w != WIRE_NOT_FOUND || !with_initial || (uint32_t)exp == MEMCACHED_EXPIRATION_NOT_ADD)
+            return common(w);
+        /* Missing: create it with the initial value, unless someone else just did. */
+        char num[24];
+        int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)initial);
+        w = shim_ch_store(ch, WIRE_ADD, k, kl, num, (size_t)len, 0, exptime_of(ptr, exp), 0, NULL);
+        if (w == WIRE_OK) {
+            if (value)
+                *value = initial;
+            return MEMCACHED_SUCCESS;
+        }
+        if (w != WIRE_NOT_STORED)
+            return common(w);
+    }
+}
+
+memcached_return_t memcached_increment(memcached_st *ptr, const char *key, size_t key_length,
+                                       uint32_t offset, uint64_t *value)
+{
+    NOT_SERVED(memcached_increment, ptr, key, key_length, offset, value);
+    return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
+}
+
+memcached_return_t memcached_decrement(memcached_st *ptr, const char *key, size_t key_length,
+                                       uint32_t offset, uint64_t *value)
+{
+    NOT_SERVED(memcached_decrement, ptr, key, key_length, offset, value);
+    return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);
+}
+
+memcached_return_t memcached_increment_by_key(memcached_st *ptr, const char *group_key,
+                                              size_t group_key_length, const char *key,
+                                              size_t key_length, uint64_t offset,
+                                              uint64_t *value)
+{
+    NOT_SERVED(memcached_increment_by_key, ptr, group_key, group_key_length, key, key_length,
+               offset, value);
+    return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
+}
+
+memcached_return_t memcached_decrement_by_key(memcached_st *ptr, const char *group_key,
+                                              size_t group_key_length, const char *key,
+                                              size_t key_length, uint64_t offset,
+                                              uint64_t *value)
+{
+    NOT_SERVED(memcached_decrement_by_key, ptr, group_key, group_key_length, key, key_length,
+               offset, value);
+    return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);
+}
+
+memcached_return_t memcached_increment_with_initial(memcached_st *ptr, const char *key,
+                                                    size_t key_length, uint64_t offset,
+                                                    uint64_t initial, time_t expiration,
+                                                    uint64_t *value)
+{
+    NOT_SERVED(memcached_increment_with_initial, ptr, key, key_length, offset, initial,
+               expiration, value);
+    return serve_arith(ptr, true, key, key_length, offset, true, initial, expiration, value);
+}
+
+memcached_return_t memcached_decrement_with_initial(memcached_st *ptr, const char *key,
+                                                    size_t key_length, uint64_t offset,
+                                                    uint64_t initial, time_t expiration,
+                                                    uint64_t *value)
+{
+    NOT_SERVED(memcached_decrement_with_initial, ptr, key, key_length, offset, initial,
+               expiration, value);
+    return serve_arith(ptr, false, key, key_length, offset, true, initial, expiration, value);
+}
+
+memcached_return_t memcached_increment_with_initial_by_key(
+    memcached_st *ptr, const char *group_key, size_t group_key_length, const char *key,
+    size_t key_length, uint64_t offset, uint64_t initial, time_t expiration, uint64_t *value)
+{
+    NOT_SERVED(memcached_increment_with_initial_by_key, ptr, group_key, group_key_length, key,
+               key_length, offset, initial, expiration, value);
+    return serve_arith(ptr, true, key, key_length, offset, true, initial, expiration, value);
+}
+
+memcached_return_t memcached_decrement_with_initial_by_key(
+    memcached_st *ptr, const char *group_key, size_t group_key_length, const char *key,
+    size_t key_length, uint64_t offset, uint64_t initial, time_t expiration, uint64_t *value)
+{
+    NOT_SERVED(memcached_decrement_with_initial_by_key, ptr, group_key, group_key_length, key,
+               key_length, offset, initial, expiration, value);
+    return serve_arith(ptr, false, key, key_length, offset, true, initial, expiration, value);
+}
+
+/* ---- flush, buffers, handle life -------------------------------------------------------------- */
+
+memcached_return_t memcached_flush(memcached_st *ptr, time_t expiration)
+{
+    NOT_SERVED(memcached_flush, ptr, expiration);
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    /* A delayed flush (expiration > 0) is done at once: the engine has no flush timer yet. */
+    return common(shim_ch_flush(ch));
+}
+
+memcached_return_t memcached_flush_buffers(memcached_st *mem)
+{
+    NOT_SERVED(memcached_flush_buffers, mem);
+    return MEMCACHED_SUCCESS; /* every served call is complete when it returns */
+}
+
+void memcached_free(memcached_st *ptr)
+{
+    if (ptr)
+        pending_drop(ptr);
+    void (*real)(memcached_st *) = REAL(memcached_free);
+    if (real)
+        real(ptr);
+}

@@ -1,0 +1,212 @@
+/*
+ * deception.c - libdeception.so: the libmemcached API served by Nessie (DESIGN.md, "shim").
+ *
+ * Loaded with LD_PRELOAD into an unmodified memcached client, it defines the libmemcached
+ * functions that move data (storage, retrieval, multi-get, delete, arithmetic, exist, touch,
+ * flush) and serves them through a channel to the node's reception daemon, one channel per
+ * thread. Everything else (handles, server lists, behaviors, results, allocators) stays with the
+ * real library, which the shim calls through dlsym.
+ *
+ * Mode, decided once per process at the first call: SERVE when the daemon answers; otherwise
+ * FALLBACK (every call goes to the real library, so the program keeps working against its
+ * configured servers), or with NESSIE_STRICT=1, REFUSE (every call fails with
+ * MEMCACHED_CONNECTION_FAILURE). One line on stderr says which. The decision never changes
+ * afterwards: the real library calls its own exports through the PLT, so a call we forward may
+ * come back to us, and it must meet the same decision.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libmemcached/memcached.h>
+
+#include "channel.h"
+#include "shim.h"
+
+/* ---- the real library ----------------------------------------------------------------------- */
+
+/* dlsym(RTLD_NEXT) finds the real function when libmemcached is in the global scope (the tools);
+ * an extension module (Python, Perl) may have loaded it RTLD_LOCAL, where only a handle of our
+ * own, taken with RTLD_NOLOAD, finds it. */
+void *shim_real(const char *name)
+{
+    void *f = dlsym(RTLD_NEXT, name);
+    if (f)
+        return f;
+    void *lib = dlopen("libmemcached.so.11", RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib)
+        return NULL;
+    f = dlsym(lib, name);
+    dlclose(lib); /* NOLOAD took a reference to a library that stays loaded */
+    return f;
+}
+
+/* ---- mode and channels ------------------------------------------------------------------------ */
+
+enum shim_mode { MODE_UNKNOWN = 0, MODE_SERVE, MODE_FALLBACK, MODE_REFUSE };
+
+/* The process's decision (see the top comment), set once under mode_once. */
+static enum shim_mode mode;
+static pthread_once_t mode_once = PTHREAD_ONCE_INIT;
+static char sock_path[108];
+
+/* Every open channel, so that a forked child can drop its parent's (they are the parent's
+ * conversations with the daemon: the child must open its own). */
+struct chan_node {
+    struct shim_ch *ch;
+    struct chan_node *next;
+    pid_t owner;
+};
+static pthread_mutex_t chans_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct chan_node *chans;
+
+/* This thread's channel, and the process it was opened in. */
+static __thread struct chan_node *tls_chan;
+
+static void pick_socket(void)
+{
+    const char *s = getenv("NESSIE_SOCKET");
+    if (s && *s) {
+        snprintf(sock_path, sizeof(sock_path), "%s", s);
+        return;
+    }
+    const char *dir = getenv("NESSIE_RUN_DIR");
+    const char *node = getenv("NESSIE_NODE");
+    char d[80];
+    if (!dir || !*dir) {
+        snprintf(d, sizeof(d), "/tmp/nessie-%u", (unsigned)getuid());
+        dir = d;
+    }
+    snprintf(sock_path, sizeof(sock_path), "%.90s/node%.8s.sock", dir,
+             node && *node ? node : "0");
+}
+
+static void decide(void)
+{
+    pick_socket();
+    struct shim_ch *ch;
+    int rc = shim_ch_open(sock_path, &ch);
+    const char *strict = getenv("NESSIE_STRICT");
+    if (rc == WIRE_OK) {
+        mode = MODE_SERVE;
+        struct chan_node *n = malloc(sizeof(*n));
+        if (!n) {
+            shim_ch_close(ch);
+            return;
+        }
+        n->ch = ch;
+        n->owner = getpid();
+        pthread_mutex_lock(&chans_lock);
+        n->next = chans;
+        chans = n;
+        pthread_mutex_unlock(&chans_lock);
+        tls_chan = n;
+        if (getenv("NESSIE_VERBOSE"))
+            fprintf(stderr, "libdeception: serving memcached calls from Nessie (%s)\n", sock_path);
+        return;
+    }
+    char why[64];
+    snprintf(why, sizeof(why), "%s", rc < 0 ? strerror(-rc) : "refused by the daemon");
+    if (strict && strcmp(strict, "1") == 0) {
+        mode = MODE_REFUSE;
+        fprintf(stderr, "libdeception: no Nessie reception at %s (%s); NESSIE_STRICT=1: memcached "
+                        "calls fail\n", sock_path, why);
+    } else {
+        mode = MODE_FALLBACK;
+        fprintf(stderr, "libdeception: no Nessie reception at %s (%s); memcached calls go to the "
+                        "configured servers\n", sock_path, why);
+    }
+}
+
+enum shim_mode shim_mode_get(void);
+enum shim_mode shim_mode_get(void)
+{
+    pthread_once(&mode_once, decide);
+    return mode;
+}
+
+bool shim_serving(void) { return shim_mode_get() == MODE_SERVE; }
+bool shim_refusing(void) { return shim_mode_get() == MODE_REFUSE; }
+
+struct shim_ch *shim_channel(void)
+{
+    if (tls_chan && tls_chan->owner == getpid() && tls_chan->ch)
+        return tls_chan->ch;
+    struct shim_ch *ch;
+    if (shim_ch_open(sock_path, &ch) != WIRE_OK)
+        return NULL;
+    struct chan_node *n = malloc(sizeof(*n));
+    if (!n) {
+        shim_ch_close(ch);
+        return NULL;
+    }
+    n->ch = ch;
+    n->owner = getpid();
+    pthread_mutex_lock(&chans_lock);
+    n->next = chans;
+    chans = n;
+    pthread_mutex_unlock(&chans_lock);
+    tls_chan = n;
+    return ch;
+}
+
+void shim_channel_failed(void)
+{
+    /* The daemon went away under this channel: close it, and open a new one at the next call
+     * (the daemon may be back by then). */
+    if (!tls_chan)
+        return;
+    pthread_mutex_lock(&chans_lock);
+    if (tls_chan->ch) {
+        shim_ch_close(tls_chan->ch);
+        tls_chan->ch = NULL;
+    }
+    pthread_mutex_unlock(&chans_lock);
+    tls_chan = NULL;
+}
+
+/* fork: the lock is taken before and released after on both sides, so the child never inherits
+ * it held; the child then forgets its parent's channels (without closing their shared state: it
+ * only drops its own descriptors and mappings). */
+static void before_fork(void) { pthread_mutex_lock(&chans_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&chans_lock); }
+static void after_fork_child(void)
+{
+    struct chan_node *n = chans;
+    while (n) {
+        struct chan_node *next = n->next;
+        if (n->ch)
+            shim_ch_close(n->ch);
+        free(n);
+        n = next;
+    }
+    chans = NULL;
+    tls_chan = NULL;
+    pthread_mutex_unlock(&chans_lock);
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+    pthread_mutex_lock(&chans_lock);
+    struct chan_node *n = chans;
+    while (n) {
+        struct chan_node *next = n->next;
+        if (n->ch && n->owner == getpid())
+            shim_ch_close(n->ch);
+        free(n);
+        n = next;
+    }
+    chans = NULL;
+    tls_chan = NULL;
+    pthread_mutex_unlock(&chans_lock);
+}

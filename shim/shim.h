@@ -1,0 +1,38 @@
+/*
+ * shim.h - what the parts of libdeception.so share: the process's serving decision, this
+ * thread's channel, and the real libmemcached.
+ */
+#ifndef NESSIE_SHIM_SHIM_H
+#define NESSIE_SHIM_SHIM_H
+
+#include <stdbool.h>
+
+#include "channel.h"
+
+/* The real library's function `name` (never ours), or NULL. */
+void *shim_real(const char *name);
+
+/* REAL(memcached_set) is the real memcached_set, typed; resolved once per call site. */
+#define REAL(fn)                                                             \
+    ({                                                                       \
+        static __typeof__(&fn) real_##fn;                                    \
+        __typeof__(&fn) f_ = __atomic_load_n(&real_##fn, __ATOMIC_ACQUIRE);  \
+        if (!f_) {                                                           \
+            f_ = (__typeof__(&fn))shim_real(#fn);                            \
+            __atomic_store_n(&real_##fn, f_, __ATOMIC_RELEASE);              \
+        }                                                                    \
+        f_;                                                                  \
+    })
+
+/* The process serves calls from Nessie (decided at the first call, never changed). */
+bool shim_serving(void);
+/* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
+bool shim_refusing(void);
+
+/* This thread's channel (opened on first use in this thread, or in a forked child), or NULL if
+ * the daemon cannot be reached now. */
+struct shim_ch *shim_channel(void);
+/* The channel returned an error from the transport (negative status): drop it. */
+void shim_channel_failed(void);
+
+#endif

@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""A pylibmc client exercising what it can call; prints one line per step (a transcript), so the
+same script run against memcached and against Nessie (through libdeception.so) can be compared.
+
+usage: pylibmc_scenario.py SERVERS [--binary]
+"""
+import sys
+
+import pylibmc
+
+
+def main():
+    servers = sys.argv[1].split(",")
+    binary = "--binary" in sys.argv[2:]
+    mc = pylibmc.Client(servers, binary=binary)
+    out = []
+
+    def step(name, fn):
+        try:
+            r = fn()
+        except Exception as e:  # pylibmc raises on errors; the class is the transcript
+            r = "raised " + type(e).__name__
+        out.append("%s: %r" % (name, r))
+
+    step("flush", lambda: mc.flush_all())
+    step("set", lambda: mc.set("k1", "v1"))
+    step("get", lambda: mc.get("k1"))
+    step("get missing", lambda: mc.get("nope"))
+    step("add existing", lambda: mc.add("k1", "x"))
+    step("add new", lambda: mc.add("k2", "v2"))
+    step("replace missing", lambda: mc.replace("nope", "x"))
+    step("replace", lambda: mc.replace("k2", "v2b"))
+    step("get replaced", lambda: mc.get("k2"))
+    step("append", lambda: mc.append("k1", "+a"))
+    step("prepend", lambda: mc.prepend("k1", "p+"))
+    step("get appended", lambda: mc.get("k1"))
+    step("append missing", lambda: mc.append("nope", "x"))
+    step("set int", lambda: mc.set("n", 41))
+    step("incr", lambda: mc.incr("n"))
+    step("incr 10", lambda: mc.incr("n", 10))
+    step("decr", lambda: mc.decr("n", 100))
+    step("get int", lambda: mc.get("n"))
+    step("incr missing", lambda: mc.incr("nope"))
+    step("incr non-numeric", lambda: mc.incr("k1"))
+    step("binary value", lambda: mc.set("bin", b"a\x00b\x00\xff"))
+    step("get binary", lambda: mc.get("bin"))
+    step("big value", lambda: mc.set("big", b"x" * (1000 * 1000)))
+    step("get big", lambda: len(mc.get("big") or b""))
+    step("too big", lambda: mc.set("huge", b"x" * (1024 * 1024 + 1)))
+    step("key 250", lambda: mc.set("k" * 250, "long"))
+    step("get key 250", lambda: mc.get("k" * 250))
+    step("key 251", lambda: mc.set("k" * 251, "x"))
+    step("multi set", lambda: mc.set_multi({"m1": "a", "m2": "b", "m3": "c"}))
+    step("multi get", lambda: sorted(mc.get_multi(["m1", "m2", "nope", "m3"]).items()))
+    step("multi get none", lambda: mc.get_multi(["nope1", "nope2"]))
+    step("delete", lambda: mc.delete("m1"))
+    step("delete missing", lambda: mc.delete("m1"))
+    step("touch", lambda: mc.touch("m2", 100))
+    step("touch missing", lambda: mc.touch("nope", 100))
+    step("gets/cas", lambda: mc.cas("m2", "b2", mc.gets("m2")[1]))
+    step("cas stale", lambda: mc.cas("m2", "b3", 12345))
+    step("get after cas", lambda: mc.get("m2"))
+    step("expired", lambda: (mc.set("e", "x", time=-1), mc.get("e"))[1])
+    step("flush all", lambda: mc.flush_all())
+    step("get after flush", lambda: mc.get("m2"))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
