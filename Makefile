@@ -58,6 +58,7 @@ CHANNEL_OBJ := $(BUILD)/obj/shim/channel.o
 SHIM_SRC := $(filter-out shim/channel.c,$(wildcard shim/*.c))
 SHIM_OBJ := $(SHIM_SRC:shim/%.c=$(BUILD)/obj/shim/%.o)
 SHIM_LIB := $(BUILD)/libdeception.so
+CAPI_SCENARIO := $(BUILD)/tests/capi-scenario
 MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
 
@@ -75,7 +76,7 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 .SECONDARY:
 
 all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
-     $(SHIM_LIB)
+     $(SHIM_LIB) $(CAPI_SCENARIO)
 
 $(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -92,6 +93,13 @@ $(BUILD)/obj/reception/%.o: reception/%.c
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(@D)
 	$(CC) -Iinclude -Ishim -D_GNU_SOURCE $(MEMCACHED_CFLAGS) $(CFLAGS) -c $< -o $@
+
+# A C API scenario linked against the real libmemcached (the differential test runs it with and
+# without the shim).
+$(CAPI_SCENARIO): tests/clients/capi_scenario.c
+	@mkdir -p $(@D)
+	$(CC) $(MEMCACHED_CFLAGS) -std=c11 -g -O1 -Wall -Wextra -Werror $< \
+	    $(shell $(PKG_CONFIG) --libs libmemcached) -o $@
 
 $(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)
 	@mkdir -p $(@D)

@@ -126,6 +126,23 @@ static char *dup_value(memcached_st *ptr, const void *v, size_t len)
                                    : REAL(fn)(__VA_ARGS__);                     \
     } while (0)
 
+/* A key the library refuses is refused by the library itself: it checks keys before it talks to
+ * any server, and records the error (memcached_last_error_message) in the handle, which only it
+ * can do. */
+static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
+{
+    char k[KEY_MAX];
+    size_t kl;
+    return ptr && full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
+}
+
+#define NOT_SERVED_KEY(fn, ptr, key, klen, ...)                                 \
+    do {                                                                        \
+        if (shim_serving() && !key_ok((ptr), (key), (klen)))                    \
+            return REAL(fn)(__VA_ARGS__);                                       \
+        NOT_SERVED(fn, __VA_ARGS__);                                            \
+    } while (0)
+
 /* ---- storage ---------------------------------------------------------------------------------- */
 
 static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mode,
@@ -154,7 +171,8 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
                             const char *value, size_t value_length, time_t expiration,        \
                             uint32_t flags)                                                   \
     {                                                                                         \
-        NOT_SERVED(name, ptr, key, key_length, value, value_length, expiration, flags);       \
+        NOT_SERVED_KEY(name, ptr, key, key_length, ptr, key, key_length, value, value_length, \
+                       expiration, flags);                                                    \
         return serve_store(ptr, mode, key, key_length, value, value_length, expiration,       \
                            flags, 0);                                                         \
     }                                                                                         \
@@ -163,8 +181,8 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
                                      size_t key_length, const char *value,                    \
                                      size_t value_length, time_t expiration, uint32_t flags)  \
     {                                                                                         \
-        NOT_SERVED(name##_by_key, ptr, group_key, group_key_length, key, key_length, value,   \
-                   value_length, expiration, flags);                                          \
+        NOT_SERVED_KEY(name##_by_key, ptr, key, key_length, ptr, group_key, group_key_length, \
+                       key, key_length, value, value_length, expiration, flags);              \
         return serve_store(ptr, mode, key, key_length, value, value_length, expiration,       \
                            flags, 0);                                                         \
     }
@@ -179,7 +197,8 @@ memcached_return_t memcached_cas(memcached_st *ptr, const char *key, size_t key_
                                  const char *value, size_t value_length, time_t expiration,
                                  uint32_t flags, uint64_t cas)
 {
-    NOT_SERVED(memcached_cas, ptr, key, key_length, value, value_length, expiration, flags, cas);
+    NOT_SERVED_KEY(memcached_cas, ptr, key, key_length, ptr, key, key_length, value, value_length,
+                   expiration, flags, cas);
     return serve_store(ptr, WIRE_CAS, key, key_length, value, value_length, expiration, flags,
                        cas);
 }
@@ -190,8 +209,8 @@ memcached_return_t memcached_cas_by_key(memcached_st *ptr, const char *group_key
                                         size_t value_length, time_t expiration, uint32_t flags,
                                         uint64_t cas)
 {
-    NOT_SERVED(memcached_cas_by_key, ptr, group_key, group_key_length, key, key_length, value,
-               value_length, expiration, flags, cas);
+    NOT_SERVED_KEY(memcached_cas_by_key, ptr, key, key_length, ptr, group_key, group_key_length,
+                   key, key_length, value, value_length, expiration, flags, cas);
     return serve_store(ptr, WIRE_CAS, key, key_length, value, value_length, expiration, flags,
                        cas);
 }
@@ -240,8 +259,8 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
 char *memcached_get(memcached_st *ptr, const char *key, size_t key_length, size_t *value_length,
                     uint32_t *flags, memcached_return_t *error)
 {
-    if (!shim_serving()) {
-        if (shim_refusing()) {
+    if (!shim_serving() || !key_ok(ptr, key, key_length)) {
+        if (shim_refusing() && key_ok(ptr, key, key_length)) {
             if (error)
                 *error = MEMCACHED_CONNECTION_FAILURE;
             return NULL;
@@ -255,8 +274,8 @@ char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t grou
                            const char *key, size_t key_length, size_t *value_length,
                            uint32_t *flags, memcached_return_t *error)
 {
-    if (!shim_serving()) {
-        if (shim_refusing()) {
+    if (!shim_serving() || !key_ok(ptr, key, key_length)) {
+        if (shim_refusing() && key_ok(ptr, key, key_length)) {
             if (error)
                 *error = MEMCACHED_CONNECTION_FAILURE;
             return NULL;
@@ -413,9 +432,29 @@ out:
     return ret;
 }
 
+/* All keys acceptable (else the library refuses the call, with its message, as for one key). */
+static bool keys_ok(memcached_st *ptr, const char *const *keys, const size_t *klens, size_t n)
+{
+    if (!ptr || (n && (!keys || !klens)))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!key_ok(ptr, keys[i], klens[i]))
+            return false;
+    return true;
+}
+
+#define NOT_SERVED_KEYS(fn, ptr, keys, klens, n, ...)                           \
+    do {                                                                        \
+        if (shim_serving() && !keys_ok((ptr), (keys), (klens), (n)))            \
+            return REAL(fn)(__VA_ARGS__);                                       \
+        NOT_SERVED(fn, __VA_ARGS__);                                            \
+    } while (0)
+
 memcached_return_t memcached_mget(memcached_st *ptr, const char *const *keys,
                                   const size_t *key_length, size_t number_of_keys)
 {
+    NOT_SERVED_KEYS(memcached_mget, ptr, keys, key_length, number_of_keys, ptr, keys, key_length,
+                    number_of_keys);
     NOT_SERVED(memcached_mget, ptr, keys, key_length, number_of_keys);
     return serve_mget(ptr, keys, key_length, number_of_keys);
 }
@@ -424,6 +463,8 @@ memcached_return_t memcached_mget_by_key(memcached_st *ptr, const char *group_ke
                                          size_t group_key_length, const char *const *keys,
                                          const size_t *key_length, const size_t number_of_keys)
 {
+    NOT_SERVED_KEYS(memcached_mget_by_key, ptr, keys, key_length, number_of_keys, ptr, group_key,
+                    group_key_length, keys, key_length, number_of_keys);
     NOT_SERVED(memcached_mget_by_key, ptr, group_key, group_key_length, keys, key_length,
                number_of_keys);
     return serve_mget(ptr, keys, key_length, number_of_keys);
@@ -474,8 +515,13 @@ memcached_result_st *memcached_fetch_result(memcached_st *ptr, memcached_result_
         return NULL;
     }
     struct pending_item it;
-    if (!pending_next(ptr, &it, error))
+    if (!pending_next(ptr, &it, error)) {
+        /* Measured: with a result of its own (NULL passed in) the library ends with NOTFOUND
+         * even after hits; with the caller's, END after hits. */
+        if (!result)
+            *error = MEMCACHED_NOTFOUND;
         return NULL;
+    }
     memcached_result_st *r = result ? result : REAL(memcached_result_create)(ptr, NULL);
     if (!r) {
         free(it.value);
@@ -534,15 +580,18 @@ static memcached_return_t serve_fetch_execute(memcached_st *ptr, memcached_execu
         return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
     struct pending_item it;
     memcached_return_t end;
+    size_t delivered = 0;
     while (pending_next(ptr, &it, &end)) {
         fill_result(ptr, &r, &it);
         free(it.value);
+        delivered++;
         for (uint32_t i = 0; i < ncb; i++)
             if (callback[i] && callback[i](ptr, &r, context) != MEMCACHED_SUCCESS)
                 break; /* the library stops calling this item's callbacks likewise */
     }
     REAL(memcached_result_free)(&r);
-    return MEMCACHED_SUCCESS;
+    /* As the library: SUCCESS when it delivered something, NOTFOUND when there was nothing. */
+    return delivered ? MEMCACHED_SUCCESS : MEMCACHED_NOTFOUND;
 }
 
 memcached_return_t memcached_fetch_execute(memcached_st *ptr, memcached_execute_fn *callback,
@@ -559,10 +608,11 @@ memcached_return_t memcached_mget_execute(memcached_st *ptr, const char *const *
 {
     NOT_SERVED(memcached_mget_execute, ptr, keys, key_length, number_of_keys, callback, context,
                number_of_callbacks);
-    memcached_return_t rc = serve_mget(ptr, keys, key_length, number_of_keys);
-    if (rc != MEMCACHED_SUCCESS)
-        return rc;
-    return serve_fetch_execute(ptr, callback, context, number_of_callbacks);
+    /* The library only issues the multi-get here (binary protocol only); the callbacks run in a
+     * later memcached_fetch_execute. */
+    if (!binary_mode(ptr))
+        return MEMCACHED_NOT_SUPPORTED;
+    return serve_mget(ptr, keys, key_length, number_of_keys);
 }
 
 memcached_return_t memcached_mget_execute_by_key(memcached_st *ptr, const char *group_key,
@@ -575,10 +625,9 @@ memcached_return_t memcached_mget_execute_by_key(memcached_st *ptr, const char *
 {
     NOT_SERVED(memcached_mget_execute_by_key, ptr, group_key, group_key_length, keys, key_length,
                number_of_keys, callback, context, number_of_callbacks);
-    memcached_return_t rc = serve_mget(ptr, keys, key_length, number_of_keys);
-    if (rc != MEMCACHED_SUCCESS)
-        return rc;
-    return serve_fetch_execute(ptr, callback, context, number_of_callbacks);
+    if (!binary_mode(ptr))
+        return MEMCACHED_NOT_SUPPORTED;
+    return serve_mget(ptr, keys, key_length, number_of_keys);
 }
 
 /* ---- delete, exist, touch --------------------------------------------------------------------- */
@@ -615,7 +664,7 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
 memcached_return_t memcached_delete(memcached_st *ptr, const char *key, size_t key_length,
                                     time_t expiration)
 {
-    NOT_SERVED(memcached_delete, ptr, key, key_length, expiration);
+    NOT_SERVED_KEY(memcached_delete, ptr, key, key_length, ptr, key, key_length, expiration);
     return serve_key_op(ptr, K_DELETE, key, key_length, expiration);
 }
 
@@ -623,14 +672,28 @@ memcached_return_t memcached_delete_by_key(memcached_st *ptr, const char *group_
                                            size_t group_key_length, const char *key,
                                            size_t key_length, time_t expiration)
 {
-    NOT_SERVED(memcached_delete_by_key, ptr, group_key, group_key_length, key, key_length,
-               expiration);
+    NOT_SERVED_KEY(memcached_delete_by_key, ptr, key, key_length, ptr, group_key,
+                   group_key_length, key, key_length, expiration);
     return serve_key_op(ptr, K_DELETE, key, key_length, expiration);
+}
+
+/* The library does not check the key of exist: memcached rejects a long one, which it reports
+ * as CLIENT_ERROR in ascii and (binary) as an unknown read failure. */
+static bool exist_long_key(memcached_st *ptr, const char *key, size_t klen)
+{
+    return shim_serving() && ptr && key && klen > 0 && klen + ns_len(ptr) > KEY_MAX;
+}
+
+static memcached_return_t exist_long_key_status(memcached_st *ptr)
+{
+    return binary_mode(ptr) ? MEMCACHED_UNKNOWN_READ_FAILURE : MEMCACHED_CLIENT_ERROR;
 }
 
 memcached_return_t memcached_exist(memcached_st *memc, const char *key, size_t key_length)
 {
-    NOT_SERVED(memcached_exist, memc, key, key_length);
+    if (exist_long_key(memc, key, key_length))
+        return exist_long_key_status(memc);
+    NOT_SERVED_KEY(memcached_exist, memc, key, key_length, memc, key, key_length);
     return serve_key_op(memc, K_EXIST, key, key_length, 0);
 }
 
@@ -638,14 +701,17 @@ memcached_return_t memcached_exist_by_key(memcached_st *memc, const char *group_
                                           size_t group_key_length, const char *key,
                                           size_t key_length)
 {
-    NOT_SERVED(memcached_exist_by_key, memc, group_key, group_key_length, key, key_length);
+    if (exist_long_key(memc, key, key_length))
+        return exist_long_key_status(memc);
+    NOT_SERVED_KEY(memcached_exist_by_key, memc, key, key_length, memc, group_key,
+                   group_key_length, key, key_length);
     return serve_key_op(memc, K_EXIST, key, key_length, 0);
 }
 
 memcached_return_t memcached_touch(memcached_st *ptr, const char *key, size_t key_length,
                                    time_t expiration)
 {
-    NOT_SERVED(memcached_touch, ptr, key, key_length, expiration);
+    NOT_SERVED_KEY(memcached_touch, ptr, key, key_length, ptr, key, key_length, expiration);
     return serve_key_op(ptr, K_TOUCH, key, key_length, expiration);
 }
 
@@ -653,8 +719,8 @@ memcached_return_t memcached_touch_by_key(memcached_st *ptr, const char *group_k
                                           size_t group_key_length, const char *key,
                                           size_t key_length, time_t expiration)
 {
-    NOT_SERVED(memcached_touch_by_key, ptr, group_key, group_key_length, key, key_length,
-               expiration);
+    NOT_SERVED_KEY(memcached_touch_by_key, ptr, key, key_length, ptr, group_key,
+                   group_key_length, key, key_length, expiration);
     return serve_key_op(ptr, K_TOUCH, key, key_length, expiration);
 }
 
@@ -671,6 +737,13 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
     memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
+    if (with_initial && !binary_mode(ptr)) {
+        /* The library offers *_with_initial in binary mode only; in ascii it answers
+         * INVALID_ARGUMENTS and sets the value to all ones (measured). */
+        if (value)
+            *value = UINT64_MAX;
+        return MEMCACHED_INVALID_ARGUMENTS;
+    }
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
@@ -705,14 +778,14 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
 memcached_return_t memcached_increment(memcached_st *ptr, const char *key, size_t key_length,
                                        uint32_t offset, uint64_t *value)
 {
-    NOT_SERVED(memcached_increment, ptr, key, key_length, offset, value);
+    NOT_SERVED_KEY(memcached_increment, ptr, key, key_length, ptr, key, key_length, offset, value);
     return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
 }
 
 memcached_return_t memcached_decrement(memcached_st *ptr, const char *key, size_t key_length,
                                        uint32_t offset, uint64_t *value)
 {
-    NOT_SERVED(memcached_decrement, ptr, key, key_length, offset, value);
+    NOT_SERVED_KEY(memcached_decrement, ptr, key, key_length, ptr, key, key_length, offset, value);
     return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);
 }
 
@@ -721,7 +794,7 @@ memcached_return_t memcached_increment_by_key(memcached_st *ptr, const char *gro
                                               size_t key_length, uint64_t offset,
                                               uint64_t *value)
 {
-    NOT_SERVED(memcached_increment_by_key, ptr, group_key, group_key_length, key, key_length,
+    NOT_SERVED_KEY(memcached_increment_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key, key_length,
                offset, value);
     return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
 }
@@ -731,7 +804,7 @@ memcached_return_t memcached_decrement_by_key(memcached_st *ptr, const char *gro
                                               size_t key_length, uint64_t offset,
                                               uint64_t *value)
 {
-    NOT_SERVED(memcached_decrement_by_key, ptr, group_key, group_key_length, key, key_length,
+    NOT_SERVED_KEY(memcached_decrement_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key, key_length,
                offset, value);
     return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);
 }
@@ -741,7 +814,7 @@ memcached_return_t memcached_increment_with_initial(memcached_st *ptr, const cha
                                                     uint64_t initial, time_t expiration,
                                                     uint64_t *value)
 {
-    NOT_SERVED(memcached_increment_with_initial, ptr, key, key_length, offset, initial,
+    NOT_SERVED_KEY(memcached_increment_with_initial, ptr, key, key_length, ptr, key, key_length, offset, initial,
                expiration, value);
     return serve_arith(ptr, true, key, key_length, offset, true, initial, expiration, value);
 }
@@ -751,7 +824,7 @@ memcached_return_t memcached_decrement_with_initial(memcached_st *ptr, const cha
                                                     uint64_t initial, time_t expiration,
                                                     uint64_t *value)
 {
-    NOT_SERVED(memcached_decrement_with_initial, ptr, key, key_length, offset, initial,
+    NOT_SERVED_KEY(memcached_decrement_with_initial, ptr, key, key_length, ptr, key, key_length, offset, initial,
                expiration, value);
     return serve_arith(ptr, false, key, key_length, offset, true, initial, expiration, value);
 }
@@ -760,7 +833,7 @@ memcached_return_t memcached_increment_with_initial_by_key(
     memcached_st *ptr, const char *group_key, size_t group_key_length, const char *key,
     size_t key_length, uint64_t offset, uint64_t initial, time_t expiration, uint64_t *value)
 {
-    NOT_SERVED(memcached_increment_with_initial_by_key, ptr, group_key, group_key_length, key,
+    NOT_SERVED_KEY(memcached_increment_with_initial_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key,
                key_length, offset, initial, expiration, value);
     return serve_arith(ptr, true, key, key_length, offset, true, initial, expiration, value);
 }
@@ -769,7 +842,7 @@ memcached_return_t memcached_decrement_with_initial_by_key(
     memcached_st *ptr, const char *group_key, size_t group_key_length, const char *key,
     size_t key_length, uint64_t offset, uint64_t initial, time_t expiration, uint64_t *value)
 {
-    NOT_SERVED(memcached_decrement_with_initial_by_key, ptr, group_key, group_key_length, key,
+    NOT_SERVED_KEY(memcached_decrement_with_initial_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key,
                key_length, offset, initial, expiration, value);
     return serve_arith(ptr, false, key, key_length, offset, true, initial, expiration, value);
 }

@@ -1,0 +1,188 @@
+/*
+ * capi_scenario.c - build/tests/capi-scenario CONFIG: the libmemcached C API a program may call,
+ * one line per step with what it returned: a transcript to compare between memcached (no shim)
+ * and Nessie (through libdeception.so). CONFIG is a libmemcached configuration string
+ * ("--SERVER=host:port [--BINARY-PROTOCOL]").
+ */
+#include <libmemcached/memcached.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static memcached_st *m;
+
+static void show(const char *step, memcached_return_t rc)
+{
+    printf("%s: %s\n", step, memcached_strerror(m, rc));
+}
+
+static void get(const char *step, const char *key)
+{
+    memcached_return_t rc;
+    size_t len = 0;
+    uint32_t flags = 0;
+    char *v = memcached_get(m, key, strlen(key), &len, &flags, &rc);
+    printf("%s: %s len=%zu flags=%u value=%s\n", step, memcached_strerror(m, rc), len, flags,
+           v ? v : "(null)");
+    free(v);
+}
+
+static memcached_return_t count_cb(const memcached_st *p, memcached_result_st *r, void *ctx)
+{
+    (void)p;
+    (*(int *)ctx)++;
+    printf("    callback %.*s=%.*s\n", (int)memcached_result_key_length(r),
+           memcached_result_key_value(r), (int)memcached_result_length(r),
+           memcached_result_value(r));
+    return MEMCACHED_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: capi-scenario CONFIG\n");
+        return 2;
+    }
+    m = memcached(argv[1], strlen(argv[1]));
+    if (!m) {
+        fprintf(stderr, "capi-scenario: bad configuration\n");
+        return 2;
+    }
+    memcached_behavior_set(m, MEMCACHED_BEHAVIOR_SUPPORT_CAS, 1);
+    memcached_return_t rc;
+    uint64_t v64 = 0;
+
+    show("flush", memcached_flush(m, 0));
+    show("set a", memcached_set(m, "a", 1, "alpha", 5, 0, 7));
+    get("get a", "a");
+    show("set empty", memcached_set(m, "empty", 5, "", 0, 0, 0));
+    get("get empty", "empty");
+    show("add a", memcached_add(m, "a", 1, "x", 1, 0, 0));
+    show("replace nope", memcached_replace(m, "nope", 4, "x", 1, 0, 0));
+    show("append nope", memcached_append(m, "nope", 4, "x", 1, 0, 0));
+    show("prepend a", memcached_prepend(m, "a", 1, "<", 1, 0, 0));
+    get("get a", "a");
+    show("set_by_key b", memcached_set_by_key(m, "grp", 3, "b", 1, "beta", 4, 0, 3));
+    {
+        size_t len;
+        uint32_t fl;
+        char *v = memcached_get_by_key(m, "grp", 3, "b", 1, &len, &fl, &rc);
+        printf("get_by_key b: %s %.*s flags=%u\n", memcached_strerror(m, rc), (int)len,
+               v ? v : "", fl);
+        free(v);
+    }
+    /* cas: the token from a multi-get result */
+    const char *k1[] = {"a"};
+    size_t l1[] = {1};
+    show("mget a", memcached_mget(m, k1, l1, 1));
+    memcached_result_st *r = memcached_fetch_result(m, NULL, &rc);
+    uint64_t cas = r ? memcached_result_cas(r) : 0;
+    printf("fetch_result a: %s cas-nonzero=%d\n", memcached_strerror(m, rc), cas != 0);
+    memcached_result_free(r);
+    r = memcached_fetch_result(m, NULL, &rc);
+    printf("fetch_result end: %s %p\n", memcached_strerror(m, rc), (void *)r);
+    {
+        memcached_result_st res;
+        memcached_result_create(m, &res);
+        show("mget a (caller's result)", memcached_mget(m, k1, l1, 1));
+        memcached_result_st *got = memcached_fetch_result(m, &res, &rc);
+        printf("fetch_result: %s same=%d\n", memcached_strerror(m, rc), got == &res);
+        got = memcached_fetch_result(m, &res, &rc);
+        printf("fetch_result end: %s %p\n", memcached_strerror(m, rc), (void *)got);
+        memcached_result_free(&res);
+    }
+    show("cas stale", memcached_cas(m, "a", 1, "C", 1, 0, 0, cas + 12345));
+    show("cas", memcached_cas(m, "a", 1, "C", 1, 0, 0, cas));
+    get("get a after cas", "a");
+    show("cas missing", memcached_cas(m, "nope", 4, "C", 1, 0, 0, cas));
+    /* multi-get with fetch (key buffer), and with no hits at all */
+    const char *k3[] = {"a", "nope", "b"};
+    size_t l3[] = {1, 4, 1};
+    show("mget a nope b", memcached_mget(m, k3, l3, 3));
+    for (;;) {
+        char key[MEMCACHED_MAX_KEY];
+        size_t kl = 0, vl = 0;
+        uint32_t fl = 0;
+        char *v = memcached_fetch(m, key, &kl, &vl, &fl, &rc);
+        if (!v && rc != MEMCACHED_SUCCESS) {
+            printf("fetch end: %s\n", memcached_strerror(m, rc));
+            break;
+        }
+        printf("fetch: %.*s=%.*s flags=%u\n", (int)kl, key, (int)vl, v ? v : "", fl);
+        free(v);
+    }
+    const char *k0[] = {"x1", "x2"};
+    size_t l0[] = {2, 2};
+    show("mget misses", memcached_mget(m, k0, l0, 2));
+    r = memcached_fetch_result(m, NULL, &rc);
+    printf("fetch_result misses: %s %p\n", memcached_strerror(m, rc), (void *)r);
+    int n = 0;
+    memcached_execute_fn cbs[] = {count_cb};
+    show("mget a b", memcached_mget(m, k3, l3, 3));
+    show("fetch_execute", memcached_fetch_execute(m, cbs, &n, 1));
+    show("fetch_execute again", memcached_fetch_execute(m, cbs, &n, 1));
+    show("mget_execute", memcached_mget_execute(m, k3, l3, 3, cbs, &n, 1));
+    show("fetch_execute after", memcached_fetch_execute(m, cbs, &n, 1));
+    printf("callbacks: %d\n", n);
+    /* arithmetic */
+    show("set n", memcached_set(m, "n", 1, "10", 2, 0, 0));
+    rc = memcached_increment(m, "n", 1, 5, &v64);
+    printf("incr n 5: %s %llu\n", memcached_strerror(m, rc), (unsigned long long)v64);
+    rc = memcached_decrement(m, "n", 1, 100, &v64);
+    printf("decr n 100: %s %llu\n", memcached_strerror(m, rc), (unsigned long long)v64);
+    rc = memcached_increment(m, "nope", 4, 1, &v64);
+    printf("incr nope: %s\n", memcached_strerror(m, rc));
+    rc = memcached_increment(m, "a", 1, 1, &v64);
+    printf("incr a (text): %s\n", memcached_strerror(m, rc));
+    rc = memcached_increment_by_key(m, "grp", 3, "n", 1, 7, &v64);
+    printf("incr_by_key n 7: %s %llu\n", memcached_strerror(m, rc), (unsigned long long)v64);
+    v64 = 0;
+    rc = memcached_increment_with_initial(m, "ctr", 3, 1, 100, 0, &v64);
+    printf("incr_with_initial ctr: %s %llu\n", memcached_strerror(m, rc), (unsigned long long)v64);
+    rc = memcached_increment_with_initial(m, "ctr", 3, 1, 100, 0, &v64);
+    printf("incr_with_initial ctr again: %s %llu\n", memcached_strerror(m, rc),
+           (unsigned long long)v64);
+    /* exist, touch, delete, by_key forms */
+    show("exist a", memcached_exist(m, "a", 1));
+    show("exist nope", memcached_exist(m, "nope", 4));
+    show("touch a", memcached_touch(m, "a", 1, 100));
+    show("touch nope", memcached_touch(m, "nope", 4, 100));
+    show("delete a", memcached_delete(m, "a", 1, 0));
+    show("delete a again", memcached_delete(m, "a", 1, 0));
+    show("delete_by_key b", memcached_delete_by_key(m, "grp", 3, "b", 1, 0));
+    get("get b", "b");
+    /* keys: empty, 250, 251 */
+    char k250[252];
+    memset(k250, 'k', sizeof(k250));
+    show("set key 250", memcached_set(m, k250, 250, "v", 1, 0, 0));
+    show("set key 251", memcached_set(m, k250, 251, "v", 1, 0, 0));
+    show("set key empty", memcached_set(m, "", 0, "v", 1, 0, 0));
+    {
+        /* The server rejects the long key of exist, and the ascii connection is out of step
+         * after that: a handle of its own. */
+        memcached_st *c = memcached_clone(NULL, m);
+        rc = memcached_exist(c, k250, 251);
+        printf("exist key 251: %s\n", memcached_strerror(c, rc));
+        memcached_free(c);
+    }
+    show("touch key 251", memcached_touch(m, k250, 251, 10));
+    show("delete key 251", memcached_delete(m, k250, 251, 0));
+    get("get key 251", k250);
+    rc = memcached_increment(m, k250, 251, 1, &v64);
+    printf("incr key 251: %s\n", memcached_strerror(m, rc));
+    /* A namespace is prefixed to every key. (In ascii mode this libmemcached answers a namespaced
+     * store with ERROR and loses its place in the stream; binary mode only.) */
+    if (memcached_behavior_get(m, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL)) {
+    show("namespace", memcached_callback_set(m, MEMCACHED_CALLBACK_NAMESPACE, "ns:"));
+    show("set ns x", memcached_set(m, "x", 1, "in-ns", 5, 0, 0));
+    get("get ns x", "x");
+    memcached_callback_set(m, MEMCACHED_CALLBACK_NAMESPACE, NULL);
+    get("get x without ns", "x");
+    get("get ns:x without ns", "ns:x");
+    }
+    show("flush_buffers", memcached_flush_buffers(m));
+    show("flush", memcached_flush(m, 0));
+    get("get after flush", "n");
+    memcached_free(m);
+    return 0;
+}

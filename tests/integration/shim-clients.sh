@@ -1,0 +1,104 @@
+#!/bin/sh
+# tests/integration/shim-clients.sh: unmodified memcached clients served by Nessie through
+# libdeception.so (tools/nessie-run), against a 3-node local cluster, with NESSIE_STRICT=1 and the
+# clients' servers option pointing at a port where nothing listens (so nothing can reach a real
+# server). Differential: the same scenario run against a real memcached (no shim) must give the
+# same transcript, in ascii and in binary mode: the libmemcached tools
+# (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), and the C API
+# (build/tests/capi-scenario). Then memcslap with 4 threads (get, mget; ascii and binary), and
+# the fallback: without a daemon and without NESSIE_STRICT, calls reach the configured server.
+#
+# Environment: BUILD (default build).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+cluster="$here/tools/nessie-cluster"
+run="$here/tools/nessie-run"
+export NESSIE_RECEPTION="$BUILD/reception" NESSIE_SHIM="$BUILD/libdeception.so"
+
+if [ -n "${SAN:-}" ]; then
+    # A sanitized shim would need the sanitizer runtime preloaded into every client (Python, the
+    # tools): this test runs on the normal build only.
+    echo "shim-clients: skipped under sanitizers"
+    exit 0
+fi
+
+dir=$(mktemp -d /tmp/nessie-shim-XXXXXX)
+mcpid=""
+cleanup() {
+    "$cluster" stop --dir "$dir" --purge >/dev/null 2>&1 || true
+    [ -n "$mcpid" ] && kill "$mcpid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+export NESSIE_RUN_DIR="$dir"
+"$cluster" start --nodes 3 --dir "$dir" >/dev/null
+
+# The baseline: a real memcached on a free port.
+port=$((20000 + $$ % 20000))
+user=""
+[ "$(id -u)" = 0 ] && user="-u root"
+memcached $user -p "$port" -l 127.0.0.1 -m 1024 -U 0 &
+mcpid=$!
+for i in $(seq 1 50); do
+    memcping --servers=127.0.0.1:$port >/dev/null 2>&1 && break
+    sleep 0.1
+done
+nowhere=127.0.0.1:1
+fail=0
+
+compare() { # compare NAME: diff $dir/mc.txt $dir/ns.txt
+    if diff -u "$dir/mc.txt" "$dir/ns.txt" >"$dir/diff.txt"; then
+        echo "$1: identical ($(wc -l <"$dir/ns.txt") lines)"
+    else
+        echo "$1: DIFFERENT from memcached:"
+        cat "$dir/diff.txt"
+        fail=1
+    fi
+}
+
+for mode in "" --binary; do
+    m=${mode:-"--ascii"}
+    "$here/tests/clients/tools_scenario.sh" 127.0.0.1:$port $mode >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" "$here/tests/clients/tools_scenario.sh" $nowhere $mode >"$dir/ns.txt" 2>&1
+    compare "libmemcached-tools $m"
+
+    /usr/bin/python3 "$here/tests/clients/pylibmc_scenario.py" 127.0.0.1:$port $mode >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" /usr/bin/python3 "$here/tests/clients/pylibmc_scenario.py" $nowhere $mode >"$dir/ns.txt" 2>&1
+    compare "pylibmc $m"
+
+    opt=""
+    [ -n "$mode" ] && opt=" --BINARY-PROTOCOL"
+    "$BUILD/tests/capi-scenario" "--SERVER=127.0.0.1:$port$opt" >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" "$BUILD/tests/capi-scenario" "--SERVER=$nowhere$opt" >"$dir/ns.txt" 2>&1
+    compare "C API $m"
+done
+
+# memcslap, 4 threads. Its errors go to stderr; there must be none.
+for t in get mget; do
+    for mode in "" --binary; do
+        if ! NESSIE_STRICT=1 "$run" memcslap --servers=$nowhere --concurrency=4 --test=$t $mode \
+                >"$dir/slap.txt" 2>"$dir/slap.err" || [ -s "$dir/slap.err" ]; then
+            echo "memcslap --test=$t $mode: failed"
+            cat "$dir/slap.txt" "$dir/slap.err"
+            fail=1
+        else
+            echo "memcslap --test=$t ${mode:---ascii}: $(grep "Time to $t" "$dir/slap.txt" | tr -s ' ')"
+        fi
+    done
+done
+
+# Fallback: no daemon reachable, not strict: the call goes to the configured server (and a line
+# on stderr says so). Strict: it fails.
+printf 'fallback\n' >"$dir/fb.txt"
+NESSIE_SOCKET=/nonexistent "$run" memccp --servers=127.0.0.1:$port "$dir/fb.txt" 2>"$dir/fb.err"
+[ "$(memccat --servers=127.0.0.1:$port fb.txt)" = fallback ] || { echo "fallback: value not at the server"; fail=1; }
+grep -q "go to the configured servers" "$dir/fb.err" || { echo "fallback: no warning"; fail=1; }
+if NESSIE_STRICT=1 NESSIE_SOCKET=/nonexistent "$run" memccat --servers=127.0.0.1:$port fb.txt >/dev/null 2>&1; then
+    echo "strict: a call succeeded without a daemon"
+    fail=1
+fi
+echo "fallback and strict: as specified"
+
+[ $fail -eq 0 ] && echo "shim-clients: passed" || { echo "shim-clients: FAILED"; exit 1; }
