@@ -134,6 +134,11 @@ test: deps
 deps:
 	@tools/install-deps
 
+# The README's demo: installs what is missing, builds, and runs tools/nessie-demo.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@tools/nessie-demo
+
 # Build and run the tests without the dependency check.
 check: all $(UNIT_BIN)
 	@SAN=$(SAN) BUILD=$(BUILD) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) --integration $(UNIT_BIN)

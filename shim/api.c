@@ -875,3 +875,43 @@ void memcached_free(memcached_st *ptr)
     if (real)
         real(ptr);
 }
+
+/* ---- statistics --------------------------------------------------------------------------------- */
+
+/* memcstat's call: the daemon's stats ("STAT name value" lines, memcached's names first, then
+ * Nessie's), reported as if they came from the handle's first server. Sub-commands ("slabs",
+ * "items"...) are memcached's own: not supported. */
+memcached_return_t memcached_stat_execute(memcached_st *memc, const char *args,
+                                          memcached_stat_fn func, void *context)
+{
+    NOT_SERVED(memcached_stat_execute, memc, args, func, context);
+    if (!memc || !func)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    if (args && *args)
+        return MEMCACHED_NOT_SUPPORTED;
+    const memcached_instance_st *inst = REAL(memcached_server_instance_by_position)(memc, 0);
+    if (!inst)
+        return MEMCACHED_NO_SERVERS;
+    char *text;
+    int rc = shim_stats(shim_socket_path(), &text);
+    if (rc != WIRE_OK)
+        return MEMCACHED_CONNECTION_FAILURE;
+    memcached_return_t ret = MEMCACHED_SUCCESS;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        if (strncmp(line, "STAT ", 5) != 0)
+            continue;
+        char *name = line + 5;
+        char *sp = strchr(name, ' ');
+        if (!sp)
+            continue;
+        *sp = '\0';
+        const char *value = sp + 1;
+        if (func(inst, name, strlen(name), value, strlen(value), context) != MEMCACHED_SUCCESS) {
+            ret = MEMCACHED_FAILURE;
+            break;
+        }
+    }
+    free(text);
+    return ret;
+}

@@ -131,6 +131,7 @@ enum shim_mode shim_mode_get(void)
 }
 
 bool shim_serving(void) { return shim_mode_get() == MODE_SERVE; }
+const char *shim_socket_path(void) { return sock_path; }
 bool shim_refusing(void) { return shim_mode_get() == MODE_REFUSE; }
 
 struct shim_ch *shim_channel(void)

@@ -29,6 +29,9 @@ bool shim_serving(void);
 /* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
 bool shim_refusing(void);
 
+/* The daemon's socket this process uses (valid once shim_serving() was called). */
+const char *shim_socket_path(void);
+
 /* This thread's channel (opened on first use in this thread, or in a forked child), or NULL if
  * the daemon cannot be reached now. */
 struct shim_ch *shim_channel(void);
