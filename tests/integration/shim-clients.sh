@@ -4,7 +4,8 @@
 # clients' servers option pointing at a port where nothing listens (so nothing can reach a real
 # server). Differential: the same scenario run against a real memcached (no shim) must give the
 # same transcript, in ascii and in binary mode: the libmemcached tools
-# (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), and the C API
+# (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), Perl
+# (tests/clients/perl_scenario.pl), PHP (tests/clients/php_scenario.php), and the C API
 # (build/tests/capi-scenario). Then memcslap with 4 threads (get, mget; ascii and binary), and
 # the fallback: without a daemon and without NESSIE_STRICT, calls reach the configured server.
 #
@@ -67,6 +68,14 @@ for mode in "" --binary; do
     /usr/bin/python3 "$here/tests/clients/pylibmc_scenario.py" 127.0.0.1:$port $mode >"$dir/mc.txt" 2>&1
     NESSIE_STRICT=1 "$run" /usr/bin/python3 "$here/tests/clients/pylibmc_scenario.py" $nowhere $mode >"$dir/ns.txt" 2>&1
     compare "pylibmc $m"
+
+    perl "$here/tests/clients/perl_scenario.pl" 127.0.0.1 $port $mode >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" perl "$here/tests/clients/perl_scenario.pl" 127.0.0.1 1 $mode >"$dir/ns.txt" 2>&1
+    compare "Perl $m"
+
+    php "$here/tests/clients/php_scenario.php" 127.0.0.1 $port $mode >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" php "$here/tests/clients/php_scenario.php" 127.0.0.1 1 $mode >"$dir/ns.txt" 2>&1
+    compare "PHP $m"
 
     opt=""
     [ -n "$mode" ] && opt=" --BINARY-PROTOCOL"

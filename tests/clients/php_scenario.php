@@ -1,0 +1,67 @@
+<?php
+// tests/clients/php_scenario.php HOST PORT [--binary]: the PHP memcached extension exercising what
+// it can call, one line per step: a transcript to compare between memcached (no shim) and Nessie
+// (through libdeception.so, tools/nessie-run).
+$host = $argv[1];
+$port = (int)$argv[2];
+$m = new Memcached();
+$m->setOption(Memcached::OPT_COMPRESSION, false);
+if (($argv[3] ?? '') === '--binary')
+    $m->setOption(Memcached::OPT_BINARY_PROTOCOL, true);
+$m->addServer($host, $port);
+
+function step($name, $r) {
+    global $m;
+    printf("%s: %s (%d %s)\n", $name, var_export($r, true), $m->getResultCode(),
+           $m->getResultMessage());
+}
+
+step("flush", $m->flush());
+step("set a", $m->set("a", "alpha"));
+step("get a", $m->get("a"));
+step("get missing", $m->get("nope"));
+step("add a", $m->add("a", "x"));
+step("add b", $m->add("b", "beta"));
+step("replace nope", $m->replace("nope", "x"));
+step("replace b", $m->replace("b", "beta2"));
+step("append a", $m->append("a", "+"));
+step("prepend a", $m->prepend("a", "-"));
+step("get a", $m->get("a"));
+step("set int", $m->set("i", 42));
+step("get int", $m->get("i"));
+step("set array", $m->set("arr", [1, "two", 3.0]));
+step("get array", $m->get("arr"));
+step("set nul", $m->set("nul", "x\0y"));
+step("get nul", bin2hex($m->get("nul")));
+step("set big", $m->set("big", str_repeat("b", 1000000)));
+step("get big", strlen($m->get("big")));
+step("set too big", $m->set("huge", str_repeat("h", 1024 * 1024 + 1)));
+step("set key 250", $m->set(str_repeat("k", 250), "v"));
+step("get key 250", $m->get(str_repeat("k", 250)));
+step("set key 251", $m->set(str_repeat("k", 251), "v"));
+step("setMulti", $m->setMulti(["m1" => "one", "m2" => "two", "m3" => 3]));
+$r = $m->getMulti(["m1", "nope", "m2", "m3"]);
+ksort($r);
+step("getMulti", $r);
+step("getMulti none", $m->getMulti(["x1", "x2"]));
+step("set n", $m->set("n", "10"));
+step("increment", $m->increment("n", 5));
+step("decrement", $m->decrement("n", 100));
+step("increment missing", $m->increment("nope"));
+step("increment text", $m->increment("a"));
+step("incrementByKey", $m->incrementByKey("grp", "n", 3));
+step("touch", $m->touch("m1", 100));
+step("touch missing", $m->touch("nope", 100));
+$g = $m->get("m1", null, Memcached::GET_EXTENDED);
+step("get extended", is_array($g) ? $g["value"] : $g);
+step("cas", $m->cas($g["cas"], "m1", "uno"));
+step("cas stale", $m->cas($g["cas"], "m1", "eins"));
+step("get after cas", $m->get("m1"));
+step("setByKey", $m->setByKey("grp", "gk", "gv"));
+step("getByKey", $m->getByKey("grp", "gk"));
+step("delete", $m->delete("m2"));
+step("delete missing", $m->delete("m2"));
+step("expired", $m->set("e", "x", -1));
+step("get expired", $m->get("e"));
+step("flush", $m->flush());
+step("get after flush", $m->get("m1"));
