@@ -59,6 +59,7 @@ SHIM_SRC := $(filter-out shim/channel.c,$(wildcard shim/*.c))
 SHIM_OBJ := $(SHIM_SRC:shim/%.c=$(BUILD)/obj/shim/%.o)
 SHIM_LIB := $(BUILD)/libdeception.so
 CAPI_SCENARIO := $(BUILD)/tests/capi-scenario
+NB_OVERLAP := $(BUILD)/bench/nb-overlap
 MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
 
@@ -76,7 +77,7 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 .SECONDARY:
 
 all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
-     $(SHIM_LIB) $(CAPI_SCENARIO)
+     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP)
 
 $(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -98,7 +99,15 @@ $(BUILD)/obj/shim/%.o: shim/%.c
 # without the shim).
 $(CAPI_SCENARIO): tests/clients/capi_scenario.c
 	@mkdir -p $(@D)
-	$(CC) $(MEMCACHED_CFLAGS) -std=c11 -g -O1 -Wall -Wextra -Werror $< \
+	$(CC) $(MEMCACHED_CFLAGS) -std=gnu11 -g -O1 -Wall -Wextra -Werror $< \
+	    $(shell $(PKG_CONFIG) --libs libmemcached) -o $@
+
+# The non-blocking example links the shim (which exports memcached_iset...) before libmemcached,
+# so it is served by Nessie even without LD_PRELOAD when a reception is there.
+$(NB_OVERLAP): bench/nb_overlap.c $(SHIM_LIB)
+	@mkdir -p $(@D)
+	$(CC) -Iinclude $(MEMCACHED_CFLAGS) -std=gnu11 -g -O2 -Wall -Wextra -Werror $< \
+	    -L$(BUILD) -Wl,-rpath,'$$ORIGIN/..' -ldeception \
 	    $(shell $(PKG_CONFIG) --libs libmemcached) -o $@
 
 $(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)

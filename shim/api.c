@@ -30,7 +30,7 @@ static bool binary_mode(memcached_st *ptr)
 
 /* The key the server sees: namespace + key. Returns MEMCACHED_SUCCESS, or BAD_KEY_PROVIDED for
  * an empty key or one too long with its prefix. */
-static memcached_return_t full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
+memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
                                    size_t *outlen)
 {
     if (!key || klen == 0)
@@ -61,7 +61,7 @@ static memcached_return_t transport(int rc)
     return MEMCACHED_CONNECTION_FAILURE;
 }
 
-static memcached_return_t common(int rc)
+memcached_return_t shim_status(int rc)
 {
     switch (rc) {
     case WIRE_OK: return MEMCACHED_SUCCESS;
@@ -86,7 +86,7 @@ static memcached_return_t store_status(int rc, enum wire_store_mode m, bool bina
         return MEMCACHED_DATA_EXISTS;
     if (rc == WIRE_NOT_STORED && binary && m == WIRE_REPLACE)
         return MEMCACHED_NOTFOUND;
-    return common(rc);
+    return shim_status(rc);
 }
 
 /* An expiration as memcached receives it: the binary protocol carries 32 unsigned bits (so -1
@@ -102,7 +102,7 @@ static int64_t exptime_of(memcached_st *ptr, time_t exp)
     return e;
 }
 
-static char *dup_value(memcached_st *ptr, const void *v, size_t len)
+char *shim_dup_value(memcached_st *ptr, const void *v, size_t len)
 {
     memcached_malloc_fn m;
     memcached_free_fn f;
@@ -133,7 +133,7 @@ static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 {
     char k[KEY_MAX];
     size_t kl;
-    return ptr && full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
+    return ptr && shim_full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
 }
 
 #define NOT_SERVED_KEY(fn, ptr, key, klen, ...)                                 \
@@ -153,7 +153,7 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
         return MEMCACHED_INVALID_ARGUMENTS;
     char k[KEY_MAX];
     size_t kl;
-    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
     if (!value && vlen)
@@ -229,7 +229,7 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
     }
     char k[KEY_MAX];
     size_t kl;
-    if ((*error = full_key(ptr, key, klen, k, &kl)) != MEMCACHED_SUCCESS)
+    if ((*error = shim_full_key(ptr, key, klen, k, &kl)) != MEMCACHED_SUCCESS)
         return NULL;
     struct shim_ch *ch = shim_channel();
     if (!ch) {
@@ -241,7 +241,7 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
     if (vlen)
         *vlen = 0;
     if (rc != WIRE_OK) {
-        *error = common(rc);
+        *error = shim_status(rc);
         return NULL;
     }
     if (vlen)
@@ -249,7 +249,7 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
     if (flags)
         *flags = v.flags;
     *error = MEMCACHED_SUCCESS;
-    char *out = v.len ? dup_value(ptr, v.data, v.len) : NULL; /* empty: NULL with SUCCESS */
+    char *out = v.len ? shim_dup_value(ptr, v.data, v.len) : NULL; /* empty: NULL with SUCCESS */
     if (v.len && !out)
         *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
     free(v.data);
@@ -415,13 +415,13 @@ static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        full_key(ptr, keys[i], klens[i], full[i], &kl[i]);
+        shim_full_key(ptr, keys[i], klens[i], full[i], &kl[i]);
         kp[i] = full[i];
     }
     struct collect c = {.p = p, .keys = keys, .klens = klens};
     int rc = shim_ch_mget(ch, kp, kl, n, on_hit, &c);
     if (rc != WIRE_OK)
-        ret = common(rc);
+        ret = shim_status(rc);
     else if (c.oom)
         ret = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
     p->active = true;
@@ -564,7 +564,7 @@ char *memcached_fetch(memcached_st *ptr, char *key, size_t *key_length, size_t *
         *value_length = it.vlen;
     if (flags)
         *flags = it.flags;
-    char *out = dup_value(ptr, it.value, it.vlen);
+    char *out = shim_dup_value(ptr, it.value, it.vlen);
     free(it.value);
     *error = out ? MEMCACHED_SUCCESS : MEMCACHED_MEMORY_ALLOCATION_FAILURE;
     return out;
@@ -641,7 +641,7 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
         return MEMCACHED_INVALID_ARGUMENTS;
     char k[KEY_MAX];
     size_t kl;
-    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
     struct shim_ch *ch = shim_channel();
@@ -658,7 +658,7 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
         if (w == WIRE_OK)
             free(v.data);
     }
-    return common(w);
+    return shim_status(w);
 }
 
 memcached_return_t memcached_delete(memcached_st *ptr, const char *key, size_t key_length,
@@ -734,7 +734,7 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
         return MEMCACHED_INVALID_ARGUMENTS;
     char k[KEY_MAX];
     size_t kl;
-    memcached_return_t rc = full_key(ptr, key, klen, k, &kl);
+    memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
     if (with_initial && !binary_mode(ptr)) {
@@ -760,7 +760,7 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
         if (w == WIRE_NON_NUMERIC && binary_mode(ptr))
             return MEMCACHED_UNKNOWN_READ_FAILURE;
         if (w != WIRE_NOT_FOUND || !with_initial || (uint32_t)exp == MEMCACHED_EXPIRATION_NOT_ADD)
-            return common(w);
+            return shim_status(w);
         /* Missing: create it with the initial value, unless someone else just did. */
         char num[24];
         int len = snprintf(num, sizeof(num), "%llu", (unsigned long long)initial);
@@ -771,7 +771,7 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
             return MEMCACHED_SUCCESS;
         }
         if (w != WIRE_NOT_STORED)
-            return common(w);
+            return shim_status(w);
     }
 }
 
@@ -858,7 +858,7 @@ memcached_return_t memcached_flush(memcached_st *ptr, time_t expiration)
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
     /* A delayed flush (expiration > 0) is done at once: the engine has no flush timer yet. */
-    return common(shim_ch_flush(ch));
+    return shim_status(shim_ch_flush(ch));
 }
 
 memcached_return_t memcached_flush_buffers(memcached_st *mem)

@@ -158,8 +158,8 @@ static bool daemon_gone(struct shim_ch *ch)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN));
 }
 
-/* Post hdr->req (already filled) and wait for the reply. */
-static int roundtrip(struct shim_ch *ch, struct wire_rep *rep)
+/* Post hdr->req (already filled): publish it and ring the doorbell if the worker sleeps. */
+static int post(struct shim_ch *ch)
 {
     if (ch->dead)
         return -EPIPE;
@@ -172,11 +172,29 @@ static int roundtrip(struct shim_ch *ch, struct wire_rep *rep)
             return -errno;
         }
     }
+    return 0;
+}
+
+/* The reply is there: take it and free the channel for the next request. */
+static int take_reply(struct shim_ch *ch, struct wire_rep *rep)
+{
+    memcpy(rep, &ch->hdr->rep, sizeof(*rep));
+    __atomic_store_n(&ch->hdr->state, WIRE_ST_IDLE, __ATOMIC_RELEASE);
+    if (rep->seq != ch->seq) {
+        ch->dead = true;
+        return -EPROTO;
+    }
+    return rep->status;
+}
+
+/* Wait for the reply of the posted request. */
+static int wait_reply(struct shim_ch *ch, struct wire_rep *rep)
+{
     uint32_t st = 0;
     for (int i = 0; i < SPIN_ITERS; i++) {
         st = __atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE);
         if (st == WIRE_ST_REPLY)
-            goto done;
+            return take_reply(ch, rep);
         __builtin_ia32_pause();
     }
     __atomic_store_n(&ch->hdr->client_waiting, 1, __ATOMIC_SEQ_CST);
@@ -194,14 +212,64 @@ static int roundtrip(struct shim_ch *ch, struct wire_rep *rep)
         }
     }
     __atomic_store_n(&ch->hdr->client_waiting, 0, __ATOMIC_RELAXED);
-done:
-    memcpy(rep, &ch->hdr->rep, sizeof(*rep));
-    __atomic_store_n(&ch->hdr->state, WIRE_ST_IDLE, __ATOMIC_RELEASE);
-    if (rep->seq != ch->seq) {
-        ch->dead = true;
-        return -EPROTO;
+    return take_reply(ch, rep);
+}
+
+/* Post hdr->req (already filled) and wait for the reply. */
+static int roundtrip(struct shim_ch *ch, struct wire_rep *rep)
+{
+    int rc = post(ch);
+    return rc < 0 ? rc : wait_reply(ch, rep);
+}
+
+int shim_ch_post_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key,
+                       size_t klen, const void *value, size_t vlen, uint32_t flags,
+                       int64_t exptime)
+{
+    if (klen == 0 || klen > WIRE_KEY_MAX)
+        return WIRE_BAD_KEY;
+    if (vlen > ch->arena_bytes - klen)
+        return -E2BIG;
+    struct wire_req rq = {.op = WIRE_OP_STORE, .mode = (uint16_t)mode, .key_len = (uint16_t)klen,
+                          .flags = flags, .chunk_len = (uint32_t)vlen, .total_len = (uint32_t)vlen,
+                          .exptime = exptime};
+    memcpy(ch->arena, key, klen);
+    if (vlen)
+        memcpy(ch->arena + klen, value, vlen);
+    memcpy(&ch->hdr->req, &rq, sizeof(rq));
+    return post(ch);
+}
+
+int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen)
+{
+    if (klen == 0 || klen > WIRE_KEY_MAX)
+        return WIRE_BAD_KEY;
+    struct wire_req rq = {.op = WIRE_OP_GET, .key_len = (uint16_t)klen};
+    memcpy(ch->arena, key, klen);
+    memcpy(&ch->hdr->req, &rq, sizeof(rq));
+    return post(ch);
+}
+
+int shim_ch_poll(struct shim_ch *ch, struct wire_rep *rep)
+{
+    if (ch->dead)
+        return -EPIPE;
+    if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) != WIRE_ST_REPLY) {
+        if (daemon_gone(ch)) {
+            ch->dead = true;
+            return -EPIPE;
+        }
+        return 0;
     }
-    return rep->status;
+    int rc = take_reply(ch, rep);
+    return rc < 0 ? rc : 1;
+}
+
+int shim_ch_wait(struct shim_ch *ch, struct wire_rep *rep)
+{
+    if (ch->dead)
+        return -EPIPE;
+    return wait_reply(ch, rep);
 }
 
 int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
@@ -242,6 +310,29 @@ static int fetch_rest(struct shim_ch *ch, unsigned char *buf, uint32_t off, uint
         memcpy(buf + off, ch->arena, rep.chunk_len);
         off += rep.chunk_len;
     }
+    return WIRE_OK;
+}
+
+int shim_ch_get_value(struct shim_ch *ch, const struct wire_rep *rep, struct shim_value *out)
+{
+    if (rep->status != WIRE_OK)
+        return rep->status;
+    if (rep->chunk_len > rep->total_len || rep->chunk_len > ch->arena_bytes)
+        return -EPROTO;
+    unsigned char *buf = malloc(rep->total_len ? rep->total_len : 1);
+    if (!buf)
+        return -ENOMEM;
+    memcpy(buf, ch->arena, rep->chunk_len);
+    int rc;
+    if (rep->chunk_len < rep->total_len &&
+        (rc = fetch_rest(ch, buf, rep->chunk_len, rep->total_len)) != WIRE_OK) {
+        free(buf);
+        return rc;
+    }
+    out->data = buf;
+    out->len = rep->total_len;
+    out->flags = rep->flags;
+    out->version = rep->version;
     return WIRE_OK;
 }
 

@@ -47,6 +47,21 @@ typedef void (*shim_hit_fn)(void *user, size_t index, struct shim_value *v);
 int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klens, size_t n,
                  shim_hit_fn hit, void *user);
 
+/*
+ * Asynchronous use, one request in flight per channel (the non-blocking API keeps several
+ * channels): post a store (its value must fit the arena with the key: -E2BIG otherwise, nothing
+ * posted) or a get, then poll (1: done, *rep filled; 0: not yet) or wait for its reply. A get's
+ * value is then taken with shim_ch_get_value (which may fetch the rest of a long value).
+ * Key and value are copied into the channel when posting: the caller's buffers are free at once.
+ */
+int shim_ch_post_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key,
+                       size_t klen, const void *value, size_t vlen, uint32_t flags,
+                       int64_t exptime);
+int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen);
+int shim_ch_poll(struct shim_ch *ch, struct wire_rep *rep);
+int shim_ch_wait(struct shim_ch *ch, struct wire_rep *rep);
+int shim_ch_get_value(struct shim_ch *ch, const struct wire_rep *rep, struct shim_value *out);
+
 /* One raw request, as given (tests send malformed ones with it): req is copied into the channel,
  * arena_data (arena_len bytes) into the arena. *rep receives the reply. */
 int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,

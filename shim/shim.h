@@ -38,4 +38,14 @@ struct shim_ch *shim_channel(void);
 /* The channel returned an error from the transport (negative status): drop it. */
 void shim_channel_failed(void);
 
+/* Shared by the blocking and non-blocking calls (api.c). */
+#include <libmemcached/memcached.h>
+/* namespace + key into out (KEY_MAX bytes); MEMCACHED_SUCCESS or BAD_KEY_PROVIDED. */
+memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
+                                 size_t *outlen);
+/* A wire outcome as the library reports it (negative: the channel failed, and is dropped). */
+memcached_return_t shim_status(int wire_rc);
+/* A copy of a value for the caller, through the handle's allocators, NUL-terminated. */
+char *shim_dup_value(memcached_st *ptr, const void *v, size_t len);
+
 #endif

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static memcached_st *m;
 
@@ -179,6 +181,24 @@ int main(int argc, char **argv)
     memcached_callback_set(m, MEMCACHED_CALLBACK_NAMESPACE, NULL);
     get("get x without ns", "x");
     get("get ns:x without ns", "ns:x");
+    }
+    /* fork: the child gets its own connection (with the shim: its own channel) and works. */
+    {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            memcached_return_t crc = memcached_set(m, "forked", 6, "by-child", 8, 0, 0);
+            size_t len;
+            uint32_t fl;
+            char *v = memcached_get(m, "forked", 6, &len, &fl, &crc);
+            int ok = v && len == 8 && memcmp(v, "by-child", 8) == 0;
+            free(v);
+            _exit(ok ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        printf("fork: child %s\n", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "ok" : "failed");
+        get("get forked (parent)", "forked");
     }
     show("flush_buffers", memcached_flush_buffers(m));
     show("flush", memcached_flush(m, 0));
