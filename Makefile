@@ -60,6 +60,8 @@ SHIM_OBJ := $(SHIM_SRC:shim/%.c=$(BUILD)/obj/shim/%.o)
 SHIM_LIB := $(BUILD)/libdeception.so
 CAPI_SCENARIO := $(BUILD)/tests/capi-scenario
 NB_OVERLAP := $(BUILD)/bench/nb-overlap
+LOADGEN := $(BUILD)/bench/loadgen
+LIMITS := $(BUILD)/bench/limits
 MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
 
@@ -77,7 +79,7 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 .SECONDARY:
 
 all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
-     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP)
+     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS)
 
 $(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -109,6 +111,16 @@ $(NB_OVERLAP): bench/nb_overlap.c $(SHIM_LIB)
 	$(CC) -Iinclude $(MEMCACHED_CFLAGS) -std=gnu11 -g -O2 -Wall -Wextra -Werror $< \
 	    -L$(BUILD) -Wl,-rpath,'$$ORIGIN/..' -ldeception \
 	    $(shell $(PKG_CONFIG) --libs libmemcached) -o $@
+
+# The benchmarks' load generator: a plain libmemcached program (the shim serves it when preloaded).
+$(LOADGEN): bench/loadgen.c
+	@mkdir -p $(@D)
+	$(CC) $(MEMCACHED_CFLAGS) $(NESSIE_CFLAGS) -std=gnu11 -g -O2 $(WARN) -pthread $< \
+	    $(shell $(PKG_CONFIG) --libs libmemcached) $(NESSIE_LIBS) -lm -o $@
+
+$(LIMITS): bench/limits.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -g -O2 $(WARN) $< -o $@
 
 $(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -151,6 +163,16 @@ demo: deps
 # Build and run the tests without the dependency check.
 check: all $(UNIT_BIN)
 	@SAN=$(SAN) BUILD=$(BUILD) tests/run-unit $(if $(wildcard tests/stress/stress.c),--stress $(STRESS_BIN)) --integration $(UNIT_BIN)
+
+# Benchmarks (bench/): never part of the tests, since timing on a shared machine is noise there.
+# bench-quick compares Nessie with memcached in under three minutes; bench runs every experiment.
+bench-quick: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/quick.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/run-all.sh
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check

@@ -85,6 +85,14 @@ enum nessie_abort {
     NESSIE_ABORT_COUNT
 };
 
+/* Per-call distributions of fabric traffic (the paper's figures 8 to 11 are their CDFs): bin i of
+ * ops_hist counts calls that posted i fabric requests (the last bin: that many or more); bin i of
+ * bytes_hist counts calls that moved [2^(i-1), 2^i) bytes over the fabric (bin 0: none). A call's
+ * traffic is what its thread's endpoint posted between the call's start and its end, so a PUT's
+ * includes the MIGRATEs it ran; DTEs the node reads from its own memory are not fabric traffic. */
+#define NESSIE_HIST_OPS 24
+#define NESSIE_HIST_BYTES 28
+
 struct nessie_op_counters {
     uint64_t ops;                 /* calls */
     uint64_t attempts;            /* attempts (ops + retries) */
@@ -97,6 +105,8 @@ struct nessie_op_counters {
     uint64_t prev_version_hits;
     uint64_t aborts[NESSIE_ABORT_COUNT];
     uint64_t outcomes[NESSIE_STATUS_COUNT];
+    uint64_t ops_hist[NESSIE_HIST_OPS];
+    uint64_t bytes_hist[NESSIE_HIST_BYTES];
 };
 
 struct nessie_counters {

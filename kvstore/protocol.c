@@ -61,6 +61,8 @@ struct op {
     bool pre_valid;
     uint64_t pre_ite;
     uint64_t pre_t;
+    /* The endpoint's totals when the call started, for its traffic histograms. */
+    uint64_t fab_ops0, fab_bytes0;
 };
 
 /* A DTE as read: header copy, key and (if read) value. */
@@ -138,6 +140,14 @@ void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t 
     }
 }
 
+/* Remember the endpoint's totals: finish() charges the difference to the call. */
+static void op_traffic_mark(struct op *op)
+{
+    const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
+    op->fab_ops0 = st->reads + st->writes + st->cas;
+    op->fab_bytes0 = st->bytes_read + st->bytes_written;
+}
+
 static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
                     const void *key, size_t klen)
 {
@@ -157,6 +167,7 @@ static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind ki
     op->deadline = nessie_mono_ns() + (uint64_t)nd->cfg.op_timeout_ms * 1000000ULL;
     ctx->kind = kind;
     CTR_ADD(OPC(ctx).ops, 1);
+    op_traffic_mark(op);
 }
 
 /* Step 0: an attempt that outlived one expiration period may hold stale views: abort it. */
@@ -581,6 +592,15 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
 static int finish(struct op *op, int status)
 {
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
+    const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
+    uint64_t ops = st->reads + st->writes + st->cas - op->fab_ops0;
+    uint64_t bytes = st->bytes_read + st->bytes_written - op->fab_bytes0;
+    int ob = ops < NESSIE_HIST_OPS ? (int)ops : NESSIE_HIST_OPS - 1;
+    int bb = bytes ? 64 - __builtin_clzll(bytes) : 0;
+    if (bb >= NESSIE_HIST_BYTES)
+        bb = NESSIE_HIST_BYTES - 1;
+    CTR_ADD(OPC(op->ctx).ops_hist[ob], 1);
+    CTR_ADD(OPC(op->ctx).bytes_hist[bb], 1);
     return status;
 }
 
@@ -636,7 +656,8 @@ int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
         }
         /* All in flight at once; a batch the endpoint cannot take (or a failed read) just
          * leaves those GETs to read I_1 themselves. */
-        if (nwr && fab_post(ctx->ep, wrs, nwr) == FAB_OK) {
+        bool batched = nwr && fab_post(ctx->ep, wrs, nwr) == FAB_OK;
+        if (batched) {
             CTR_ADD(OPC(ctx).ite_reads, nwr);
             CTR_ADD(OPC(ctx).bytes_read, 8 * nwr);
             for (size_t got = 0; got < nwr;) {
@@ -655,6 +676,12 @@ int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
             }
             struct op *op = &ops[i];
             ctx->kind = NESSIE_OPK_GET;
+            /* Its traffic: its own, and its one READ of the shared batch. */
+            op_traffic_mark(op);
+            if (batched) {
+                op->fab_ops0 -= 1;
+                op->fab_bytes0 -= 8;
+            }
             int status = NESSIE_OK;
             RUN_ATTEMPTS(op, get_attempt(op, &it, &status));
             done(user, base + i, finish(op, status), status == NESSIE_OK ? &it : NULL);

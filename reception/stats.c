@@ -3,6 +3,7 @@
  */
 #include "stats.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,16 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_F(name, per(o->cas, o->ops));
         snprintf(name, sizeof(name), "nessie_%s_bytes_per_op", opk_name[k]);
         STAT_F(name, per(o->bytes_read + o->bytes_written, o->ops));
+        /* Their distributions, as comma-separated bin counts (see NESSIE_HIST_OPS). */
+        GString *h = g_string_new(NULL);
+        for (int b = 0; b < NESSIE_HIST_OPS; b++)
+            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", o->ops_hist[b]);
+        g_string_append_printf(out, "STAT nessie_%s_fabric_ops_hist %s\r\n", opk_name[k], h->str);
+        g_string_truncate(h, 0);
+        for (int b = 0; b < NESSIE_HIST_BYTES; b++)
+            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", o->bytes_hist[b]);
+        g_string_append_printf(out, "STAT nessie_%s_fabric_bytes_hist %s\r\n", opk_name[k], h->str);
+        g_string_free(h, TRUE);
     }
     uint64_t hits = 0, misses = 0;
     for (int k = 0; k < NESSIE_OPK_COUNT; k++) {

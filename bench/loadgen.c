@@ -1,0 +1,697 @@
+/*
+ * loadgen.c - build/bench/loadgen: the load generator of the benchmark scripts.
+ *
+ * An ordinary libmemcached program: run as is, it loads a memcached server; run through the shim
+ * (tools/nessie-run build/bench/loadgen ...), the very same binary loads Nessie. That is what
+ * makes a Nessie / memcached ratio mean something: same client code, same calls, same run.
+ *
+ * Workload (the papers' parameters): keys of --key-size bytes (128), values of --value-size
+ * bytes, --get-ratio GETs and the rest SETs, keys drawn uniformly or from YCSB's scrambled Zipf
+ * (theta 0.99) over --keys keys, --procs processes of --threads threads, each thread with its own
+ * memcached_st. Closed loop by default; --rate R offers R ops/s in all (open loop): each thread
+ * issues on a fixed schedule and latency counts from the scheduled time, so a slow system is not
+ * flattered by the requests it delayed (coordinated omission).
+ *
+ * Every GET checks what it read: the length, and the key's tag in the first 8 bytes. A wrong value
+ * is an error (counted, and the exit status is 1).
+ *
+ * Output: one CSV row on stdout (--csv-header prints the header first), a human summary on
+ * stderr, and with --progress a line per second on stderr. CPU seconds are measured over the
+ * measured window only: the client threads' own (CLOCK_THREAD_CPUTIME_ID) and, for each
+ * --watch-pid, the process's utime+stime from /proc (daemons, memcached).
+ */
+#include <errno.h>
+#include <glib.h>
+#include <inttypes.h>
+#include <libmemcached/memcached.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Latency histogram: exact below 64 ns, then 32 sub-buckets per power of two (<= 3 % error),
+ * up to 2^40 ns (18 minutes). Fixed size so it can live in memory shared by the processes. */
+#define HIST_SUB 32
+#define HIST_BINS (64 + (40 - 6 + 1) * HIST_SUB)
+/* At most this many watched processes (daemons, memcached). */
+#define MAX_WATCH 16
+/* Open loop: below this distance to the next scheduled op a thread spins instead of sleeping,
+ * since a sleep costs a wake-up (~60 us here) and would shift the schedule. */
+#define OPEN_LOOP_SPIN_NS 100000
+
+enum { OP_GET = 0, OP_SET = 1, OP_KINDS };
+
+/* One thread's results; lives in a MAP_SHARED page so forked processes report to the parent. */
+struct thread_result {
+    uint64_t ops[OP_KINDS];
+    uint64_t ok[OP_KINDS];   /* GET hits with the right value; SETs stored */
+    uint64_t misses;         /* GET NOTFOUND */
+    uint64_t errors;         /* anything else, wrong values included */
+    uint64_t bad_values;
+    uint64_t late;           /* open loop: ops issued more than 1 ms after their time */
+    uint64_t cpu_ns;         /* thread CPU time over the measured window */
+    uint64_t elapsed_ns;     /* --ops mode: the thread's measured time */
+    uint64_t hist[OP_KINDS][HIST_BINS];
+    char first_error[160];
+};
+
+/* What the parent and every thread of every process share. */
+struct shared {
+    atomic_uint ready;         /* threads connected and waiting */
+    atomic_uint failed;        /* threads that could not start */
+    _Atomic uint64_t t_start;  /* 0 until the parent sets it: warm-up begins */
+    _Atomic uint64_t t_measure; /* warm-up ends, measurement begins */
+    _Atomic uint64_t t_end;    /* measurement ends (duration mode) */
+    _Atomic uint64_t progress_ops; /* ops completed in the measured window, for --progress */
+    struct thread_result res[];
+};
+
+/* Options; file static because every thread reads them and they never change after parsing. */
+static struct {
+    char *servers;
+    gboolean binary;
+    int key_size, value_size;
+    double get_ratio;
+    char *dist;
+    double theta;
+    int64_t keys;
+    int procs, threads;
+    double duration, warmup;
+    int64_t ops;
+    double rate;
+    gboolean no_preload, csv_header, header_only, progress;
+    char *label;
+    char **watch; /* NAME:PID */
+    uint64_t seed;
+} opt = {
+    .key_size = 128, .value_size = 1024, .get_ratio = 0.9, .theta = 0.99, .keys = 10000,
+    .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42,
+};
+
+static bool zipf;
+/* The Zipf generator's constants (YCSB's ZipfianGenerator), computed once before forking. */
+static double zipf_zetan, zipf_alpha, zipf_eta, zipf_half_pow;
+static struct shared *sh;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+    struct timespec ts = {(time_t)(t / 1000000000ULL), (long)(t % 1000000000ULL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static int hist_bin(uint64_t v)
+{
+    if (v < 64)
+        return (int)v;
+    int e = 63 - __builtin_clzll(v);
+    if (e > 40)
+        return HIST_BINS - 1;
+    return 64 + (e - 6) * HIST_SUB + (int)((v >> (e - 5)) - HIST_SUB);
+}
+
+/* Midpoint of a bin, ns. */
+static double hist_value(int bin)
+{
+    if (bin < 64)
+        return bin;
+    int e = (bin - 64) / HIST_SUB + 6;
+    uint64_t sub = (uint64_t)((bin - 64) % HIST_SUB + HIST_SUB);
+    uint64_t lo = sub << (e - 5), width = 1ULL << (e - 5);
+    return (double)lo + (double)width / 2;
+}
+
+/* The q-quantile (0..1) of a histogram, microseconds; 0 when it is empty. */
+static double hist_quantile(const uint64_t *h, double q)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < HIST_BINS; i++)
+        n += h[i];
+    if (n == 0)
+        return 0;
+    uint64_t rank = (uint64_t)ceil(q * (double)n), seen = 0;
+    if (rank == 0)
+        rank = 1;
+    for (int i = 0; i < HIST_BINS; i++) {
+        seen += h[i];
+        if (seen >= rank)
+            return hist_value(i) / 1000.0;
+    }
+    return hist_value(HIST_BINS - 1) / 1000.0;
+}
+
+static double hist_mean(const uint64_t *h)
+{
+    double sum = 0;
+    uint64_t n = 0;
+    for (int i = 0; i < HIST_BINS; i++) {
+        sum += hist_value(i) * (double)h[i];
+        n += h[i];
+    }
+    return n ? sum / (double)n / 1000.0 : 0;
+}
+
+/* splitmix64: a thread's random stream. */
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double rnd_unit(uint64_t *s)
+{
+    return (double)(rnd(s) >> 11) * 0x1.0p-53;
+}
+
+static uint64_t fnv1a64(uint64_t v)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (i * 8)) & 0xff;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
+ * databases"), items 0..n-1 with 0 the most popular. */
+static void zipf_init(uint64_t n, double theta)
+{
+    double zeta2 = 1.0 + pow(0.5, theta);
+    zipf_zetan = 0;
+    for (uint64_t i = 1; i <= n; i++)
+        zipf_zetan += 1.0 / pow((double)i, theta);
+    zipf_alpha = 1.0 / (1.0 - theta);
+    zipf_eta = (1.0 - pow(2.0 / (double)n, 1.0 - theta)) / (1.0 - zeta2 / zipf_zetan);
+    zipf_half_pow = 1.0 + pow(0.5, theta);
+}
+
+/* Next key index. Zipf ranks are scrambled with FNV-1a as in YCSB's ScrambledZipfianGenerator,
+ * so the popular keys are spread over the key space (and over the nodes), not packed at 0. */
+static uint64_t next_key(uint64_t *s)
+{
+    uint64_t n = (uint64_t)opt.keys;
+    if (!zipf)
+        return rnd(s) % n;
+    double u = rnd_unit(s), uz = u * zipf_zetan;
+    uint64_t rank;
+    if (uz < 1.0)
+        rank = 0;
+    else if (uz < zipf_half_pow)
+        rank = 1;
+    else
+        rank = (uint64_t)((double)n * pow(zipf_eta * u - zipf_eta + 1.0, zipf_alpha));
+    if (rank >= n)
+        rank = n - 1;
+    return fnv1a64(rank) % n;
+}
+
+/* Key i: "lg<i>:" padded with 'k' to key_size bytes. */
+static void make_key(char *buf, uint64_t i)
+{
+    int n = snprintf(buf, (size_t)opt.key_size + 1, "lg%" PRIu64 ":", i);
+    if (n < opt.key_size)
+        memset(buf + n, 'k', (size_t)(opt.key_size - n));
+    buf[opt.key_size] = '\0';
+}
+
+/* Value of key i: its index in the first 8 bytes (checked by GETs), then a fixed pattern. */
+static void tag_value(char *val, uint64_t i)
+{
+    if (opt.value_size >= 8)
+        memcpy(val, &i, 8);
+}
+
+static memcached_st *connect_client(void)
+{
+    memcached_st *m = memcached_create(NULL);
+    if (!m)
+        return NULL;
+    memcached_server_st *list = memcached_servers_parse(opt.servers);
+    if (!list || memcached_server_push(m, list) != MEMCACHED_SUCCESS) {
+        if (list)
+            memcached_server_list_free(list);
+        memcached_free(m);
+        return NULL;
+    }
+    memcached_server_list_free(list);
+    if (opt.binary)
+        memcached_behavior_set(m, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+    /* A benchmark client wants each request on the wire at once, as memslap does. */
+    memcached_behavior_set(m, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+    return m;
+}
+
+static void note_error(struct thread_result *r, const char *what, memcached_st *m,
+                       memcached_return_t rc)
+{
+    r->errors++;
+    if (!r->first_error[0])
+        snprintf(r->first_error, sizeof(r->first_error), "%s: %s", what,
+                 memcached_strerror(m, rc));
+}
+
+struct thread_arg {
+    unsigned index; /* global thread index */
+};
+
+/* One client thread: connect, wait for the start, run until the end; results in sh->res[]. */
+static void *client_thread(void *p)
+{
+    const struct thread_arg *ta = p;
+    struct thread_result *r = &sh->res[ta->index];
+    uint64_t seed = opt.seed * 1000003ULL + ta->index;
+    char *key = malloc((size_t)opt.key_size + 1);
+    char *val = malloc((size_t)opt.value_size ? (size_t)opt.value_size : 1);
+    memcached_st *m = connect_client();
+    if (!key || !val || !m) {
+        snprintf(r->first_error, sizeof(r->first_error), "cannot create a client");
+        atomic_fetch_add(&sh->failed, 1);
+        free(key);
+        free(val);
+        return NULL;
+    }
+    memset(val, 'v', (size_t)opt.value_size);
+    atomic_fetch_add(&sh->ready, 1);
+    uint64_t t_start;
+    while ((t_start = atomic_load(&sh->t_start)) == 0)
+        usleep(1000);
+    sleep_until(t_start);
+    uint64_t t_measure = atomic_load(&sh->t_measure), t_end = atomic_load(&sh->t_end);
+    unsigned nthreads = (unsigned)(opt.procs * opt.threads);
+    /* Open loop: this thread's share of the rate, with a random phase so threads interleave. */
+    double period = opt.rate > 0 ? 1e9 * nthreads / opt.rate : 0;
+    double next = (double)t_start + (period > 0 ? rnd_unit(&seed) * period : 0);
+    int64_t quota = opt.ops > 0 ? opt.ops / (int64_t)nthreads : -1;
+    bool measuring = false;
+    uint64_t cpu0 = 0, t0 = 0, progress_batch = 0;
+    for (;;) {
+        uint64_t sched = 0, t = now_ns();
+        if (period > 0) {
+            sched = (uint64_t)next;
+            next += period;
+            if (sched > t + OPEN_LOOP_SPIN_NS)
+                sleep_until(sched - OPEN_LOOP_SPIN_NS / 2);
+            while ((t = now_ns()) < sched)
+                ;
+        }
+        if (!measuring && t >= t_measure) {
+            measuring = true;
+            cpu0 = thread_cpu_ns();
+            t0 = t;
+        }
+        if (measuring && (quota == 0 || (quota < 0 && t >= t_end)))
+            break;
+        uint64_t k = next_key(&seed);
+        make_key(key, k);
+        int kind = rnd_unit(&seed) < opt.get_ratio ? OP_GET : OP_SET;
+        bool ok = false;
+        if (kind == OP_GET) {
+            size_t len = 0;
+            uint32_t flags = 0;
+            memcached_return_t rc;
+            char *v = memcached_get(m, key, (size_t)opt.key_size, &len, &flags, &rc);
+            if (v) {
+                uint64_t tag = 0;
+                if (len >= 8)
+                    memcpy(&tag, v, 8);
+                if (len == (size_t)opt.value_size && (opt.value_size < 8 || tag == k)) {
+                    ok = true;
+                } else if (measuring) {
+                    r->bad_values++;
+                    r->errors++;
+                    if (!r->first_error[0])
+                        snprintf(r->first_error, sizeof(r->first_error),
+                                 "key %" PRIu64 ": wrong value (%zu bytes, tag %" PRIu64 ")", k,
+                                 len, tag);
+                }
+                free(v);
+            } else if (rc == MEMCACHED_NOTFOUND) {
+                if (measuring)
+                    r->misses++;
+            } else if (measuring) {
+                note_error(r, "get", m, rc);
+            }
+        } else {
+            tag_value(val, k);
+            memcached_return_t rc =
+                memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size, 0, 0);
+            if (rc == MEMCACHED_SUCCESS)
+                ok = true;
+            else if (measuring)
+                note_error(r, "set", m, rc);
+        }
+        if (!measuring)
+            continue;
+        uint64_t done = now_ns();
+        uint64_t lat = done - (period > 0 ? sched : t);
+        if (period > 0 && t > sched + 1000000)
+            r->late++;
+        r->ops[kind]++;
+        if (ok)
+            r->ok[kind]++;
+        r->hist[kind][hist_bin(lat)]++;
+        if (quota > 0)
+            quota--;
+        if (++progress_batch == 64) {
+            atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
+            progress_batch = 0;
+        }
+    }
+    atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
+    r->cpu_ns = thread_cpu_ns() - cpu0;
+    r->elapsed_ns = now_ns() - t0;
+    memcached_free(m);
+    free(key);
+    free(val);
+    return NULL;
+}
+
+/* A child process: its threads, then exit. */
+static void run_process(int proc)
+{
+    pthread_t tid[opt.threads];
+    struct thread_arg args[opt.threads];
+    for (int i = 0; i < opt.threads; i++) {
+        args[i].index = (unsigned)(proc * opt.threads + i);
+        if (pthread_create(&tid[i], NULL, client_thread, &args[i]) != 0) {
+            atomic_fetch_add(&sh->failed, 1);
+            tid[i] = 0;
+        }
+    }
+    for (int i = 0; i < opt.threads; i++)
+        if (tid[i])
+            pthread_join(tid[i], NULL);
+}
+
+/* Store every key once, so GETs hit. Returns the number of failed SETs. */
+static int64_t preload(void)
+{
+    memcached_st *m = connect_client();
+    if (!m)
+        return opt.keys;
+    char *key = malloc((size_t)opt.key_size + 1), *val = malloc((size_t)opt.value_size + 8);
+    memset(val, 'v', (size_t)opt.value_size + 8);
+    int64_t failed = 0;
+    memcached_return_t last = MEMCACHED_SUCCESS;
+    for (int64_t i = 0; i < opt.keys; i++) {
+        make_key(key, (uint64_t)i);
+        tag_value(val, (uint64_t)i);
+        memcached_return_t rc =
+            memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size, 0, 0);
+        if (rc != MEMCACHED_SUCCESS) {
+            failed++;
+            last = rc;
+        }
+    }
+    if (failed)
+        fprintf(stderr, "loadgen: preload: %" PRId64 " of %" PRId64 " SETs failed (%s)\n", failed,
+                opt.keys, memcached_strerror(m, last));
+    memcached_free(m);
+    free(key);
+    free(val);
+    return failed;
+}
+
+struct watched {
+    char name[32];
+    int pid;
+    uint64_t ticks0, ticks1;
+    bool gone;
+};
+
+/* utime + stime of a process, in clock ticks; false if it is gone. */
+static bool proc_ticks(int pid, uint64_t *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return false;
+    /* Fields after the command: state(3) ... utime(14) stime(15). */
+    unsigned long ut = 0, st = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return false;
+    *ticks = ut + st;
+    return true;
+}
+
+static GOptionEntry entries[] = {
+    {"servers", 's', 0, G_OPTION_ARG_STRING, &opt.servers, "memcached servers (default 127.0.0.1:11211)", "HOST:PORT[,..]"},
+    {"binary", 'b', 0, G_OPTION_ARG_NONE, &opt.binary, "binary protocol (default: ascii)", NULL},
+    {"key-size", 'k', 0, G_OPTION_ARG_INT, &opt.key_size, "key bytes, 16..250 (default 128, the paper's)", "N"},
+    {"value-size", 'v', 0, G_OPTION_ARG_INT, &opt.value_size, "value bytes (default 1024)", "N"},
+    {"get-ratio", 'g', 0, G_OPTION_ARG_DOUBLE, &opt.get_ratio, "fraction of GETs, 0..1 (default 0.9)", "F"},
+    {"dist", 'd', 0, G_OPTION_ARG_STRING, &opt.dist, "key distribution: uniform (default) or zipf", "D"},
+    {"theta", 0, 0, G_OPTION_ARG_DOUBLE, &opt.theta, "Zipf skew (default 0.99, YCSB's)", "F"},
+    {"keys", 'n', 0, G_OPTION_ARG_INT64, &opt.keys, "distinct keys (default 10000)", "N"},
+    {"procs", 'P', 0, G_OPTION_ARG_INT, &opt.procs, "client processes (default 1)", "N"},
+    {"threads", 't', 0, G_OPTION_ARG_INT, &opt.threads, "threads per process (default 1)", "N"},
+    {"duration", 'D', 0, G_OPTION_ARG_DOUBLE, &opt.duration, "measured seconds (default 5)", "S"},
+    {"warmup", 'w', 0, G_OPTION_ARG_DOUBLE, &opt.warmup, "unmeasured seconds first (default 1)", "S"},
+    {"ops", 'o', 0, G_OPTION_ARG_INT64, &opt.ops, "measure this many ops in all instead of a duration", "N"},
+    {"rate", 'r', 0, G_OPTION_ARG_DOUBLE, &opt.rate, "open loop: offered ops/s in all (default: closed loop)", "R"},
+    {"no-preload", 0, 0, G_OPTION_ARG_NONE, &opt.no_preload, "do not store every key first", NULL},
+    {"label", 'l', 0, G_OPTION_ARG_STRING, &opt.label, "first CSV column (default: loadgen)", "S"},
+    {"watch-pid", 'W', 0, G_OPTION_ARG_STRING_ARRAY, &opt.watch, "count this process's CPU seconds (repeatable)", "NAME:PID"},
+    {"csv-header", 'H', 0, G_OPTION_ARG_NONE, &opt.csv_header, "print the CSV header line first", NULL},
+    {"header-only", 0, 0, G_OPTION_ARG_NONE, &opt.header_only, "print the CSV header line and exit", NULL},
+    {"progress", 'p', 0, G_OPTION_ARG_NONE, &opt.progress, "a line per second on stderr", NULL},
+    {"seed", 0, 0, G_OPTION_ARG_INT64, &opt.seed, "random seed (default 42)", "N"},
+    {NULL, 0, 0, 0, NULL, NULL, NULL},
+};
+
+#define CSV_HEADER                                                                                \
+    "label,value_size,key_size,get_ratio,dist,keys,procs,threads,offered_rate,seconds,ops,"      \
+    "ops_per_s,gets,get_hits,misses,sets,errors,goodput_mb_s,p50_us,p99_us,p999_us,mean_us,"     \
+    "get_p50_us,get_p99_us,set_p50_us,set_p99_us,cpu_client_s,cpu_server_s,cpu_us_per_op,late"
+
+int main(int argc, char **argv)
+{
+    GError *err = NULL;
+    GOptionContext *ctx = g_option_context_new("- the Nessie benchmarks' load generator");
+    g_option_context_set_summary(ctx,
+        "Loads memcached servers through libmemcached; run through tools/nessie-run to load\n"
+        "Nessie with the same binary. Prints one CSV row (see --csv-header) on stdout.");
+    g_option_context_add_main_entries(ctx, entries, NULL);
+    if (!g_option_context_parse(ctx, &argc, &argv, &err)) {
+        fprintf(stderr, "loadgen: %s (try --help)\n", err->message);
+        return 2;
+    }
+    g_option_context_free(ctx);
+    if (opt.header_only) {
+        printf("%s\n", CSV_HEADER);
+        return 0;
+    }
+    if (!opt.servers)
+        opt.servers = g_strdup("127.0.0.1:11211");
+    if (!opt.dist)
+        opt.dist = g_strdup("uniform");
+    if (!opt.label)
+        opt.label = g_strdup("loadgen");
+    zipf = strcmp(opt.dist, "zipf") == 0;
+    const char *bad = NULL;
+    if (!zipf && strcmp(opt.dist, "uniform") != 0)
+        bad = "--dist must be uniform or zipf";
+    else if (opt.key_size < 16 || opt.key_size > 250)
+        bad = "--key-size must be 16..250";
+    else if (opt.value_size < 0 || opt.value_size > 64 * 1024 * 1024)
+        bad = "--value-size must be 0..64 MiB";
+    else if (opt.get_ratio < 0 || opt.get_ratio > 1)
+        bad = "--get-ratio must be 0..1";
+    else if (opt.keys < 1 || opt.procs < 1 || opt.threads < 1 || opt.procs * opt.threads > 4096)
+        bad = "--keys, --procs and --threads must be >= 1 (procs x threads <= 4096)";
+    else if (opt.duration <= 0 || opt.warmup < 0 || opt.ops < 0 || opt.rate < 0)
+        bad = "--duration must be > 0; --warmup, --ops and --rate >= 0";
+    else if (zipf && (opt.theta <= 0 || opt.theta >= 1))
+        bad = "--theta must be in (0, 1)";
+    if (bad) {
+        fprintf(stderr, "loadgen: %s\n", bad);
+        return 2;
+    }
+    struct watched watch[MAX_WATCH];
+    int nwatch = 0;
+    for (char **w = opt.watch; w && *w; w++) {
+        char *colon = strrchr(*w, ':');
+        if (nwatch == MAX_WATCH || !colon || atoi(colon + 1) <= 0) {
+            fprintf(stderr, "loadgen: --watch-pid %s: expected NAME:PID (at most %d)\n", *w,
+                    MAX_WATCH);
+            return 2;
+        }
+        memset(&watch[nwatch], 0, sizeof(watch[nwatch]));
+        snprintf(watch[nwatch].name, sizeof(watch[nwatch].name), "%.*s", (int)(colon - *w), *w);
+        watch[nwatch].pid = atoi(colon + 1);
+        nwatch++;
+    }
+    if (zipf)
+        zipf_init((uint64_t)opt.keys, opt.theta);
+
+    unsigned nthreads = (unsigned)(opt.procs * opt.threads);
+    size_t shbytes = sizeof(struct shared) + nthreads * sizeof(struct thread_result);
+    sh = mmap(NULL, shbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("loadgen: mmap");
+        return 1;
+    }
+    if (!opt.no_preload && preload() == opt.keys) {
+        fprintf(stderr, "loadgen: every preload SET failed: is the server there?\n");
+        return 1;
+    }
+    /* Children are forked before any thread exists, so fork is safe. */
+    pid_t kids[opt.procs];
+    for (int p = 0; p < opt.procs; p++) {
+        kids[p] = fork();
+        if (kids[p] < 0) {
+            perror("loadgen: fork");
+            atomic_store(&sh->t_start, 1);
+            return 1;
+        }
+        if (kids[p] == 0) {
+            run_process(p);
+            _exit(0);
+        }
+    }
+    while (atomic_load(&sh->ready) + atomic_load(&sh->failed) < nthreads)
+        usleep(1000);
+    uint64_t t_start = now_ns() + 20000000ULL;
+    uint64_t t_measure = t_start + (uint64_t)(opt.warmup * 1e9);
+    uint64_t t_end = t_measure + (uint64_t)(opt.duration * 1e9);
+    atomic_store(&sh->t_measure, t_measure);
+    atomic_store(&sh->t_end, t_end);
+    atomic_store(&sh->t_start, t_start);
+    if (atomic_load(&sh->failed))
+        fprintf(stderr, "loadgen: %u threads could not start\n", atomic_load(&sh->failed));
+
+    sleep_until(t_measure);
+    for (int i = 0; i < nwatch; i++)
+        watch[i].gone = !proc_ticks(watch[i].pid, &watch[i].ticks0);
+    /* Sample the watched processes' CPU when the last thread is done: in duration mode that is
+     * t_end; in --ops mode it is when the children exit. */
+    int alive = opt.procs;
+    uint64_t last_ops = 0, last_t = now_ns(), t_next = t_measure + 1000000000ULL;
+    bool sampled = false;
+    while (alive > 0) {
+        int status;
+        pid_t w = waitpid(-1, &status, WNOHANG);
+        if (w > 0) {
+            alive--;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                fprintf(stderr, "loadgen: client process %d died\n", (int)w);
+            continue;
+        }
+        uint64_t t = now_ns();
+        if (!sampled && opt.ops == 0 && t >= t_end) {
+            for (int i = 0; i < nwatch; i++)
+                watch[i].gone |= !proc_ticks(watch[i].pid, &watch[i].ticks1);
+            sampled = true;
+        }
+        if (opt.progress && t >= t_next) {
+            uint64_t o = atomic_load(&sh->progress_ops);
+            fprintf(stderr, "loadgen: %s %4.0f s  %10.0f ops/s\n", opt.label,
+                    (double)(t - t_measure) / 1e9, (double)(o - last_ops) * 1e9 / (double)(t - last_t));
+            last_ops = o;
+            last_t = t;
+            t_next += 1000000000ULL;
+        }
+        usleep(2000);
+    }
+    if (!sampled)
+        for (int i = 0; i < nwatch; i++)
+            watch[i].gone |= !proc_ticks(watch[i].pid, &watch[i].ticks1);
+
+    /* Sum the threads. */
+    static struct thread_result tot;
+    uint64_t all_hist[HIST_BINS] = {0};
+    double cpu_client = 0, seconds = opt.duration;
+    uint64_t max_elapsed = 0;
+    const char *first_error = NULL;
+    for (unsigned t = 0; t < nthreads; t++) {
+        struct thread_result *r = &sh->res[t];
+        for (int k = 0; k < OP_KINDS; k++) {
+            tot.ops[k] += r->ops[k];
+            tot.ok[k] += r->ok[k];
+            for (int b = 0; b < HIST_BINS; b++) {
+                tot.hist[k][b] += r->hist[k][b];
+                all_hist[b] += r->hist[k][b];
+            }
+        }
+        tot.misses += r->misses;
+        tot.errors += r->errors;
+        tot.bad_values += r->bad_values;
+        tot.late += r->late;
+        cpu_client += (double)r->cpu_ns / 1e9;
+        if (r->elapsed_ns > max_elapsed)
+            max_elapsed = r->elapsed_ns;
+        if (!first_error && r->first_error[0])
+            first_error = r->first_error;
+    }
+    if (opt.ops > 0 && max_elapsed > 0)
+        seconds = (double)max_elapsed / 1e9;
+    double hz = (double)sysconf(_SC_CLK_TCK), cpu_server = 0;
+    for (int i = 0; i < nwatch; i++) {
+        if (watch[i].gone)
+            fprintf(stderr, "loadgen: watched process %s (%d) went away\n", watch[i].name,
+                    watch[i].pid);
+        else
+            cpu_server += (double)(watch[i].ticks1 - watch[i].ticks0) / hz;
+    }
+    uint64_t ops = tot.ops[OP_GET] + tot.ops[OP_SET];
+    uint64_t good = tot.ok[OP_GET] + tot.ok[OP_SET];
+    double ops_s = (double)ops / seconds;
+    double goodput = (double)good * opt.value_size / seconds / 1e6;
+    double cpu_per_op = ops ? (cpu_client + cpu_server) / (double)ops * 1e6 : 0;
+
+    if (opt.csv_header)
+        printf("%s\n", CSV_HEADER);
+    printf("%s,%d,%d,%.2f,%s,%" PRId64 ",%d,%d,%.0f,%.3f,%" PRIu64 ",%.0f,%" PRIu64 ",%" PRIu64
+           ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%" PRIu64 "\n",
+           opt.label, opt.value_size, opt.key_size, opt.get_ratio, opt.dist, opt.keys, opt.procs,
+           opt.threads, opt.rate, seconds, ops, ops_s, tot.ops[OP_GET], tot.ok[OP_GET], tot.misses,
+           tot.ops[OP_SET], tot.errors, goodput, hist_quantile(all_hist, 0.5),
+           hist_quantile(all_hist, 0.99), hist_quantile(all_hist, 0.999), hist_mean(all_hist),
+           hist_quantile(tot.hist[OP_GET], 0.5), hist_quantile(tot.hist[OP_GET], 0.99),
+           hist_quantile(tot.hist[OP_SET], 0.5), hist_quantile(tot.hist[OP_SET], 0.99), cpu_client,
+           cpu_server, cpu_per_op, tot.late);
+    fflush(stdout);
+    fprintf(stderr,
+            "loadgen: %s: %" PRIu64 " ops in %.2f s = %.0f ops/s, goodput %.1f MB/s, p50 %.2f us, "
+            "p99 %.2f us, p99.9 %.2f us, misses %" PRIu64 ", errors %" PRIu64 ", CPU %.2f s client + "
+            "%.2f s server\n",
+            opt.label, ops, seconds, ops_s, goodput, hist_quantile(all_hist, 0.5),
+            hist_quantile(all_hist, 0.99), hist_quantile(all_hist, 0.999), tot.misses, tot.errors,
+            cpu_client, cpu_server);
+    if (first_error)
+        fprintf(stderr, "loadgen: first error: %s\n", first_error);
+    if (atomic_load(&sh->failed))
+        return 1;
+    return tot.errors ? 1 : 0;
+}
