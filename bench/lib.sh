@@ -176,6 +176,36 @@ run_nessie() {
     LAST_ROW=$row
 }
 
+# One loadgen per node, all at once, each through the shim of its own node's daemon (as in the
+# paper, where every node runs clients: entries then live on every node, and GETs read remote
+# ones). Appends a row per node (label LABEL-nodeI) and sets SUM_OPS and SUM_GOODPUT to the sums.
+# Usage: run_nessie_every_node LABEL [LOADGEN ARGS...]
+run_nessie_every_node() {
+    label=$1
+    shift
+    i=0
+    pids=""
+    for p in $NESSIE_PIDS; do
+        NESSIE_NODE=$i NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" "$LOADGEN" \
+            -s 127.0.0.1:9 -l "$label-node$i" -D "$BENCH_SECONDS" -w "$BENCH_WARMUP" -W "node$i:$p" "$@" \
+            >"$OUT/row$i.tmp" 2>>"$OUT/loadgen.log" &
+        pids="$pids $!"
+        i=$((i + 1))
+    done
+    for p in $pids; do wait "$p" || bench_die "a loadgen failed (see $OUT/loadgen.log)"; done
+    SUM_OPS=0
+    SUM_GOODPUT=0
+    i=0
+    for p in $NESSIE_PIDS; do
+        row=$(cat "$OUT/row$i.tmp")
+        rm -f "$OUT/row$i.tmp"
+        _bench_row "$row"
+        SUM_OPS=$(echo "$SUM_OPS $(row_field "$row" ops_per_s)" | awk '{print $1 + $2}')
+        SUM_GOODPUT=$(echo "$SUM_GOODPUT $(row_field "$row" goodput_mb_s)" | awk '{print $1 + $2}')
+        i=$((i + 1))
+    done
+}
+
 # A field of a loadgen row by column name. Usage: row_field "$LAST_ROW" ops_per_s
 row_field() {
     "$LOADGEN" --header-only | awk -F, -v row="$1" -v name="$2" '
