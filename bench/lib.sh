@@ -45,6 +45,7 @@ bench_begin() {
     OUT=${BENCH_OUT:-$BENCH_ROOT/bench/results}/$1
     mkdir -p "$OUT"
     CSV=$OUT/$1.csv
+    rm -f "$OUT"/*.log "$OUT"/*.png "$OUT"/*.csv "$OUT"/*.tmp
     RUN=$OUT/run
     [ -x "$LOADGEN" ] || bench_die "$LOADGEN missing: run make first"
     [ -f "$BUILD/libdeception.so" ] || bench_die "$BUILD/libdeception.so missing: run make first"
