@@ -82,6 +82,7 @@ enum nessie_abort {
     NESSIE_ABORT_REVERSE_PASS,    /* an ITE changed under the operation */
     NESSIE_ABORT_TIMEOUT,         /* an attempt outlived one expiration period */
     NESSIE_ABORT_MIGRATE,         /* the migrate it needed failed */
+    NESSIE_ABORT_MEMORY,          /* no free entry yet: waited for recycled ones to expire */
     NESSIE_ABORT_COUNT
 };
 

@@ -61,6 +61,7 @@ struct op {
     bool pre_valid;
     uint64_t pre_ite;
     uint64_t pre_t;
+    bool memory_wait;               /* an attempt found no free entry and waited for one */
     /* The endpoint's totals when the call started, for its traffic histograms. */
     uint64_t fab_ops0, fab_bytes0;
 };
@@ -591,6 +592,9 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
 
 static int finish(struct op *op, int status)
 {
+    /* A call that ran out of time waiting for memory failed for lack of memory. */
+    if (status == NESSIE_TIMEOUT && op->memory_wait)
+        status = NESSIE_NO_MEMORY;
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
     uint64_t ops = st->reads + st->writes + st->cas - op->fab_ops0;
@@ -698,6 +702,15 @@ static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
         if (set[i] == p)
             return true;
     return false;
+}
+
+/* Whether a new DTE of these sizes, which found no free entry, will find one once recycled entries
+ * of its size class expire. */
+static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
+{
+    struct nessie_node *nd = op->node;
+    int cls = slab_class_for(&nd->slab, dte_size(key_len, value_len));
+    return cls >= 0 && slab_pending(&nd->slab, (uint32_t)cls);
 }
 
 /* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
@@ -1223,6 +1236,13 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         h.prev_ite = op->seen[cand];
         *status = dte_write_new(op, &h, op->id, op->key, v1, l1, v2, l2, op->filter, &mine);
+        if (*status == NESSIE_NO_MEMORY && memory_pending(op, h.key_len, l1 + l2)) {
+            /* Replaced entries are waiting out their expiration period: wait (back-off, within
+             * the call's budget) rather than fail, so writers are paced by recycling. */
+            op->memory_wait = true;
+            count_abort(op, NESSIE_ABORT_MEMORY);
+            return A_RETRY;
+        }
         if (*status != NESSIE_OK)
             return A_DONE;
         /* Step 3.1: swing the candidate to it. */

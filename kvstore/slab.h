@@ -55,6 +55,10 @@ int slab_class_for(const struct slab *s, uint64_t bytes);
  * slots. Returns 0 and *offset, or -1 when the region has nothing of that size (out of memory). */
 int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
 
+/* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw
+ * them: an allocation that failed may succeed once they expire (within one period). */
+bool slab_pending(struct slab *s, uint32_t cls);
+
 /* Give back a slot that was never made visible (its CAS failed): no expiry needed. */
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
 

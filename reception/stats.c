@@ -107,7 +107,8 @@ void recep_stats_channel_opened(struct recep_stats *st)
 
 static const char *const opk_name[NESSIE_OPK_COUNT] = {"get", "put", "delete", "migrate"};
 static const char *const abort_name[NESSIE_ABORT_COUNT] = {"invalid_dte", "cas_failed",
-                                                          "reverse_pass", "timeout", "migrate"};
+                                                          "reverse_pass", "timeout", "migrate",
+                                                          "memory"};
 
 #define STAT_U(name, v) g_string_append_printf(out, "STAT %s %llu\r\n", (name), \
                                                (unsigned long long)(v))

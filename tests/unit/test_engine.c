@@ -337,6 +337,36 @@ static void short_expiry(struct nessie_config *c)
     c->background_recycle = true;
 }
 
+static void inline_recycle_50ms(struct nessie_config *c)
+{
+    c->max_item_size = 4096;
+    c->expiration_ms = 50;
+    c->op_timeout_ms = 2000;
+    c->background_recycle = false;
+}
+
+/* Writers faster than recycling: a SET that finds the region full of replaced entries still in
+ * their expiration period waits for them (abort reason "memory") instead of failing. */
+static void test_full_of_recycled_entries_waits(void **state)
+{
+    (void)state;
+    cluster_open(1, 1024, 1 << 20, inline_recycle_50ms);
+    char v[1000];
+    memset(v, 'w', sizeof(v));
+    for (int i = 0; i < 3000; i++) {
+        snprintf(v, 16, "value-%06d", i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, "hot", 3, v, sizeof(v), 0, 0, 0, NULL),
+                         NESSIE_OK);
+    }
+    struct nessie_item it;
+    assert_int_equal(nessie_get(C.ctx[0], "hot", 3, &it), NESSIE_OK);
+    assert_memory_equal(it.value, "value-002999", 12);
+    struct nessie_counters c;
+    nessie_node_counters(C.node[0], &c);
+    assert_true(c.op[NESSIE_OPK_PUT].aborts[NESSIE_ABORT_MEMORY] > 0);
+    assert_int_equal(c.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], 0);
+}
+
 static void test_recycling_reuses_entries(void **state)
 {
     (void)state;
@@ -1016,6 +1046,7 @@ int main(void)
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_index_full_and_migrations, teardown),
+        cmocka_unit_test_teardown(test_full_of_recycled_entries_waits, teardown),
         cmocka_unit_test_teardown(test_recycling_reuses_entries, teardown),
         cmocka_unit_test_teardown(test_costs_at_load_factor_04, teardown),
         cmocka_unit_test_teardown(test_get_during_put_reads_previous_version, teardown),
