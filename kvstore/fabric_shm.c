@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,38 +242,70 @@ static unsigned char *peer_base(struct fab *fab, uint32_t node, int region)
     return (unsigned char *)base;
 }
 
+/*
+ * Copies into and out of memory other processes access concurrently.
+ *
+ * The words that change in place after a write is published (an index entry, a DTE's state and
+ * recycle words) are 8-byte aligned and lie in the first FAB_WORD_COPY_BYTES of any request the
+ * engine makes that touches them (layout.h: they are ITEs, or in a DTE's 64-byte header). Those
+ * bytes are copied with 8-byte atomic accesses, so a READ never tears such a word, as a NIC's
+ * never does. The bytes after them (a DTE's key and value) are written once, before the entry is
+ * published, and only read after: they are copied with memcpy, at memory bandwidth, behind an
+ * acquire (READ) or release (WRITE) fence that gives the ordering fabric.h promises. A value read
+ * by a reader that outlived the entry's expiration period may be torn; the engine's Step 0
+ * timers discard such reads, as they must on RDMA. ThreadSanitizer cannot know that, so its
+ * builds copy everything word by word.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define FAB_WORD_COPY_BYTES SIZE_MAX
+#else
+#define FAB_WORD_COPY_BYTES 64
+#endif
+
 /* READ: acquire loads of the shared bytes, 8 at a time where aligned. */
 void fab_copy_from_shared(void *dst, const unsigned char *src, size_t len)
 {
     unsigned char *d = dst;
+    size_t words = len < FAB_WORD_COPY_BYTES ? len : FAB_WORD_COPY_BYTES;
     size_t i = 0;
-    while (i < len && ((uintptr_t)(src + i) & 7) != 0) {
+    while (i < words && ((uintptr_t)(src + i) & 7) != 0) {
         d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i), memory_order_acquire);
         i++;
     }
-    for (; i + 8 <= len; i += 8) {
+    for (; i + 8 <= words; i += 8) {
         uint64_t w = atomic_load_explicit((const _Atomic uint64_t *)(src + i), memory_order_acquire);
         memcpy(d + i, &w, 8);
     }
-    for (; i < len; i++)
+    for (; i < words; i++)
         d[i] = atomic_load_explicit((const _Atomic unsigned char *)(src + i), memory_order_acquire);
+    if (i < len) {
+        /* Nothing below may be read before what was read above. */
+        atomic_thread_fence(memory_order_acquire);
+        memcpy(d + i, src + i, len - i);
+    }
 }
 
-/* WRITE: release stores into the shared bytes, 8 at a time where aligned. */
+/* WRITE: release stores into the shared bytes: the bulk with memcpy first, then the leading
+ * words, so whoever sees those sees the bulk too. */
 void fab_copy_to_shared(unsigned char *dst, const void *src, size_t len)
 {
     const unsigned char *s = src;
+    size_t words = len < FAB_WORD_COPY_BYTES ? len : FAB_WORD_COPY_BYTES;
+    if (words < len) {
+        memcpy(dst + words, s + words, len - words);
+        atomic_thread_fence(memory_order_release);
+    }
     size_t i = 0;
-    while (i < len && ((uintptr_t)(dst + i) & 7) != 0) {
+    while (i < words && ((uintptr_t)(dst + i) & 7) != 0) {
         atomic_store_explicit((_Atomic unsigned char *)(dst + i), s[i], memory_order_release);
         i++;
     }
-    for (; i + 8 <= len; i += 8) {
+    for (; i + 8 <= words; i += 8) {
         uint64_t w;
         memcpy(&w, s + i, 8);
         atomic_store_explicit((_Atomic uint64_t *)(dst + i), w, memory_order_release);
     }
-    for (; i < len; i++)
+    for (; i < words; i++)
         atomic_store_explicit((_Atomic unsigned char *)(dst + i), s[i], memory_order_release);
 }
 

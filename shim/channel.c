@@ -22,9 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Busy-wait on the reply before sleeping: most requests finish within a few microseconds of
- * the worker taking them, and a futex round trip costs more than that. */
-#define SPIN_ITERS 2000
+/* Busy-wait on the reply this long before sleeping: a small request finishes within a few
+ * microseconds of the worker taking it and a large one (1 MiB) within ~200, while a futex
+ * round trip costs ~60 us here (bench/limits.sh), so sleeping sooner would only add a
+ * wake-up. Measured in time, not iterations: the cost of `pause` differs tenfold between CPUs. */
+#define SPIN_NS 300000ULL
 /* While asleep, look at the socket this often: a daemon killed mid-request never wakes us. */
 #define LIVENESS_MS 100
 /* Keys per MGET request (key_len, the packed keys' bytes, is 16 bits anyway). */
@@ -187,15 +189,31 @@ static int take_reply(struct shim_ch *ch, struct wire_rep *rep)
     return rep->status;
 }
 
+static uint64_t spin_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
 /* Wait for the reply of the posted request. */
 static int wait_reply(struct shim_ch *ch, struct wire_rep *rep)
 {
     uint32_t st = 0;
-    for (int i = 0; i < SPIN_ITERS; i++) {
+    uint64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
         st = __atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE);
         if (st == WIRE_ST_REPLY)
             return take_reply(ch, rep);
         __builtin_ia32_pause();
+        /* Read the clock only now and then: it costs more than the load. */
+        if ((i & 63) == 63) {
+            uint64_t t = spin_clock_ns();
+            if (t0 == 0)
+                t0 = t;
+            else if (t - t0 >= SPIN_NS)
+                break;
+        }
     }
     __atomic_store_n(&ch->hdr->client_waiting, 1, __ATOMIC_SEQ_CST);
     for (;;) {
