@@ -22,20 +22,24 @@ THREADS=${BENCH_THREADS:-1}
 bench_begin value-size "3-node Nessie (shim) vs memcached; sizes $SIZES; GET ratios $RATIOS; distributions $DISTS; $THREADS client thread(s); 128 B keys; keys min(10000, 256 MiB / size)"
 
 mc_start
-nessie_start 3
 total=0
-for d in $DISTS; do for g in $RATIOS; do for s in $SIZES; do total=$((total + 1)); done; done; done
-n=0
-for d in $DISTS; do
-    for g in $RATIOS; do
-        for s in $SIZES; do
-            n=$((n + 1))
+for s in $SIZES; do for d in $DISTS; do for g in $RATIOS; do total=$((total + 1)); done; done; done
+step=0
+for s in $SIZES; do
+    # A fresh cluster per value size: Nessie's slab pages stay with the size class that first
+    # took them (no rebalancing yet), so a sweep through sizes on one cluster would leave the
+    # large sizes without memory.
+    nessie_start 3
+    for d in $DISTS; do
+        for g in $RATIOS; do
+            step=$((step + 1))
             keys=$(( 268435456 / s )); [ $keys -le 10000 ] || keys=10000
-            bench_log "[$n/$total] $d, $g GETs, $s B: memcached, nessie"
+            bench_log "[$step/$total] $s B, $d, $g GETs: memcached, nessie"
             run_memcached memcached -v "$s" -n $keys -g "$g" -d "$d" -t "$THREADS"
             run_nessie nessie -v "$s" -n $keys -g "$g" -d "$d" -t "$THREADS"
         done
     done
+    nessie_stop
 done
 bench_cleanup
 

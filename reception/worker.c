@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <glib.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -132,8 +133,12 @@ static void *worker_main(void *arg)
         }
         if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
             break;
-        if (now_ns() - last < spin_ns)
+        if (now_ns() - last < spin_ns) {
+            /* Spinning for the next request, but not at the expense of a runnable thread (the
+             * client we serve, on a machine with fewer cores than spinners). */
+            sched_yield();
             continue;
+        }
         set_parked(w, 1);
         if (any_pending(w) || g_async_queue_length(w->incoming) > 0) {
             set_parked(w, 0);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,9 @@ static int wait_reply(struct shim_ch *ch, struct wire_rep *rep)
         __builtin_ia32_pause();
         /* Read the clock only now and then: it costs more than the load. */
         if ((i & 63) == 63) {
+            /* Let whatever else wants this CPU run (the worker serving us, when there are more
+             * runnable threads than cores): with nothing else runnable this returns at once. */
+            sched_yield();
             uint64_t t = spin_clock_ns();
             if (t0 == 0)
                 t0 = t;

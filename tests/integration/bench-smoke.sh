@@ -1,0 +1,61 @@
+#!/bin/sh
+# tests/integration/bench-smoke.sh: every benchmark script (bench/*.sh) runs from this checkout
+# and leaves its CSV and PNG files, at a tiny scale (runs of 0.2 s, short sweeps), into a
+# temporary directory. Timings are not looked at (they are noise on a shared machine); what is
+# checked is that each script finishes, that every loadgen run it made read back only the values
+# it wrote (loadgen exits non-zero on a wrong value, and the scripts stop on that), that the CSV
+# files have data rows, that the plots were drawn, and that bench/quick.sh ends with its
+# `ratio NAME VALUE` lines.
+#
+# Environment: BUILD (default build), SAN (skipped under sanitizers: the shim's clients would
+# need the sanitizer runtime preloaded).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+if [ -n "${SAN:-}" ]; then
+    echo "bench-smoke: skipped under sanitizers"
+    exit 0
+fi
+out=$(mktemp -d /tmp/nessie-bench-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+export BENCH_OUT="$out" BENCH_SECONDS=0.2 BENCH_WARMUP=0.05 BUILD="${BUILD:-build}"
+fail=0
+check() { # script csv-file png-files...
+    s=$1; csv=$2; shift 2
+    rows=$(grep -v '^#' "$out/$s/$csv" 2>/dev/null | tail -n +2 | grep -c . || true)
+    if [ "${rows:-0}" -lt 1 ]; then
+        echo "bench-smoke: $s: no data rows in $csv"; fail=1
+    fi
+    for p in "$@"; do
+        if [ ! -s "$out/$s/$p" ]; then echo "bench-smoke: $s: $p missing"; fail=1; fi
+    done
+}
+run() { # script [env assignments...]
+    s=$1; shift
+    if ! env "$@" "$here/bench/$s.sh" >"$out/$s.out" 2>&1; then
+        echo "bench-smoke: bench/$s.sh failed:"; tail -n 15 "$out/$s.out"; fail=1
+    fi
+}
+
+run limits BENCH_SIZES="1024 131072"
+check limits limits.csv limits.png
+run quick BENCH_REPS=1
+check quick quick.csv quick.png
+for r in small_get_ops small_get_p50 large_get_goodput; do
+    grep -Eq "^ratio $r [0-9.]+$" "$out/quick.out" || { echo "bench-smoke: quick: no 'ratio $r' line"; fail=1; }
+done
+run vs-memcached BENCH_THREADS_LIST=1 BENCH_MEMCSLAP_OPS=500
+check vs-memcached vs-memcached.csv vs-memcached.png memcslap.png
+check vs-memcached memcslap.csv
+run value-size BENCH_SIZES="1024 65536" BENCH_RATIOS="0.5 0.99" BENCH_DISTS="uniform zipf"
+check value-size value-size.csv value-size-uniform.png value-size-zipf.png value-size-p50.png
+run fabric-ops BENCH_WORKLOADS="0.5:uniform" BENCH_VALUE=4096
+check fabric-ops fabric-ops.csv fabric-ops.png fabric-bytes.png
+run breakdown BENCH_RATIOS=0.5 BENCH_VALUE=4096
+check breakdown breakdown-summary.csv breakdown.png
+run contention BENCH_MAX_BURNERS=1 BENCH_VALUE=4096
+check contention contention.csv contention.png
+run cpu-cost BENCH_LOADS="10 100" BENCH_VALUE=4096
+check cpu-cost cpu-cost.csv cpu-cost.png
+# No daemon or memcached may outlive its script.
+if pgrep -f "$out/.*/run/nessie.conf" >/dev/null; then echo "bench-smoke: a daemon was left running"; fail=1; fi
+[ $fail = 0 ] && echo "bench-smoke: passed" || { echo "bench-smoke: FAILED"; exit 1; }
