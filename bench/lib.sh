@@ -155,6 +155,13 @@ run_memcached() {
         -W memcached:"$MC_PID" "$@" 2>>"$OUT/loadgen.log") || bench_die "loadgen failed against memcached (see $OUT/loadgen.log)"
     _bench_row "$row"
     LAST_ROW=$row
+    _bench_errors "$row" memcached
+}
+
+# A line on stderr when a run had calls refused (they stay in the CSV's errors column).
+_bench_errors() {
+    e=$(row_field "$1" errors)
+    [ "${e:-0}" = 0 ] || bench_log "warning: $2 refused $e calls in this run (see $OUT/loadgen.log)"
 }
 
 # Run the same load generator through the shim against the Nessie cluster. Its server list names
@@ -175,6 +182,7 @@ run_nessie() {
         2>>"$OUT/loadgen.log") || bench_die "loadgen failed against Nessie (see $OUT/loadgen.log)"
     _bench_row "$row"
     LAST_ROW=$row
+    _bench_errors "$row" Nessie
 }
 
 # One loadgen per node, all at once, each through the shim of its own node's daemon (as in the
