@@ -66,8 +66,15 @@ uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class
     return n;
 }
 
-static int push_free(struct slab_class *c, uint64_t off)
+static uint64_t page_of(const struct slab *s, uint64_t off)
 {
+    return (off - s->hdr->pages_offset) / s->hdr->page_bytes;
+}
+
+/* Put a slot on its class's free list, and count it free in its page (for rebalancing). */
+static int push_free(struct slab *s, uint32_t cls, uint64_t off)
+{
+    struct slab_class *c = &s->cls[cls];
     if (c->nfree == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
         uint64_t *p = realloc(c->free, cap * sizeof(*p));
@@ -77,7 +84,16 @@ static int push_free(struct slab_class *c, uint64_t off)
         c->cap = cap;
     }
     c->free[c->nfree++] = off;
+    s->page_free[page_of(s, off)]++;
     return 0;
+}
+
+/* Take the last free slot of class cls (there is one). */
+static uint64_t pop_free(struct slab *s, uint32_t cls)
+{
+    uint64_t off = s->cls[cls].free[--s->cls[cls].nfree];
+    s->page_free[page_of(s, off)]--;
+    return off;
 }
 
 static uint64_t page_offset(const struct slab *s, uint64_t page)
@@ -141,6 +157,13 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
 
     for (uint32_t c = 0; c < n; c++)
         s->cls[c].slot_bytes = sizes[c];
+    s->page_free = calloc(h->page_count, sizeof(*s->page_free));
+    if (!s->page_free) {
+        log_error("slab: out of memory for the page table of %llu pages",
+                  (unsigned long long)h->page_count);
+        pthread_mutex_destroy(&s->lock);
+        return -1;
+    }
 
     /* Rebuild the free lists from the pages (empty after a format). */
     for (uint64_t p = 0; p < h->page_count; p++) {
@@ -157,7 +180,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
         s->cls[c].slots += per;
         for (uint64_t i = 0; i < per; i++) {
             uint64_t off = page_offset(s, p) + i * sizes[c];
-            if (slot_free(s, off) && push_free(&s->cls[c], off) != 0) {
+            if (slot_free(s, off) && push_free(s, c, off) != 0) {
                 slab_close(s);
                 return -1;
             }
@@ -170,6 +193,7 @@ void slab_close(struct slab *s)
 {
     for (uint32_t c = 0; c < s->nclasses; c++)
         free(s->cls[c].free);
+    free(s->page_free);
     pthread_mutex_destroy(&s->lock);
     memset(s, 0, sizeof(*s));
 }
@@ -195,7 +219,7 @@ static int grow_class(struct slab *s, uint32_t cls)
     s->cls[cls].slots += per;
     /* Push in reverse so slots are handed out in address order. */
     for (uint64_t i = per; i-- > 0;)
-        if (push_free(&s->cls[cls], page_offset(s, p) + i * s->cls[cls].slot_bytes) != 0)
+        if (push_free(s, cls, page_offset(s, p) + i * s->cls[cls].slot_bytes) != 0)
             return -1;
     return 0;
 }
@@ -214,7 +238,7 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
      * expiration period), so the slot can be reset and reused. */
     atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
     atomic_store_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), 0, memory_order_release);
-    return push_free(&s->cls[cls], off) == 0;
+    return push_free(s, cls, off) == 0;
 }
 
 /* One step of the scan cursor over (page, slot). Returns false when no page is assigned. */
@@ -232,6 +256,12 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
                                      memory_order_acquire);
+    if (s->scan_slot >= slots_per_page(s, c)) {
+        /* The page changed class under the cursor (rebalance_locked): go on with the next. */
+        s->scan_slot = 0;
+        s->scan_page++;
+        return scan_step(s, cls, off);
+    }
     *cls = c;
     *off = page_offset(s, s->scan_page) + s->scan_slot * s->cls[c].slot_bytes;
     if (++s->scan_slot >= slots_per_page(s, c)) {
@@ -273,6 +303,57 @@ static uint64_t realtime_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/*
+ * Give class cls a page that another class holds entirely free (memcached's slab reassignment):
+ * without it, pages stay with whichever class took them first, and a workload whose item sizes
+ * change finds its new sizes out of memory while old ones hold free pages. The donor is the class
+ * with the most free slots. Its page's slots leave the donor's free list; the words that mark a
+ * slot free (state, recycle) are zeroed at the new class's slot boundaries before the page's
+ * class changes in the persistent page table, so a crash in between leaves every slot of the page
+ * free under either class. Nobody can hold a reference into the page: its slots are free, that is
+ * never published or reclaimed after their expiration period. Called with the lock held. Returns
+ * 0 if cls got a page, -1 if no class has an entirely free page.
+ */
+static int rebalance_locked(struct slab *s, uint32_t cls)
+{
+    uint64_t best = UINT64_MAX;
+    size_t best_free = 0;
+    for (uint64_t p = 0; p < s->next_page; p++) {
+        uint8_t d = s->page_class[p];
+        if (d == DATA_PAGE_UNASSIGNED || d >= s->nclasses || d == cls)
+            continue;
+        if (s->page_free[p] == slots_per_page(s, d) && s->cls[d].nfree > best_free) {
+            best = p;
+            best_free = s->cls[d].nfree;
+        }
+    }
+    if (best == UINT64_MAX)
+        return -1;
+    uint8_t d = s->page_class[best];
+    struct slab_class *dc = &s->cls[d];
+    size_t kept = 0;
+    for (size_t i = 0; i < dc->nfree; i++)
+        if (page_of(s, dc->free[i]) != best)
+            dc->free[kept++] = dc->free[i];
+    dc->nfree = kept;
+    dc->slots -= slots_per_page(s, d);
+    s->page_free[best] = 0;
+    uint64_t per = slots_per_page(s, cls);
+    for (uint64_t i = 0; i < per; i++) {
+        uint64_t off = page_offset(s, best) + i * s->cls[cls].slot_bytes;
+        atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
+        atomic_store_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), 0, memory_order_relaxed);
+    }
+    atomic_store_explicit((_Atomic uint8_t *)&s->page_class[best], (uint8_t)cls,
+                          memory_order_release);
+    s->cls[cls].slots += per;
+    s->rebalanced++;
+    for (uint64_t i = per; i-- > 0;)
+        if (push_free(s, cls, page_offset(s, best) + i * s->cls[cls].slot_bytes) != 0)
+            return -1;
+    return 0;
+}
+
 /* Slots an allocation scans on its own before it lets the caller wait for the recycler. */
 #define SLAB_ALLOC_SCAN 1024
 
@@ -300,10 +381,12 @@ int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset)
         bool pending = c->recycled + c->recycled_pass > 0;
         scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, realtime_ms(),
                     (int)cls);
+        if (c->nfree == 0)
+            rebalance_locked(s, cls);
     }
     int rc = -1;
     if (c->nfree > 0) {
-        *offset = c->free[--c->nfree];
+        *offset = pop_free(s, cls);
         rc = 0;
     }
     pthread_mutex_unlock(&s->lock);
@@ -315,7 +398,7 @@ void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
     atomic_store_explicit(word_at(s->base, offset + DTE_OFF_STATE), 0, memory_order_relaxed);
     atomic_store_explicit(word_at(s->base, offset + DTE_OFF_RECYCLE), 0, memory_order_release);
     pthread_mutex_lock(&s->lock);
-    if (push_free(&s->cls[cls], offset) != 0)
+    if (push_free(s, cls, offset) != 0)
         log_warn("slab: out of memory returning a slot; it is found again by the next scan");
     pthread_mutex_unlock(&s->lock);
 }

@@ -36,6 +36,8 @@ struct slab {
     pthread_mutex_t lock;
     uint64_t next_page;   /* pages below this are assigned (assignment goes in page order) */
     uint64_t scan_page, scan_slot; /* cursor of the incremental recycle scan */
+    uint32_t *page_free;  /* per page: its slots on a free list (process memory, rebuilt) */
+    uint64_t rebalanced;  /* pages moved from one class to another */
 };
 
 /* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
@@ -52,7 +54,8 @@ void slab_close(struct slab *s);
 int slab_class_for(const struct slab *s, uint64_t bytes);
 
 /* Take a free slot of class cls: free list, else a new page, else a scan for expired recycled
- * slots. Returns 0 and *offset, or -1 when the region has nothing of that size (out of memory). */
+ * slots, else a page another class holds entirely free. Returns 0 and *offset, or -1 when the
+ * region has nothing of that size (out of memory). */
 int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
 
 /* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw

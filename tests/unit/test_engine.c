@@ -367,6 +367,54 @@ static void test_full_of_recycled_entries_waits(void **state)
     assert_int_equal(c.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], 0);
 }
 
+static void expiry_5ms(struct nessie_config *c)
+{
+    c->max_item_size = 4096;
+    c->expiration_ms = 5;
+    c->op_timeout_ms = 1000;
+    c->background_recycle = false;
+}
+
+/* A workload whose item size changes: the region filled with small items, which are then
+ * deleted, gives their pages to the large size once they are free (memcached's slab
+ * reassignment) instead of answering out of memory. */
+static void test_pages_move_to_the_size_in_demand(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 14, 1 << 20, expiry_5ms);
+    char k[32], small[100], large[3000];
+    memset(small, 's', sizeof(small));
+    memset(large, 'L', sizeof(large));
+    /* Small items over about 60 % of the region (a DELETE writes a small blank entry, so the
+     * region is not filled to the brim: deleting needs memory too). */
+    int n = 3000;
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "small-%d", i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), small, sizeof(small), 0,
+                                      0, 0, NULL), NESSIE_OK);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "small-%d", i);
+        assert_int_equal(nessie_delete(C.ctx[0], k, strlen(k)), NESSIE_OK);
+    }
+    struct timespec ts = {0, 20 * 1000000L}; /* past the deleted entries' expiration period */
+    nanosleep(&ts, NULL);
+    /* As many large items as a third of the region holds: only the small size's pages can. */
+    int want = (1 << 20) / 3 / (int)sizeof(large);
+    for (int i = 0; i < want; i++) {
+        snprintf(k, sizeof(k), "large-%d", i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), large, sizeof(large), 0,
+                                      0, 0, NULL), NESSIE_OK);
+    }
+    for (int i = 0; i < want; i++) {
+        struct nessie_item it;
+        snprintf(k, sizeof(k), "large-%d", i);
+        assert_int_equal(nessie_get(C.ctx[0], k, strlen(k), &it), NESSIE_OK);
+        assert_int_equal(it.value_len, sizeof(large));
+        assert_int_equal(((const char *)it.value)[sizeof(large) - 1], 'L');
+    }
+}
+
 static void test_recycling_reuses_entries(void **state)
 {
     (void)state;
@@ -1047,6 +1095,7 @@ int main(void)
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_index_full_and_migrations, teardown),
         cmocka_unit_test_teardown(test_full_of_recycled_entries_waits, teardown),
+        cmocka_unit_test_teardown(test_pages_move_to_the_size_in_demand, teardown),
         cmocka_unit_test_teardown(test_recycling_reuses_entries, teardown),
         cmocka_unit_test_teardown(test_costs_at_load_factor_04, teardown),
         cmocka_unit_test_teardown(test_get_during_put_reads_previous_version, teardown),
