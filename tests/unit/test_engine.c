@@ -354,7 +354,9 @@ static void test_full_of_recycled_entries_waits(void **state)
     char v[1000];
     memset(v, 'w', sizeof(v));
     for (int i = 0; i < 3000; i++) {
-        snprintf(v, 16, "value-%06d", i);
+        char tag[32];
+        snprintf(tag, sizeof(tag), "value-%06d", i);
+        memcpy(v, tag, 12);
         assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, "hot", 3, v, sizeof(v), 0, 0, 0, NULL),
                          NESSIE_OK);
     }
