@@ -25,7 +25,7 @@ else
 endif
 
 # Libraries by who uses them; resolved lazily (=) so `make clean` works without pkg-config.
-NESSIE_PKGS = glib-2.0
+NESSIE_PKGS = glib-2.0 libibverbs librdmacm
 NESSIE_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(NESSIE_PKGS))
 NESSIE_LIBS   = $(shell $(PKG_CONFIG) --libs $(NESSIE_PKGS))
 TEST_PKGS = cmocka
@@ -47,7 +47,7 @@ LIBNESSIE   := $(BUILD)/libnessie.a
 RECEP_SRC := $(wildcard reception/*.c)
 RECEP_OBJ := $(RECEP_SRC:%.c=$(BUILD)/obj/%.o)
 RECEP_BIN := $(BUILD)/reception
-RECEP_PKGS = glib-2.0 libunwind $(if $(SAN),,jemalloc)
+RECEP_PKGS = glib-2.0 libibverbs librdmacm libunwind $(if $(SAN),,jemalloc)
 RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
 
 # The client side of a channel (the shim's), and the test tools built on it.
@@ -62,6 +62,7 @@ CAPI_SCENARIO := $(BUILD)/tests/capi-scenario
 NB_OVERLAP := $(BUILD)/bench/nb-overlap
 LOADGEN := $(BUILD)/bench/loadgen
 LIMITS := $(BUILD)/bench/limits
+VERBS_SMOKE := $(BUILD)/tests/verbs-smoke
 MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
 
@@ -79,7 +80,7 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 .SECONDARY:
 
 all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
-     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS)
+     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS) $(VERBS_SMOKE)
 
 $(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -117,6 +118,10 @@ $(LOADGEN): bench/loadgen.c
 	@mkdir -p $(@D)
 	$(CC) $(MEMCACHED_CFLAGS) $(NESSIE_CFLAGS) -std=gnu11 -g -O2 $(WARN) -pthread $< \
 	    $(shell $(PKG_CONFIG) --libs libmemcached) $(NESSIE_LIBS) -lm -o $@
+
+$(VERBS_SMOKE): tests/rxe/verbs_smoke.c $(LIBNESSIE)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBNESSIE) $(LDFLAGS) $(NESSIE_LIBS) $(LDLIBS) -o $@
 
 $(LIMITS): bench/limits.c
 	@mkdir -p $(@D)
@@ -174,10 +179,12 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/run-all.sh
 
-# The Soft-RoCE guest (tools/rxe/): builds it from Debian's packages and proves real verbs run
-# in one guest and across two guests on a qemu socket netdev.
+# The Soft-RoCE guest (tools/rxe/): builds it from Debian's packages, proves real verbs run in
+# one guest and across two guests on a qemu socket netdev, then runs Nessie's verbs backend there.
 rxe-selftest: deps
-	@tools/rxe/selftest
+	@$(MAKE) --no-print-directory all
+	@tools/rxe/selftest --image $(BUILD)/rxe
+	@BUILD=$(BUILD) tests/rxe/verbs-smoke.sh
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check

@@ -12,6 +12,7 @@ static const struct fab_backend_ops *backend_ops(enum fab_backend backend)
     case FAB_BACKEND_SHM:
         return &fab_shm_ops;
     case FAB_BACKEND_VERBS:
+        return &fab_verbs_ops;
     default:
         return NULL;
     }

@@ -46,7 +46,7 @@ enum fab_region {
 
 enum fab_backend {
     FAB_BACKEND_SHM = 0, /* POSIX shared memory, all nodes on one host */
-    FAB_BACKEND_VERBS,   /* rdma-core verbs over RC queue pairs (not built yet) */
+    FAB_BACKEND_VERBS,   /* rdma-core verbs over RC queue pairs, connected with librdmacm */
 };
 
 /* Status of a call or of a completion. 0 is success; every other value is an error. */
@@ -103,6 +103,10 @@ struct fab_config {
     uint32_t nodes;          /* nodes in the cluster, 1..FAB_MAX_NODES */
     uint32_t self;           /* this process's node */
     uint64_t region_size[FAB_REGION_COUNT]; /* bytes, same on every node; multiple of 8 */
+    /* verbs only: each node's listener, "HOST:PORT" (nodes entries; copied by fab_open), and the
+     * RDMA device this node's address must be on (NULL: whichever it is on). */
+    const char *const *addrs;
+    const char *device;
 };
 
 #define FAB_CLUSTER_NAME_MAX 64

@@ -47,6 +47,7 @@ struct fab_ep {
 };
 
 extern const struct fab_backend_ops fab_shm_ops;
+extern const struct fab_backend_ops fab_verbs_ops;
 
 /* Copies into and out of memory that other processes access concurrently (see fabric_shm.c). */
 void fab_copy_from_shared(void *dst, const unsigned char *src, size_t len);
