@@ -49,7 +49,16 @@ for n in 0 1 2; do
     done
 done
 
-sleep 1
+# Kill node 1 once its clients are well under way: by its request count, not by the clock (a
+# fixed sleep let fast runs finish first).
+t=0
+while :; do
+    served=$("$client" -s "$dir/node1.sock" stats 2>/dev/null | sed -n 's/^STAT nessie_requests \([0-9]*\).*/\1/p')
+    [ "${served:-0}" -ge 300 ] && break
+    t=$((t + 1))
+    [ $t -lt 1000 ] || { echo "cluster-kill: node 1 served only ${served:-0} requests in 10 s"; exit 1; }
+    sleep 0.01
+done
 victim=$(cat "$dir/node1.pid")
 kill -KILL "$victim"
 echo "killed node 1 (pid $victim) mid-traffic"
