@@ -134,6 +134,8 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         .self = cfg->self,
         .region_size = {[FAB_REGION_INDEX] = cfg->index_slots * 8,
                         [FAB_REGION_DATA] = cfg->data_bytes},
+        .addrs = cfg->addrs,
+        .device = cfg->device,
     };
     bool created = false;
     int rc = fab_open(&fc, &nd->fab, &created);

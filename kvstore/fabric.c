@@ -32,7 +32,7 @@ const char *fab_strerror(int status)
     case FAB_ERR_EXISTS: return "existing region does not match the configuration";
     case FAB_ERR_UNREACH: return "peer region unreachable";
     case FAB_ERR_SYS: return "system call failed";
-    case FAB_ERR_NOTSUP: return "backend not supported in this build";
+    case FAB_ERR_NOTSUP: return "backend not available here (not built, or no RDMA device)";
     }
     return "unknown fabric status";
 }

@@ -45,6 +45,8 @@ const char *nessie_strerror(int status);
 struct nessie_config {
     enum fab_backend backend;
     const char *cluster;        /* fabric cluster name */
+    const char *const *addrs;   /* verbs: each node's listener, HOST:PORT (nodes entries) */
+    const char *device;         /* verbs: the RDMA device this node's address must be on, or NULL */
     uint32_t nodes;             /* nodes in the cluster */
     uint32_t self;              /* the node this process plays */
     uint64_t index_slots;       /* ITEs per node */

@@ -16,7 +16,8 @@
  * silently ignored is worse than a daemon that refuses to start). */
 static const char *const known_cluster[] = {
     "name", "nodes", "fabric", "index_slots", "data_bytes", "ways", "filter_bits",
-    "max_item_size", "expiration_ms", "op_timeout_ms", "migrate_depth", NULL};
+    "max_item_size", "expiration_ms", "op_timeout_ms", "migrate_depth", "addresses", "device",
+    NULL};
 static const char *const known_opt[] = {"cache", "previous_versions", "multi_read",
                                         "multi_read_bytes", "cache_entries", "cache_bytes", NULL};
 static const char *const known_recep[] = {"workers", "recyclers", "arena_bytes", "max_channels",
@@ -207,14 +208,39 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
              get_u32(kf, p, "reception", "spin_us", 0, 1000000, &cfg->spin_us) |
              get_u32(kf, p, "reception", "sweep_every_s", 0, 1 << 20, &cfg->sweep_every_s) |
              get_str(kf, p, "reception", "socket", sock, sizeof(sock)) |
-             get_u64(kf, p, "reception", "socket_mode", 0, 0777, &mode);
+             get_u64(kf, p, "reception", "socket_mode", 0, 0777, &mode) |
+             get_str(kf, p, "cluster", "device", cfg->device, sizeof(cfg->device));
+    gsize naddr = 0;
+    gchar **addrs = NULL;
+    if (rc == 0 && g_key_file_has_key(kf, "cluster", "addresses", NULL)) {
+        g_key_file_set_list_separator(kf, ',');
+        addrs = g_key_file_get_string_list(kf, "cluster", "addresses", &naddr, NULL);
+    }
     g_key_file_free(kf);
+    for (gsize i = 0; rc == 0 && addrs && i < naddr; i++) {
+        g_strstrip(addrs[i]);
+        if (i >= 1024 || strlen(addrs[i]) >= sizeof(cfg->addr[0]) || !strchr(addrs[i], ':')) {
+            log_error("config %s: [cluster] addresses: \"%s\": expected HOST:PORT", p, addrs[i]);
+            rc = -1;
+            break;
+        }
+        snprintf(cfg->addr[i], sizeof(cfg->addr[i]), "%s", addrs[i]);
+        cfg->addr_ptr[i] = cfg->addr[i];
+    }
+    g_strfreev(addrs);
     if (rc != 0)
         return -1;
     if (strcmp(fabric, "shm") == 0) {
         e->backend = FAB_BACKEND_SHM;
     } else if (strcmp(fabric, "verbs") == 0) {
         e->backend = FAB_BACKEND_VERBS;
+        if (naddr != e->nodes) {
+            log_error("config %s: [cluster] fabric = verbs needs addresses = HOST:PORT, ... with "
+                      "one entry per node (%u), found %u", p, e->nodes, (unsigned)naddr);
+            return -1;
+        }
+        e->addrs = cfg->addr_ptr;
+        e->device = cfg->device[0] ? cfg->device : NULL;
     } else {
         log_error("config %s: [cluster] fabric = \"%s\": expected shm or verbs", p, fabric);
         return -1;

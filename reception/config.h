@@ -14,6 +14,10 @@
 struct recep_config {
     struct nessie_config engine; /* cluster, table sizes, optimizations; engine.self = --node */
     char cluster[65];
+    /* fabric = verbs: [cluster] addresses, one HOST:PORT per node, and device (may be empty). */
+    char addr[1024][64];
+    const char *addr_ptr[1024];
+    char device[64];
     uint32_t workers;      /* threads running requests */
     uint32_t recyclers;    /* background recycling threads */
     uint32_t arena_bytes;  /* per channel */

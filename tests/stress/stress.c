@@ -66,6 +66,11 @@ static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20, opt_budget = 0;
 static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
+static gchar *opt_fabric = NULL, *opt_addr = NULL;
+static gint opt_port_base = 7400;
+/* --fabric verbs: node n listens on opt_addr:opt_port_base+n. */
+static char verbs_addr[64][64];
+static const char *verbs_addrs[64];
 
 static GOptionEntry entries[] = {
     {"nodes", 'n', 0, G_OPTION_ARG_INT, &opt_nodes, "node processes (default 3)", "N"},
@@ -86,6 +91,12 @@ static GOptionEntry entries[] = {
     {"check", 'c', 0, G_OPTION_ARG_NONE, &opt_check,
      "check every key's history for linearizability", NULL},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "print only the summary", NULL},
+    {"fabric", 0, 0, G_OPTION_ARG_STRING, &opt_fabric,
+     "shm (default: every node on this host) or verbs (RDMA; --addr)", "F"},
+    {"addr", 0, 0, G_OPTION_ARG_STRING, &opt_addr,
+     "verbs: the address of the RDMA netdev the nodes listen on (default 10.77.0.1)", "IP"},
+    {"port-base", 0, 0, G_OPTION_ARG_INT, &opt_port_base,
+     "verbs: node N listens on port PORT+N (default 7400)", "PORT"},
     {"dump", 0, 0, G_OPTION_ARG_FILENAME, &opt_dump,
      "write the history of every key that fails the check to DIR/key-NNN.txt", "DIR"},
     G_OPTION_ENTRY_NULL,
@@ -130,6 +141,10 @@ static void config_for(struct nessie_config *cfg, uint32_t self)
      * be descheduled for longer than one short period. */
     cfg->op_timeout_ms = (uint32_t)opt_expiration_ms * 50;
     cfg->background_recycle = true;
+    if (opt_fabric && strcmp(opt_fabric, "verbs") == 0) {
+        cfg->backend = FAB_BACKEND_VERBS;
+        cfg->addrs = verbs_addrs;
+    }
 }
 
 static void key_name(char *buf, size_t len, int k) { snprintf(buf, len, "key-%03d", k); }
@@ -594,6 +609,15 @@ int main(int argc, char **argv)
         opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1) {
         fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
         return 2;
+    }
+    if (opt_fabric && strcmp(opt_fabric, "shm") != 0 && strcmp(opt_fabric, "verbs") != 0) {
+        fprintf(stderr, "nessie-stress: --fabric must be shm or verbs\n");
+        return 2;
+    }
+    for (int n = 0; n < opt_nodes; n++) {
+        snprintf(verbs_addr[n], sizeof(verbs_addr[n]), "%s:%d", opt_addr ? opt_addr : "10.77.0.1",
+                 opt_port_base + n);
+        verbs_addrs[n] = verbs_addr[n];
     }
     snprintf(cluster, sizeof(cluster), "stress-%d", (int)getpid());
     per_thread = (uint64_t)opt_ops / ((uint64_t)opt_nodes * (uint64_t)opt_threads);
