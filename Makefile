@@ -185,6 +185,7 @@ rxe-selftest: deps
 	@$(MAKE) --no-print-directory all
 	@tools/rxe/selftest --image $(BUILD)/rxe
 	@BUILD=$(BUILD) tests/rxe/verbs-smoke.sh
+	@BUILD=$(BUILD) tests/rxe/cluster-smoke.sh
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check
