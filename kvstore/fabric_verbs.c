@@ -50,6 +50,10 @@
 #define VERBS_BOUNCE_SLOT 4096
 #define VERBS_CONNECT_MS 3000
 #define VERBS_RD_ATOMIC 16
+/* Local ACK timeout exponent: 4.096 us x 2^16 = 268 ms per try, 7 tries: a peer that is gone fails
+ * its requests in about 2 s (the default lets them hang for many seconds, which looks like a
+ * hang to a crash-restart test). */
+#define VERBS_ACK_TIMEOUT 16
 #define VERBS_HELLO_MAGIC 0x4E565242u /* "NVRB" */
 
 /* Connection private data, both ways: who is asking (request) and where the regions are (reply).
@@ -451,6 +455,11 @@ static int conn_open(struct fab_ep *ep, uint32_t node)
         wait_event(c->ec, RDMA_CM_EVENT_ROUTE_RESOLVED, &ev) != 0)
         goto fail;
     rdma_ack_cm_event(ev);
+    uint8_t ack_timeout = VERBS_ACK_TIMEOUT;
+    if (rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                        sizeof(ack_timeout)) != 0)
+        log_warn("fabric verbs: cannot set the ACK timeout: %s (using the default)",
+                 strerror(errno));
     if (c->id->verbs != v->ctx) {
         log_warn("fabric verbs: node %u (%s) is reached through another device than this node's "
                  "regions are on", node, fab->cfg.addrs[node]);
@@ -607,7 +616,10 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
             void *buf = e->bounce + (size_t)s * VERBS_BOUNCE_SLOT;
             uint32_t lkey = e->bounce_mr->lkey;
             if (w->length > VERBS_BOUNCE_SLOT) {
-                rq->tmp_mr = ibv_reg_mr(v->pd, w->local, w->length, IBV_ACCESS_LOCAL_WRITE);
+                /* A WRITE's source is only read by the NIC: no access flag, so read-only
+                 * memory registers too. A READ lands in it: local write. */
+                rq->tmp_mr = ibv_reg_mr(v->pd, w->local, w->length,
+                                        w->opcode == FAB_OP_WRITE ? 0 : IBV_ACCESS_LOCAL_WRITE);
                 if (!rq->tmp_mr) {
                     log_warn("fabric verbs: ibv_reg_mr of a %u-byte buffer: %s", w->length,
                              strerror(errno));
