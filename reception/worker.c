@@ -30,6 +30,11 @@ struct recep_worker {
     int epfd;
     int wake;                 /* eventfd: a new channel, or stop */
     GAsyncQueue *incoming;    /* channels handed over by the Receptionist */
+    /* Counts hand-overs: the Receptionist increments it (release) once a channel is fully built
+     * and before it queues it; the worker reads it (acquire) after taking one. GAsyncQueue's
+     * lock already orders the two, but glib's futex-based GMutex is invisible to
+     * ThreadSanitizer, which then reports the worker's first reads of the channel as races. */
+    uint64_t handoffs;
     GPtrArray *channels;      /* owned by the worker thread only */
     bool stop;                /* __atomic; set by recep_worker_stop */
     /* Stats, written by the worker, read by the stats thread (relaxed atomics: counters). */
@@ -125,8 +130,10 @@ static void *worker_main(void *arg)
     const uint64_t spin_ns = (uint64_t)w->spin_us * 1000ULL;
     for (;;) {
         struct recep_channel *ch;
-        while ((ch = g_async_queue_try_pop(w->incoming)) != NULL)
+        while ((ch = g_async_queue_try_pop(w->incoming)) != NULL) {
+            (void)__atomic_load_n(&w->handoffs, __ATOMIC_ACQUIRE);
             adopt(w, ch);
+        }
         if (serve_all(w)) {
             last = now_ns();
             continue;
@@ -181,8 +188,10 @@ static void *worker_main(void *arg)
         recep_channel_destroy(g_ptr_array_index(w->channels, i));
     g_ptr_array_set_size(w->channels, 0);
     struct recep_channel *ch;
-    while ((ch = g_async_queue_try_pop(w->incoming)) != NULL)
+    while ((ch = g_async_queue_try_pop(w->incoming)) != NULL) {
+        (void)__atomic_load_n(&w->handoffs, __ATOMIC_ACQUIRE);
         recep_channel_destroy(ch);
+    }
     return NULL;
 }
 
@@ -247,6 +256,7 @@ static void ring(struct recep_worker *w)
 
 void recep_worker_add(struct recep_worker *w, struct recep_channel *ch)
 {
+    __atomic_fetch_add(&w->handoffs, 1, __ATOMIC_RELEASE);
     g_async_queue_push(w->incoming, ch);
     ring(w);
 }
