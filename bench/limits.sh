@@ -20,7 +20,7 @@ bench_log "memory copy bandwidth"
 "$LIM" --header memcpy $SIZES >>"$CSV"
 bench_log "wake-up round trips"
 "$LIM" wakeup | sed 's/^/# /' >>"$CSV"
-grep -v '^#' "$CSV" | column -t -s, >&2
+grep -v '^#' "$CSV" | awk -F, '{ printf "%-8s %-9s %-10s %-9s %s\n", $1, $2, $3, $4, $5 }' >&2
 grep '^# wakeup' "$CSV" | sed 's/^# //' | awk -F, '{ printf "wake-up round trip (%s): p50 %s us, mean %s us\n", $2, $3, $4 }' >&2
 plot limits <<EOF2
 set title "Memory copy bandwidth on this machine (build/bench/limits)\n$(grep '^# wakeup' "$CSV" | sed 's/^# //' | awk -F, '{ printf "wake-up round trip %s: %s us; ", $2, $3 }')"
