@@ -1,0 +1,95 @@
+#!/bin/sh
+# tests/rxe/in-guest.sh: the guest half of `make test-rxe` (tests/rxe/test-rxe.sh packs it with the
+# binaries as /payload/run.sh). Runs, on rxe0 ($RXE_IP), every Nessie test that needs real verbs:
+#   fabric   the fabric unit tests (tests/unit/test_fabric.c) on the verbs backend
+#   stress   nessie-stress --check on 3 node processes with --fabric verbs
+#   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
+#            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
+#            loadgen checking every value it reads
+# Prints one line per step and a summary; exits non-zero if any step failed.
+# Environment: STRESS_OPS (default 2000), RXE_STEPS (default "fabric stress shim").
+cd "$(dirname "$0")"
+export PATH=$PWD:$PATH
+summary=""
+failed=0
+step() { # step NAME COMMAND...: run it, record PASS/FAIL with its time
+    name=$1; shift
+    echo "== rxe step $name: $*"
+    t0=$(date +%s)
+    "$@"
+    rc=$?
+    t=$(( $(date +%s) - t0 ))
+    if [ $rc = 0 ]; then
+        summary="$summary
+PASS $name ($t s)"
+    else
+        summary="$summary
+FAIL $name (exit $rc, $t s)"
+        failed=1
+    fi
+}
+
+fabric() {
+    NESSIE_TEST_FABRIC=verbs NESSIE_TEST_VERBS_IP=$RXE_IP ./test_fabric
+}
+
+stress() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7400 --nodes 3 --threads 2 \
+        --keys 16 --ops "${STRESS_OPS:-2000}" --expiration-ms 200 --check --quiet
+}
+
+shim() {
+    export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
+    d=/tmp/shim
+    mkdir -p $d
+    cat >$d/nessie.conf <<CONF
+[cluster]
+name = shim
+nodes = 3
+fabric = verbs
+index_slots = 4096
+data_bytes = 16777216
+addresses = $RXE_IP:7480, $RXE_IP:7481, $RXE_IP:7482
+[reception]
+workers = 1
+CONF
+    ./nessie-cluster start --nodes 3 --dir $d --config $d/nessie.conf >/dev/null ||
+        { tail $d/node*.log; return 1; }
+    rc=0
+    # memccp stores a file under its name through node 0; memccat reads it through node 1 and
+    # node 2: the value crossed rxe0 both ways.
+    head -c 3000 /payload/reception | od -An -tx1 | head -c 6000 >$d/value.txt
+    (cd $d && NESSIE_SOCKET=$d/node0.sock nessie-run memccp --servers=127.0.0.1 value.txt) || rc=1
+    for n in 1 2; do
+        NESSIE_SOCKET=$d/node$n.sock nessie-run memccat --servers=127.0.0.1 value.txt >$d/got$n.txt || rc=1
+        cmp $d/value.txt $d/got$n.txt || { echo "shim: memccat through node $n differs"; rc=1; }
+    done
+    NESSIE_SOCKET=$d/node1.sock nessie-run memcstat --servers=127.0.0.1 >$d/stat.txt || rc=1
+    grep -q "fabric" $d/stat.txt || { echo "shim: memcstat shows no Nessie stats"; cat $d/stat.txt; rc=1; }
+    # Several threads per node, every value read checked against its key's tag (loadgen exits
+    # 1 on a wrong value).
+    pids=""
+    for n in 0 1 2; do
+        NESSIE_SOCKET=$d/node$n.sock nessie-run ./loadgen --servers=127.0.0.1 --threads 2 \
+            --keys 200 --value-size 512 --get-ratio 0.7 --ops 1500 --warmup 0 \
+            >$d/load$n.csv 2>$d/load$n.err &
+        pids="$pids $!"
+    done
+    n=0
+    for p in $pids; do
+        if ! wait "$p"; then
+            echo "shim: loadgen through node $n failed:"; cat $d/load$n.err; rc=1
+        fi
+        n=$((n + 1))
+    done
+    cat $d/load0.csv
+    ./nessie-cluster stop --dir $d >/dev/null
+    [ $rc = 0 ] || grep -h -E "warn|error" $d/node*.log | head -20
+    return $rc
+}
+
+for s in ${RXE_STEPS:-fabric stress shim}; do
+    step "$s" "$s"
+done
+printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"
+exit $failed

@@ -1,0 +1,78 @@
+#!/bin/sh
+# tests/rxe/test-rxe.sh [--one | --two]: `make test-rxe`. Builds the Soft-RoCE guest image
+# (tools/rxe/build-image, Debian's packages only), boots it with qemu under TCG and runs Nessie's
+# verbs tests there:
+#   --one  one guest, rxe0 on a dummy netdev, every process on it (tests/rxe/in-guest.sh:
+#          fabric unit tests on verbs, nessie-stress --check, the shim with real clients)
+#   --two  two guests on a qemu socket netdev, a cluster spread over both (tests/rxe/two-guests.sh)
+# Both by default. Prints a pass/fail summary; exits non-zero if anything failed.
+# Environment: BUILD (default build); for the one-guest run STRESS_OPS (nessie-stress operations,
+# default 2000) and RXE_STEPS (a subset of "fabric stress shim").
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+parts="one two"
+case ${1:-} in
+--one) parts=one ;;
+--two) parts=two ;;
+"") ;;
+-h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+*) echo "test-rxe: unknown argument $1" >&2; exit 2 ;;
+esac
+for f in reception nessie-stress libdeception.so tests/test_fabric bench/loadgen; do
+    [ -e "$BUILD/$f" ] || { echo "test-rxe: $BUILD/$f missing (make)" >&2; exit 1; }
+done
+for f in memccp memccat memcstat; do
+    command -v $f >/dev/null || { echo "test-rxe: $f missing (tools/install-deps)" >&2; exit 1; }
+done
+t_all=$(date +%s)
+"$here/tools/rxe/build-image" --out "$BUILD/rxe"
+work=$(mktemp -d /tmp/nessie-test-rxe-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# The payload: the project's binaries and the real clients (run-guest adds their libraries).
+payload() { # payload DIR GUEST-SCRIPT
+    mkdir -p "$1"
+    cp "$BUILD/reception" "$BUILD/nessie-stress" "$BUILD/libdeception.so" "$BUILD/tests/test_fabric" \
+        "$BUILD/bench/loadgen" "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" \
+        "$here/tools/nessie-run" "$(command -v memccp)" "$(command -v memccat)" \
+        "$(command -v memcstat)" "$1/"
+    cp "$2" "$1/run.sh"
+    chmod +x "$1/run.sh"
+}
+
+summary=""
+failed=0
+if echo "$parts" | grep -q one; then
+    payload "$work/one" "$here/tests/rxe/in-guest.sh"
+    for v in STRESS_OPS RXE_STEPS; do # passed on to the guest
+        eval "val=\${$v:-}"
+        [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
+    done
+    t0=$(date +%s)
+    if "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/one" --mem 1024 \
+        --timeout 1500 --log "$work/one.log"; then
+        summary="$summary
+PASS one guest ($(( $(date +%s) - t0 )) s)"
+    else
+        summary="$summary
+FAIL one guest ($(( $(date +%s) - t0 )) s)"
+        failed=1
+    fi
+    summary="$summary
+$(tr -d '\r' <"$work/one.log" | sed -n 's/^\(PASS\|FAIL\) /    &/p')"
+fi
+if echo "$parts" | grep -q two; then
+    t0=$(date +%s)
+    if BUILD=$BUILD WORK=$work "$here/tests/rxe/two-guests.sh"; then
+        summary="$summary
+PASS two guests ($(( $(date +%s) - t0 )) s)"
+    else
+        summary="$summary
+FAIL two guests ($(( $(date +%s) - t0 )) s)"
+        failed=1
+    fi
+fi
+printf '\n== test-rxe summary (%s s in all)%s\n' "$(( $(date +%s) - t_all ))" "$summary"
+exit $failed
