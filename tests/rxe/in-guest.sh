@@ -35,7 +35,7 @@ fabric() {
 
 stress() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7400 --nodes 3 --threads 2 \
-        --keys 16 --ops "${STRESS_OPS:-2000}" --expiration-ms 200 --check --quiet
+        --keys 64 --index-slots 32 --ops "${STRESS_OPS:-20000}" --expiration-ms 100 --check --quiet
 }
 
 shim() {

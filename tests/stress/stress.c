@@ -111,6 +111,7 @@ struct node_report {
 struct shared {
     _Atomic int ready;      /* node processes that have opened their node */
     _Atomic int go;         /* all may start */
+    _Atomic int finished[64]; /* the node's threads ran all their operations */
     struct node_report node[64];
     _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
 };
@@ -383,6 +384,12 @@ static int node_main(uint32_t id, bool restart)
         pthread_join(th[t], &r);
         failed |= r != NULL;
     }
+    /* Stay up until every node is done: over verbs a node's tables are reachable only while its
+     * process serves them (on shm they outlive it, which would hide a node that left early). */
+    atomic_store(&sh->finished[id], 1);
+    for (int n = 0; n < opt_nodes; n++)
+        while (!atomic_load(&sh->finished[n]))
+            usleep(1000);
     atomic_store_explicit(&rec.stop, 1, memory_order_release);
     pthread_join(rt, NULL);
     nessie_node_counters(node, &sh->node[id].ctr);
