@@ -46,7 +46,7 @@ summary=""
 failed=0
 if echo "$parts" | grep -q one; then
     payload "$work/one" "$here/tests/rxe/in-guest.sh"
-    for v in STRESS_OPS RXE_STEPS; do # passed on to the guest
+    for v in STRESS_OPS CRASH_OPS RXE_STEPS; do # passed on to the guest
         eval "val=\${$v:-}"
         [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
     done
