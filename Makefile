@@ -74,7 +74,8 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick rxe-selftest
+.PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick rxe-selftest \
+	test-rxe test-rxe-one test-rxe-two
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
@@ -186,6 +187,21 @@ rxe-selftest: deps
 	@tools/rxe/selftest --image $(BUILD)/rxe
 	@BUILD=$(BUILD) tests/rxe/verbs-smoke.sh
 	@BUILD=$(BUILD) tests/rxe/cluster-smoke.sh
+
+# Nessie on real verbs (issue: the RDMA fabric): the fabric suite on the verbs backend,
+# nessie-stress --check (and with node crashes), the shim with real clients, in one Soft-RoCE
+# guest; then one cluster spread over two guests on a virtual wire. Prints a pass/fail summary.
+test-rxe: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/test_fabric
+	@BUILD=$(BUILD) tests/rxe/test-rxe.sh
+
+test-rxe-one: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/test_fabric
+	@BUILD=$(BUILD) tests/rxe/test-rxe.sh --one
+
+test-rxe-two: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/test_fabric
+	@BUILD=$(BUILD) tests/rxe/test-rxe.sh --two
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check

@@ -1,0 +1,49 @@
+#!/bin/sh
+# tests/rxe/two-guests.sh: the two-guest run of `make test-rxe` (tests/rxe/test-rxe.sh --two).
+# Boots guest A (10.77.1.1) and guest B (10.77.1.2) joined by a qemu socket netdev, rxe0 on each
+# one's eth0, and runs tests/rxe/wire-guest.sh on both: one Nessie cluster spread over the two,
+# so its RDMA traffic crosses a (virtual) wire. Exit 0 if both guests passed.
+# Environment: BUILD (default build), WORK (a scratch directory, default a new one).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+"$here/tools/rxe/build-image" --out "$BUILD/rxe" >/dev/null
+work=$(mktemp -d "${WORK:-/tmp}/nessie-two-guests-XXXXXX")
+apid=""
+cleanup() {
+    [ -z "$apid" ] || kill "$apid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+for role in a b; do
+    mkdir -p "$work/$role"
+    cp "$BUILD/reception" "$BUILD/libdeception.so" "$BUILD/bench/loadgen" \
+        "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" "$here/tools/nessie-run" \
+        "$(command -v memccp)" "$(command -v memccat)" "$work/$role/"
+    { echo '#!/bin/sh'; echo "export ROLE=$role"; tail -n +2 "$here/tests/rxe/wire-guest.sh"; } \
+        >"$work/$role/run.sh"
+    chmod +x "$work/$role/run.sh"
+done
+port=$(( 30000 + $$ % 20000 ))
+"$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/a" --net listen:$port \
+    --ip 10.77.1.1/24 --mem 1024 --timeout 900 --log "$work/a.log" >/dev/null 2>&1 &
+apid=$!
+sleep 1
+rb=0
+"$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/b" --net connect:$port \
+    --ip 10.77.1.2/24 --mem 1024 --timeout 900 --log "$work/b.log" >/dev/null 2>&1 || rb=$?
+ra=0
+wait "$apid" || ra=$?
+apid=""
+for role in a b; do
+    tr -d '\r' <"$work/$role.log" | grep -E "^(wire|guest:|TEST-EXIT|[0-9:.]+ .*(warn|error))" |
+        sed "s/^/[guest $(echo $role | tr ab AB)] /"
+done
+if [ "$ra" = 0 ] && [ "$rb" = 0 ]; then
+    echo "two-guests: PASS"
+else
+    echo "two-guests: FAIL (guest A exit $ra, guest B exit $rb)"
+    exit 1
+fi

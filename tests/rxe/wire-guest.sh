@@ -1,0 +1,120 @@
+#!/bin/sh
+# tests/rxe/wire-guest.sh: the guest half of the two-guest run of `make test-rxe`
+# (tests/rxe/two-guests.sh puts ROLE=a or ROLE=b in front of it). One Nessie cluster of 3 nodes
+# spread over two guests joined by a virtual wire: nodes 0 and 1 on guest A (10.77.1.1), node 2 on
+# guest B (10.77.1.2), all from one config file. Index entries and data tables sit on both sides,
+# so stores and reads on either guest cross the wire: A stores keys, B reads them, both run
+# checked load at once, B stores keys, A reads them. The guests pace each other with one-line
+# messages over TCP (busybox nc) on port 9000.
+cd "$(dirname "$0")"
+export PATH=$PWD:$PATH
+export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
+A=10.77.1.1
+B=10.77.1.2
+d=/tmp/wire
+mkdir -p $d
+cat >$d/nessie.conf <<CONF
+# One cluster over two hosts: the same file on both.
+[cluster]
+name = wire
+nodes = 3
+fabric = verbs
+index_slots = 4096
+data_bytes = 16777216
+addresses = $A:7470, $A:7471, $B:7472
+[reception]
+workers = 1
+CONF
+rc=0
+fail() { echo "wire ($ROLE): FAIL: $*"; rc=1; }
+say() { # say HOST MESSAGE: give the other guest MESSAGE (it may not listen yet: retry 120 s)
+    i=0
+    until echo "$2" | nc -w 2 "$1" 9000 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 240 ] || { fail "cannot reach $1 to say $2"; return 1; }
+        sleep 0.5
+    done
+}
+hear() { # hear MESSAGE: wait up to 600 s for the other guest to say MESSAGE
+    got=$(timeout 600 nc -l -p 9000)
+    [ "$got" = "$1" ] || { fail "expected '$1' from the other guest, got '$got'"; return 1; }
+}
+store() { # store PREFIX SOCKETS...: 20 keys, round-robin over the sockets
+    p=$1; shift
+    i=0
+    while [ $i -lt 20 ]; do
+        for s in "$@"; do
+            [ $i -lt 20 ] || break
+            wire-client -s "$s" set "$p$i" "value-of-$p$i-from-$ROLE" >/dev/null || fail "set $p$i through $s"
+            i=$((i + 1))
+        done
+    done
+}
+check() { # check PREFIX FROM SOCKET: the 20 keys another guest stored, read through SOCKET
+    i=0
+    while [ $i -lt 20 ]; do
+        got=$(wire-client -s "$3" get "$1$i")
+        [ "$got" = "value-of-$1$i-from-$2" ] || fail "get $1$i through $3: '$got'"
+        i=$((i + 1))
+    done
+    [ $rc = 0 ] && echo "wire ($ROLE): the 20 keys guest $2 stored read back through $3"
+}
+load() { # load SOCKET...: checked load (loadgen exits 1 on a wrong value) through each at once
+    pids=""
+    for s in "$@"; do
+        NESSIE_SOCKET=$s nessie-run ./loadgen --threads 2 --keys 100 --value-size 700 \
+            --get-ratio 0.7 --ops 800 --warmup 0 >"$s.csv" 2>"$s.err" &
+        pids="$pids $!"
+    done
+    for p in $pids; do wait "$p" || fail "loadgen: wrong values or no daemon"; done
+    for s in "$@"; do
+        ./loadgen --header-only | cat - "$s.csv" | awk -F, -v s="$s" -v role="$ROLE" '
+            NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+            { printf "wire (%s): loadgen through %s: %d ops, %d gets, %d hits, %d errors\n", role,
+                     s, $col["ops"], $col["gets"], $col["get_hits"], $col["errors"]
+              if ($col["errors"] != 0 || $col["ops"] == 0) exit 1 }' || fail "loadgen through $s"
+    done
+}
+
+# The files memccp stores on one side and memccat reads on the other: made alike on both.
+head -c 2000 ./reception | od -An -tx1 >$d/file-a.txt
+head -c 4000 ./reception | tail -c 2000 | od -An -tx1 >$d/file-b.txt
+case $ROLE in
+a)
+    nessie-cluster start --nodes 3 --only 0,1 --dir $d --config $d/nessie.conf >/dev/null ||
+        { fail "daemons"; tail $d/node*.log; }
+    hear up
+    store a $d/node0.sock $d/node1.sock
+    (cd $d && NESSIE_SOCKET=$d/node0.sock nessie-run memccp --servers=127.0.0.1 file-a.txt) || fail memccp
+    say $B stored
+    load $d/node0.sock $d/node1.sock
+    hear done
+    check b b $d/node0.sock
+    check b b $d/node1.sock
+    NESSIE_SOCKET=$d/node1.sock nessie-run memccat --servers=127.0.0.1 file-b.txt >$d/got.txt || fail memccat
+    { cat $d/file-b.txt; echo; } | cmp -s - $d/got.txt || fail "memccat file-b.txt differs"
+    say $B bye
+    ;;
+b)
+    nessie-cluster start --nodes 3 --only 2 --dir $d --config $d/nessie.conf >/dev/null ||
+        { fail "daemons"; tail $d/node*.log; }
+    say $A up
+    hear stored
+    check a a $d/node2.sock
+    NESSIE_SOCKET=$d/node2.sock nessie-run memccat --servers=127.0.0.1 file-a.txt >$d/got.txt || fail memccat
+    { cat $d/file-a.txt; echo; } | cmp -s - $d/got.txt || fail "memccat file-a.txt differs"
+    load $d/node2.sock
+    store b $d/node2.sock
+    (cd $d && NESSIE_SOCKET=$d/node2.sock nessie-run memccp --servers=127.0.0.1 file-b.txt) || fail memccp
+    say $A done
+    hear bye
+    ;;
+*)
+    fail "ROLE must be a or b" ;;
+esac
+nessie-cluster stop --dir $d >/dev/null
+echo "wire ($ROLE): eth0 sent $(cat /sys/class/net/eth0/statistics/tx_bytes) bytes," \
+    "received $(cat /sys/class/net/eth0/statistics/rx_bytes)"
+[ $rc = 0 ] || grep -h -E "warn|error" $d/node*.log | head -20
+[ $rc = 0 ] && echo "wire ($ROLE): PASS"
+exit $rc
