@@ -314,10 +314,12 @@ static void test_cas_increments_from_many_processes(void **state)
     (void)state;
     const int procs = 4; /* nodes 0..2 own the words; node 3 only increments remotely */
     pid_t pids[4];
-    int opened[2], ready[2], finished[2];
+    /* One pipe per signal: a fast child must never take a byte meant for a slow one. */
+    int opened[2], ready[2], finished[2], leave[2];
     assert_int_equal(pipe(opened), 0);
     assert_int_equal(pipe(ready), 0);
     assert_int_equal(pipe(finished), 0);
+    assert_int_equal(pipe(leave), 0);
 
     /* Each node is a process of its own; all of them open their node (so no incrementer finds a
      * peer missing) before any starts, and stay up (their listeners serve the others) until all
@@ -337,7 +339,7 @@ static void test_cas_increments_from_many_processes(void **state)
             if (read(ready[0], &c, 1) != 1) /* start together, to collide as much as possible */
                 _exit(2);
             int rc = cas_increment_all(ep, &failures);
-            if (write(finished[1], "x", 1) != 1 || read(ready[0], &c, 1) != 1)
+            if (write(finished[1], "x", 1) != 1 || read(leave[0], &c, 1) != 1)
                 _exit(4);
             fab_ep_destroy(ep);
             fab_close(f);
@@ -352,7 +354,7 @@ static void test_cas_increments_from_many_processes(void **state)
     for (int p = 0; p < procs; p++)
         assert_int_equal(read(finished[0], &c, 1), 1);
     for (int p = 0; p < procs; p++)
-        assert_int_equal(write(ready[1], "x", 1), 1);
+        assert_int_equal(write(leave[1], "x", 1), 1);
     for (int p = 0; p < procs; p++)
         assert_int_equal(reap(pids[p]), 0);
 
@@ -368,6 +370,7 @@ static void test_cas_increments_from_many_processes(void **state)
     close(opened[0]); close(opened[1]);
     close(ready[0]); close(ready[1]);
     close(finished[0]); close(finished[1]);
+    close(leave[0]); close(leave[1]);
 }
 
 struct thread_arg {
