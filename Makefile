@@ -75,7 +75,7 @@ STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
 .PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick rxe-selftest \
-	test-rxe test-rxe-one test-rxe-two
+	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
@@ -202,6 +202,15 @@ test-rxe-one: deps
 test-rxe-two: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/test_fabric
 	@BUILD=$(BUILD) tests/rxe/test-rxe.sh --two
+
+# The one-guest verbs steps (no shim) on the sanitizer builds.
+test-rxe-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan all build/asan/tests/test_fabric
+	@BUILD=build/asan SAN=asan tests/rxe/test-rxe.sh
+
+test-rxe-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=tsan all build/tsan/tests/test_fabric
+	@BUILD=build/tsan SAN=tsan tests/rxe/test-rxe.sh
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=asan check

@@ -9,7 +9,8 @@
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
-# Environment: STRESS_OPS (default 2000), CRASH_OPS, RXE_STEPS (default "fabric stress crash shim").
+# Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), RXE_STEPS (default
+# "fabric stress crash shim"), TSAN_OPTIONS (a ThreadSanitizer build: test-rxe.sh sets it).
 cd "$(dirname "$0")"
 export PATH=$PWD:$PATH
 summary=""

@@ -3,21 +3,30 @@
 # (tools/rxe/build-image, Debian's packages only), boots it with qemu under TCG and runs Nessie's
 # verbs tests there:
 #   --one  one guest, rxe0 on a dummy netdev, every process on it (tests/rxe/in-guest.sh:
-#          fabric unit tests on verbs, nessie-stress --check, the shim with real clients)
+#          fabric unit tests on verbs, nessie-stress --check, the same with node crashes, the
+#          shim with real clients)
 #   --two  two guests on a qemu socket netdev, a cluster spread over both (tests/rxe/two-guests.sh)
 # Both by default. Prints a pass/fail summary; exits non-zero if anything failed.
-# Environment: BUILD (default build); for the one-guest run STRESS_OPS (nessie-stress operations,
-# default 2000) and RXE_STEPS (a subset of "fabric stress shim").
+# Environment: BUILD (default build), SAN (see below); for the one-guest run STRESS_OPS,
+# CRASH_OPS (nessie-stress operations) and RXE_STEPS (a subset of "fabric stress crash shim").
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
 parts="one two"
+# A sanitizer build (SAN=asan|tsan, BUILD=build/asan|tsan; make test-rxe-asan / test-rxe-tsan):
+# the one-guest steps without the shim (a sanitized libdeception.so cannot be preloaded into
+# unsanitized clients), at a fifth of the operations: sanitized processes run several times slower.
+if [ -n "${SAN:-}" ]; then
+    parts=one
+    : "${RXE_STEPS:=fabric stress crash}" "${STRESS_OPS:=4000}" "${CRASH_OPS:=2000}"
+    export RXE_STEPS STRESS_OPS CRASH_OPS
+fi
 case ${1:-} in
 --one) parts=one ;;
 --two) parts=two ;;
 "") ;;
--h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) echo "test-rxe: unknown argument $1" >&2; exit 2 ;;
 esac
 for f in reception nessie-stress libdeception.so tests/test_fabric bench/loadgen; do
@@ -46,7 +55,8 @@ summary=""
 failed=0
 if echo "$parts" | grep -q one; then
     payload "$work/one" "$here/tests/rxe/in-guest.sh"
-    for v in STRESS_OPS CRASH_OPS RXE_STEPS; do # passed on to the guest
+    [ "${SAN:-}" != tsan ] || TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
+    for v in STRESS_OPS CRASH_OPS RXE_STEPS TSAN_OPTIONS; do # passed on to the guest
         eval "val=\${$v:-}"
         [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
     done
