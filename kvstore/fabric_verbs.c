@@ -241,9 +241,14 @@ static void *listener_main(void *arg)
                 continue;
             }
             rdma_ack_cm_event(ev);
-        } else if (ev->event == RDMA_CM_EVENT_DISCONNECTED) {
+        } else if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
+                   ev->event == RDMA_CM_EVENT_CONNECT_ERROR ||
+                   ev->event == RDMA_CM_EVENT_UNREACHABLE || ev->event == RDMA_CM_EVENT_REJECTED) {
+            /* An accepted connection that ended, or never completed (the peer gave up before
+             * our accept reached it): nothing else will free it. */
             rdma_ack_cm_event(ev);
-            rdma_destroy_qp(id);
+            if (id->qp)
+                rdma_destroy_qp(id);
             rdma_destroy_id(id);
         } else {
             rdma_ack_cm_event(ev);
