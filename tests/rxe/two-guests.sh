@@ -30,7 +30,17 @@ port=$(( 30000 + $$ % 20000 ))
 "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/a" --net listen:$port \
     --ip 10.77.1.1/24 --mem 1024 --timeout 900 --log "$work/a.log" >/dev/null 2>&1 &
 apid=$!
-sleep 1
+# B's qemu must find A's listening (it gives up at once otherwise); a probe connection would be
+# taken as the peer, so watch the listening sockets instead.
+t=0
+until ss -Hltn "sport = :$port" | grep -q .; do
+    t=$((t + 1))
+    if [ $t -gt 600 ] || ! kill -0 "$apid" 2>/dev/null; then
+        echo "two-guests: guest A's qemu never listened on port $port" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
 rb=0
 "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/b" --net connect:$port \
     --ip 10.77.1.2/24 --mem 1024 --timeout 900 --log "$work/b.log" >/dev/null 2>&1 || rb=$?

@@ -63,8 +63,9 @@ static int setup(void **state)
     snprintf(cluster, sizeof(cluster), "test-fabric-%d-%u", (int)getpid(), seq);
     const char *ip = getenv("NESSIE_TEST_VERBS_IP");
     for (int i = 0; i < 8; i++) {
+        /* 20000..59999: a valid port above the privileged ones, whatever the pid. */
         snprintf(addr_buf[i], sizeof(addr_buf[i]), "%s:%u", ip ? ip : "10.77.0.1",
-                 20000 + (unsigned)((getpid() % 100) * 800) + seq * 8 + (unsigned)i);
+                 20000 + (unsigned)((getpid() % 50) * 800) + (seq % 100) * 8 + (unsigned)i);
         addrs[i] = addr_buf[i];
     }
     seq++;
@@ -206,6 +207,10 @@ static void test_write_seen_by_read_of_other_process(void **state)
     if (pid == 0) {
         char c;
         unsigned char buf[3000];
+        /* Each end is held only by the side that uses it, so a side that dies is seen as EOF by
+         * the other instead of a wait forever. */
+        close(go[1]);
+        close(done[0]);
         if (read(go[0], &c, 1) != 1)
             _exit(2);
         struct fab *f = open_node(2, 1, NULL);
@@ -226,6 +231,8 @@ static void test_write_seen_by_read_of_other_process(void **state)
         fab_close(f);
         _exit(0);
     }
+    close(go[0]);
+    close(done[1]);
     struct fab *fab = open_node(2, 0, NULL);
     assert_non_null(fab);
     char c;
@@ -247,7 +254,8 @@ static void test_write_seen_by_read_of_other_process(void **state)
     assert_int_equal(reap(pid), 0);
     fab_ep_destroy(ep);
     fab_close(fab);
-    close(go[0]); close(go[1]); close(done[0]); close(done[1]);
+    close(go[1]);
+    close(done[0]);
 }
 
 /* --- CAS atomicity ----------------------------------------------------------------------------- */
@@ -329,6 +337,13 @@ static void test_cas_increments_from_many_processes(void **state)
         assert_true(pids[p] >= 0);
         if (pids[p] == 0) {
             char c;
+            /* Only the parent writes ready and leave, so its death is EOF here; each child
+             * closes its write end of opened and finished once written, so a child that dies
+             * is EOF for the parent. */
+            close(ready[1]);
+            close(leave[1]);
+            close(opened[0]);
+            close(finished[0]);
             struct fab *f = open_node(4, (uint32_t)p, NULL);
             struct fab_ep *ep;
             uint64_t failures = 0;
@@ -336,16 +351,24 @@ static void test_cas_increments_from_many_processes(void **state)
                 _exit(1);
             if (write(opened[1], "x", 1) != 1)
                 _exit(2);
+            close(opened[1]);
             if (read(ready[0], &c, 1) != 1) /* start together, to collide as much as possible */
                 _exit(2);
             int rc = cas_increment_all(ep, &failures);
-            if (write(finished[1], "x", 1) != 1 || read(leave[0], &c, 1) != 1)
+            if (write(finished[1], "x", 1) != 1)
+                _exit(4);
+            close(finished[1]);
+            if (read(leave[0], &c, 1) != 1)
                 _exit(4);
             fab_ep_destroy(ep);
             fab_close(f);
             _exit(rc ? 10 + rc : 0);
         }
     }
+    close(opened[1]);
+    close(finished[1]);
+    close(ready[0]);
+    close(leave[0]);
     char c;
     for (int p = 0; p < procs; p++)
         assert_int_equal(read(opened[0], &c, 1), 1);
@@ -367,10 +390,10 @@ static void test_cas_increments_from_many_processes(void **state)
         assert_int_equal(v, (uint64_t)procs * CAS_ROUNDS);
         fab_close(owner);
     }
-    close(opened[0]); close(opened[1]);
-    close(ready[0]); close(ready[1]);
-    close(finished[0]); close(finished[1]);
-    close(leave[0]); close(leave[1]);
+    close(opened[0]);
+    close(ready[1]);
+    close(finished[0]);
+    close(leave[1]);
 }
 
 struct thread_arg {
