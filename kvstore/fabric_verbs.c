@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -54,6 +55,12 @@
  * its requests in about 2 s (the default lets them hang for many seconds, which looks like a
  * hang to a crash-restart test). */
 #define VERBS_ACK_TIMEOUT 16
+/* After a failed connect, requests to that peer fail at once for a while before the next
+ * attempt: a connect to a host that is gone blocks the calling worker for up to 3 connection
+ * steps of VERBS_CONNECT_MS. The wait doubles per failure from the first value to the last, and
+ * starts over once a connect succeeds; the first is short so a restarted peer is found soon. */
+#define VERBS_RETRY_FIRST_MS 100
+#define VERBS_RETRY_MAX_MS 5000
 #define VERBS_HELLO_MAGIC 0x4E565242u /* "NVRB" */
 
 /* Connection private data, both ways: who is asking (request) and where the regions are (reply).
@@ -80,6 +87,10 @@ struct verbs_fab {
     uint64_t cluster_hash;
     pthread_t listener;
     int stop_pipe[2];
+    /* Connections the listener accepted, so close can end them before the CQ, MRs and PD they
+     * use. Only the listener thread touches this, and close after joining it. */
+    struct rdma_cm_id **accepted;
+    size_t naccepted, accepted_cap;
 };
 
 struct verbs_conn {
@@ -89,6 +100,8 @@ struct verbs_conn {
     bool up;
     bool broken;                         /* QP in error or never connected: reconnect when idle */
     uint32_t inflight;
+    uint64_t retry_ns;                   /* no connect attempt before this (monotonic) */
+    uint32_t backoff_ms;                 /* the wait after the next failed attempt */
 };
 
 struct verbs_req {                       /* a request in flight, indexed by its slot */
@@ -111,6 +124,39 @@ struct verbs_ep {
     struct fab_wc *synth;                /* completions made here (requests never posted) */
     uint32_t nsynth;
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Remember an accepted connection. Returns 0, or -1 (out of memory: the caller rejects it). */
+static int accepted_add(struct verbs_fab *v, struct rdma_cm_id *id)
+{
+    if (v->naccepted == v->accepted_cap) {
+        size_t cap = v->accepted_cap ? v->accepted_cap * 2 : 16;
+        struct rdma_cm_id **a = realloc(v->accepted, cap * sizeof(*a));
+        if (!a)
+            return -1;
+        v->accepted = a;
+        v->accepted_cap = cap;
+    }
+    v->accepted[v->naccepted++] = id;
+    return 0;
+}
+
+/* Forget an accepted connection (no-op for one never added). */
+static void accepted_remove(struct verbs_fab *v, struct rdma_cm_id *id)
+{
+    for (size_t i = 0; i < v->naccepted; i++) {
+        if (v->accepted[i] == id) {
+            v->accepted[i] = v->accepted[--v->naccepted];
+            return;
+        }
+    }
+}
 
 static uint64_t hash_name(const char *s)
 {
@@ -230,8 +276,17 @@ static void *listener_main(void *arg)
                 rdma_destroy_id(id);
                 continue;
             }
-            if (id->verbs != v->ctx || rdma_create_qp(id, v->pd, &qa) != 0 ||
-                allow_remote(id->qp) != 0 || rdma_accept(id, &cp) != 0) {
+            if (id->verbs != v->ctx || accepted_add(v, id) != 0) {
+                log_warn("fabric verbs: cannot accept node %u: %s", h->node,
+                         id->verbs != v->ctx ? "it came in on another device" : "out of memory");
+                rdma_reject(id, NULL, 0);
+                rdma_ack_cm_event(ev);
+                rdma_destroy_id(id);
+                continue;
+            }
+            if (rdma_create_qp(id, v->pd, &qa) != 0 || allow_remote(id->qp) != 0 ||
+                rdma_accept(id, &cp) != 0) {
+                accepted_remove(v, id);
                 log_warn("fabric verbs: cannot accept node %u: %s", h->node, strerror(errno));
                 if (id->qp)
                     rdma_destroy_qp(id);
@@ -247,6 +302,7 @@ static void *listener_main(void *arg)
             /* An accepted connection that ended, or never completed (the peer gave up before
              * our accept reached it): nothing else will free it. */
             rdma_ack_cm_event(ev);
+            accepted_remove(v, id);
             if (id->qp)
                 rdma_destroy_qp(id);
             rdma_destroy_id(id);
@@ -398,7 +454,16 @@ static void verbs_close(struct fab *fab)
     pthread_join(v->listener, NULL);
     close(v->stop_pipe[0]);
     close(v->stop_pipe[1]);
-    /* Accepted connections die with the device context below (their peers see errors). */
+    /* End the accepted connections before what they use goes: their peers' requests then fail
+     * as unreachable (and reconnect later) rather than reach deregistered memory. */
+    for (size_t i = 0; i < v->naccepted; i++) {
+        struct rdma_cm_id *id = v->accepted[i];
+        rdma_disconnect(id);
+        if (id->qp)
+            rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+    }
+    free(v->accepted);
     rdma_destroy_id(v->listen_id);
     ibv_destroy_cq(v->passive_cq);
     for (int r = FAB_REGION_COUNT - 1; r >= 0; r--)
@@ -599,8 +664,19 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
         uint32_t node = wrs[i].node;
         struct verbs_conn *c = &e->conn[node];
         if ((!c->up || c->broken) && c->inflight == 0) {
-            conn_drop(c);
-            conn_open(ep, node);
+            uint64_t now = mono_ns();
+            if (now >= c->retry_ns) {
+                conn_drop(c);
+                if (conn_open(ep, node) == 0) {
+                    c->backoff_ms = 0;
+                } else {
+                    if (c->backoff_ms == 0)
+                        c->backoff_ms = VERBS_RETRY_FIRST_MS;
+                    c->retry_ns = mono_ns() + (uint64_t)c->backoff_ms * 1000000ULL;
+                    c->backoff_ms = c->backoff_ms * 2 > VERBS_RETRY_MAX_MS ? VERBS_RETRY_MAX_MS
+                                                                           : c->backoff_ms * 2;
+                }
+            }
         }
         struct ibv_send_wr *head = NULL, **tail = &head;
         for (size_t j = i; j < n; j++) {
