@@ -650,8 +650,18 @@ int main(int argc, char **argv)
         if (pids[n] == 0)
             _exit(node_main((uint32_t)n, false));
     }
-    while (atomic_load(&sh->ready) < opt_nodes)
+    while (atomic_load(&sh->ready) < opt_nodes) {
+        int st;
+        pid_t dead = waitpid(-1, &st, WNOHANG);
+        if (dead > 0) { /* a node died before it could even say it failed */
+            fprintf(stderr, "nessie-stress: a node process died at start (status %d)\n", st);
+            for (int n = 0; n < opt_nodes; n++)
+                if (pids[n] > 0 && pids[n] != dead)
+                    kill(pids[n], SIGKILL);
+            return 2;
+        }
         usleep(1000);
+    }
     uint64_t t0 = mono_ns();
     atomic_store(&sh->go, 1);
     int failed = 0, running = opt_nodes;
@@ -670,6 +680,8 @@ int main(int argc, char **argv)
                     fprintf(stderr, "nessie-stress: node %d failed\n", n);
                     failed = 1;
                 }
+                /* The others wait for every node to finish (node_main): one that died will not. */
+                atomic_store(&sh->finished[n], 1);
             }
             continue;
         }
