@@ -10,17 +10,28 @@
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), RXE_STEPS (default
-# "fabric stress crash shim"), TSAN_OPTIONS (a ThreadSanitizer build: test-rxe.sh sets it).
-cd "$(dirname "$0")"
+# "fabric stress crash shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# build: test-rxe.sh sets it).
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$self")"
 export PATH=$PWD:$PATH
 summary=""
 failed=0
-step() { # step NAME COMMAND...: run it, record PASS/FAIL with its time
-    name=$1; shift
-    echo "== rxe step $name: $*"
+# step NAME: run the step function NAME in a session of its own (this script again, with
+# --step), record PASS/FAIL with its time. A step still running after STEP_LIMIT seconds is
+# killed with everything it started (its process group): a hang costs one step, not the run.
+step() {
+    name=$1
+    echo "== rxe step $name"
     t0=$(date +%s)
-    "$@"
+    setsid "$self" --step "$name" &
+    pid=$!
+    (sleep "${STEP_LIMIT:-900}"; echo "== rxe step $name: killed after ${STEP_LIMIT:-900} s";
+     kill -9 -"$pid") 2>/dev/null &
+    watchdog=$!
+    wait "$pid"
     rc=$?
+    kill "$watchdog" 2>/dev/null
     t=$(( $(date +%s) - t0 ))
     if [ $rc = 0 ]; then
         summary="$summary
@@ -105,8 +116,12 @@ CONF
     return $rc
 }
 
+if [ "${1:-}" = --step ]; then
+    "$2"
+    exit $?
+fi
 for s in ${RXE_STEPS:-fabric stress crash shim}; do
-    step "$s" "$s"
+    step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"
 exit $failed

@@ -8,7 +8,8 @@
 #   --two  two guests on a qemu socket netdev, a cluster spread over both (tests/rxe/two-guests.sh)
 # Both by default. Prints a pass/fail summary; exits non-zero if anything failed.
 # Environment: BUILD (default build), SAN (see below); for the one-guest run STRESS_OPS,
-# CRASH_OPS (nessie-stress operations) and RXE_STEPS (a subset of "fabric stress crash shim").
+# CRASH_OPS (nessie-stress operations), RXE_STEPS (a subset of "fabric stress crash shim") and
+# STEP_LIMIT (seconds one step may take before it is killed with its processes, default 900).
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
@@ -56,7 +57,7 @@ failed=0
 if echo "$parts" | grep -q one; then
     payload "$work/one" "$here/tests/rxe/in-guest.sh"
     [ "${SAN:-}" != tsan ] || TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
-    for v in STRESS_OPS CRASH_OPS RXE_STEPS TSAN_OPTIONS; do # passed on to the guest
+    for v in STRESS_OPS CRASH_OPS RXE_STEPS STEP_LIMIT TSAN_OPTIONS; do # passed on to the guest
         eval "val=\${$v:-}"
         [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
     done
