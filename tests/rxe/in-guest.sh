@@ -88,29 +88,9 @@ CONF
     done
     NESSIE_SOCKET=$d/node1.sock nessie-run memcstat --servers=127.0.0.1 >$d/stat.txt || rc=1
     grep -q "fabric" $d/stat.txt || { echo "shim: memcstat shows no Nessie stats"; cat $d/stat.txt; rc=1; }
-    # Several threads per node, every value read checked against its key's tag (loadgen exits
-    # 1 on a wrong value).
-    pids=""
-    for n in 0 1 2; do
-        NESSIE_SOCKET=$d/node$n.sock nessie-run ./loadgen --servers=127.0.0.1 --threads 2 \
-            --keys 200 --value-size 512 --get-ratio 0.7 --ops 1500 --warmup 0 \
-            >$d/load$n.csv 2>$d/load$n.err &
-        pids="$pids $!"
-    done
-    n=0
-    for p in $pids; do
-        if ! wait "$p"; then
-            echo "shim: loadgen through node $n failed:"; cat $d/load$n.err; rc=1
-        fi
-        n=$((n + 1))
-    done
-    for n in 0 1 2; do # and no call refused: the errors column is 0
-        ./loadgen --header-only | cat - $d/load$n.csv | awk -F, -v n=$n '
-            NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-            { printf "shim: loadgen through node %d: %d ops, %d gets, %d hits, %d errors\n",
-                     n, $col["ops"], $col["gets"], $col["get_hits"], $col["errors"]
-              if ($col["errors"] != 0 || $col["ops"] == 0) exit 1 }' || rc=1
-    done
+    # Several threads per node, every value read checked against its key's tag, no call refused.
+    ./checked-load shim "--keys 200 --value-size 512 --ops 1500" \
+        $d/node0.sock $d/node1.sock $d/node2.sock || rc=1
     ./nessie-cluster stop --dir $d >/dev/null
     [ $rc = 0 ] || grep -h -E "warn|error" $d/node*.log | head -20
     return $rc

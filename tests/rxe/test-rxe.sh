@@ -46,14 +46,22 @@ payload() { # payload DIR GUEST-SCRIPT
     mkdir -p "$1"
     cp "$BUILD/reception" "$BUILD/nessie-stress" "$BUILD/libdeception.so" "$BUILD/tests/test_fabric" \
         "$BUILD/bench/loadgen" "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" \
-        "$here/tools/nessie-run" "$(command -v memccp)" "$(command -v memccat)" \
-        "$(command -v memcstat)" "$1/"
+        "$here/tools/nessie-run" "$here/tests/rxe/checked-load" "$(command -v memccp)" \
+        "$(command -v memccat)" "$(command -v memcstat)" "$1/"
     cp "$2" "$1/run.sh"
     chmod +x "$1/run.sh"
 }
 
 summary=""
 failed=0
+part() { # part NAME COMMAND...: run it, add PASS/FAIL NAME (seconds) to the summary
+    name=$1
+    shift
+    t0=$(date +%s)
+    if "$@"; then verdict=PASS; else verdict=FAIL; failed=1; fi
+    summary="$summary
+$verdict $name ($(( $(date +%s) - t0 )) s)"
+}
 if echo "$parts" | grep -q one; then
     payload "$work/one" "$here/tests/rxe/in-guest.sh"
     [ "${SAN:-}" != tsan ] || TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
@@ -61,29 +69,13 @@ if echo "$parts" | grep -q one; then
         eval "val=\${$v:-}"
         [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
     done
-    t0=$(date +%s)
-    if "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/one" --mem 1024 \
-        --timeout 1500 --log "$work/one.log"; then
-        summary="$summary
-PASS one guest ($(( $(date +%s) - t0 )) s)"
-    else
-        summary="$summary
-FAIL one guest ($(( $(date +%s) - t0 )) s)"
-        failed=1
-    fi
+    part "one guest" "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/one" \
+        --mem 1024 --timeout 1500 --log "$work/one.log"
     summary="$summary
 $(tr -d '\r' <"$work/one.log" | sed -n 's/^\(PASS\|FAIL\) /    &/p')"
 fi
 if echo "$parts" | grep -q two; then
-    t0=$(date +%s)
-    if BUILD=$BUILD WORK=$work "$here/tests/rxe/two-guests.sh"; then
-        summary="$summary
-PASS two guests ($(( $(date +%s) - t0 )) s)"
-    else
-        summary="$summary
-FAIL two guests ($(( $(date +%s) - t0 )) s)"
-        failed=1
-    fi
+    part "two guests" env BUILD="$BUILD" WORK="$work" "$here/tests/rxe/two-guests.sh"
 fi
 printf '\n== test-rxe summary (%s s in all)%s\n' "$(( $(date +%s) - t_all ))" "$summary"
 exit $failed

@@ -21,7 +21,7 @@ for role in a b; do
     mkdir -p "$work/$role"
     cp "$BUILD/reception" "$BUILD/libdeception.so" "$BUILD/bench/loadgen" \
         "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" "$here/tools/nessie-run" \
-        "$(command -v memccp)" "$(command -v memccat)" "$work/$role/"
+        "$here/tests/rxe/checked-load" "$(command -v memccp)" "$(command -v memccat)" "$work/$role/"
     { echo '#!/bin/sh'; echo "export ROLE=$role"; tail -n +2 "$here/tests/rxe/wire-guest.sh"; } \
         >"$work/$role/run.sh"
     chmod +x "$work/$role/run.sh"

@@ -59,21 +59,9 @@ check() { # check PREFIX FROM SOCKET: the 20 keys another guest stored, read thr
     done
     [ $rc = 0 ] && echo "wire ($ROLE): the 20 keys guest $2 stored read back through $3"
 }
-load() { # load SOCKET...: checked load (loadgen exits 1 on a wrong value) through each at once
-    pids=""
-    for s in "$@"; do
-        NESSIE_SOCKET=$s nessie-run ./loadgen --threads 2 --keys 100 --value-size 700 \
-            --get-ratio 0.7 --ops 800 --warmup 0 >"$s.csv" 2>"$s.err" &
-        pids="$pids $!"
-    done
-    for p in $pids; do wait "$p" || fail "loadgen: wrong values or no daemon"; done
-    for s in "$@"; do
-        ./loadgen --header-only | cat - "$s.csv" | awk -F, -v s="$s" -v role="$ROLE" '
-            NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-            { printf "wire (%s): loadgen through %s: %d ops, %d gets, %d hits, %d errors\n", role,
-                     s, $col["ops"], $col["gets"], $col["get_hits"], $col["errors"]
-              if ($col["errors"] != 0 || $col["ops"] == 0) exit 1 }' || fail "loadgen through $s"
-    done
+load() { # load SOCKET...: checked load through each at once (tests/rxe/checked-load)
+    ./checked-load "wire ($ROLE)" "--keys 100 --value-size 700 --ops 800" "$@" ||
+        fail "checked load through $*"
 }
 
 # The files memccp stores on one side and memccat reads on the other: made alike on both.
