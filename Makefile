@@ -62,6 +62,9 @@ CAPI_SCENARIO := $(BUILD)/tests/capi-scenario
 NB_OVERLAP := $(BUILD)/bench/nb-overlap
 LOADGEN := $(BUILD)/bench/loadgen
 LIMITS := $(BUILD)/bench/limits
+# bench-quick's breakdown of a GET: the channel alone, and the engine alone.
+HOP := $(BUILD)/bench/hop
+ENGINE_GET := $(BUILD)/bench/engine-get
 VERBS_SMOKE := $(BUILD)/tests/verbs-smoke
 MEMCACHED_CFLAGS = $(shell $(PKG_CONFIG) --cflags libmemcached)
 WIRE_CLIENT := $(BUILD)/tests/wire-client
@@ -81,7 +84,8 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 .SECONDARY:
 
 all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
-     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS) $(VERBS_SMOKE)
+     $(SHIM_LIB) $(CAPI_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS) $(VERBS_SMOKE) $(HOP) \
+     $(ENGINE_GET)
 
 $(SHIM_LIB): $(SHIM_OBJ) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
@@ -123,6 +127,14 @@ $(LOADGEN): bench/loadgen.c
 $(VERBS_SMOKE): tests/rxe/verbs_smoke.c $(LIBNESSIE)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBNESSIE) $(LDFLAGS) $(NESSIE_LIBS) $(LDLIBS) -o $@
+
+$(HOP): bench/hop.c $(CHANNEL_OBJ)
+	@mkdir -p $(@D)
+	$(CC) -Iinclude -Ishim -D_GNU_SOURCE $(CFLAGS) $< $(CHANNEL_OBJ) $(LDFLAGS) $(LDLIBS) -o $@
+
+$(ENGINE_GET): bench/engine_get.c $(LIBNESSIE)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) $< $(LIBNESSIE) $(LDFLAGS) $(NESSIE_LIBS) $(LDLIBS) -lm -o $@
 
 $(LIMITS): bench/limits.c
 	@mkdir -p $(@D)
@@ -242,4 +254,4 @@ clean:
 
 -include $(RECEP_OBJ:.o=.d) $(CHANNEL_OBJ:.o=.d) $(SHIM_OBJ:.o=.d) $(BUILD)/obj/tests/reception/wire_client.d \
          $(KVSTORE_OBJ:.o=.d) $(UNIT_SRC:tests/unit/%.c=$(BUILD)/obj/tests/unit/%.d) \
-         $(STRESS_LIB_OBJ:.o=.d) $(BUILD)/obj/tests/stress/stress.d
+         $(STRESS_LIB_OBJ:.o=.d) $(BUILD)/obj/tests/stress/stress.d $(HOP).d $(ENGINE_GET).d

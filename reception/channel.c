@@ -1,12 +1,9 @@
 /*
  * channel.c - serving one client channel: wire.h requests run through the engine.
  *
- * Memory orderings: `state`, `client_waiting` and `worker_parked` are accessed with __atomic
- * builtins. The reply is published by a seq_cst store of WIRE_ST_REPLY (which also orders the
- * reply's plain stores before it, as a release would); the following load of client_waiting is
- * seq_cst so that it cannot be reordered before that store (Dekker with the client's
- * store-client_waiting / load-state pair): either we see the client waiting and wake it, or it
- * sees the reply before sleeping.
+ * The ring, the slots' states and their memory orderings are include/nessie/wire_sync.h's, shared
+ * with the client. Here: checking what a request says, running it, and placing its answer in the
+ * request's part of the arena.
  */
 #include "channel.h"
 
@@ -18,6 +15,8 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <nessie/wire_sync.h>
 
 #include "log.h"
 
@@ -63,9 +62,11 @@ int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock,
     }
     ch->hdr->magic = WIRE_MAGIC;
     ch->hdr->version = WIRE_VERSION;
+    ch->hdr->nslots = WIRE_SLOTS;
     ch->hdr->arena_bytes = arena_bytes;
     ch->hdr->max_item_size = max_item_size;
-    __atomic_store_n(&ch->hdr->state, WIRE_ST_IDLE, __ATOMIC_RELEASE);
+    /* A fresh memfd reads as zeros: every slot IDLE, the ring empty. Handed to the worker through
+     * a queue whose hand-over orders these stores before its first look. */
     *out = ch;
     return 0;
 
@@ -79,19 +80,20 @@ fail_memfd:
     return err;
 }
 
-static void stage_clear(struct recep_channel *ch)
+static void stage_clear(struct recep_stage *st)
 {
-    free(ch->stage_buf);
-    ch->stage_buf = NULL;
-    ch->stage = STAGE_NONE;
-    ch->stage_len = ch->stage_total = 0;
+    free(st->buf);
+    st->buf = NULL;
+    st->kind = STAGE_NONE;
+    st->len = st->total = 0;
 }
 
 void recep_channel_destroy(struct recep_channel *ch)
 {
     if (!ch)
         return;
-    stage_clear(ch);
+    for (unsigned i = 0; i < WIRE_SLOTS; i++)
+        stage_clear(&ch->stage[i]);
     close(ch->doorbell);
     munmap(ch->hdr, ch->map_bytes);
     close(ch->memfd);
@@ -101,7 +103,7 @@ void recep_channel_destroy(struct recep_channel *ch)
 
 bool recep_channel_pending(const struct recep_channel *ch)
 {
-    return __atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) == WIRE_ST_REQUEST;
+    return !ch->broken && wire_ring_pending(ch->hdr, ch->tail) != 0;
 }
 
 /* The engine's outcomes and the wire's first ones are the same list; spelled out so a change on
@@ -124,65 +126,78 @@ static uint16_t wire_status_of(int rc)
     }
 }
 
-/* Copy `len` bytes of a value into the arena at `off` as the reply's chunk; if it does not fit,
- * keep the whole value staged for WIRE_OP_FETCH. Returns the bytes placed. */
-static uint32_t place_value(struct recep_channel *ch, uint32_t off, const void *v, uint32_t len,
-                            struct wire_rep *rep, bool *more)
+
+/* The request's part of the arena (checked by request_ok before anything uses it). */
+static unsigned char *part(const struct recep_req *r)
 {
-    uint32_t room = ch->arena_bytes - off;
+    return r->ch->arena + r->rq.arena_off;
+}
+
+static struct recep_stage *stage_of(const struct recep_req *r)
+{
+    return &r->ch->stage[r->slot];
+}
+
+/* Copy `len` bytes of a value into the request's part at `off` as the reply's chunk; if it does
+ * not fit, keep the whole value staged in the slot for WIRE_OP_FETCH. Returns the bytes placed. */
+static uint32_t place_value(struct recep_req *r, uint32_t off, const void *v, uint32_t len,
+                            bool *more)
+{
+    uint32_t room = r->rq.arena_len - off;
     *more = false;
     if (len <= room) {
-        memcpy(ch->arena + off, v, len);
+        memcpy(part(r) + off, v, len);
         return len;
     }
     unsigned char *buf = malloc(len);
     if (!buf) {
-        rep->status = WIRE_NO_MEMORY;
+        r->rep.status = WIRE_NO_MEMORY;
         return 0;
     }
     memcpy(buf, v, len);
-    stage_clear(ch);
-    ch->stage = STAGE_FETCH;
-    ch->stage_buf = buf;
-    ch->stage_len = ch->stage_total = len;
-    memcpy(ch->arena + off, v, room);
+    struct recep_stage *st = stage_of(r);
+    stage_clear(st);
+    st->kind = STAGE_FETCH;
+    st->buf = buf;
+    st->len = st->total = len;
+    memcpy(part(r) + off, v, room);
     *more = true;
     return room;
 }
 
-static void do_get(struct recep_channel *ch, struct nessie_ctx *ctx, const unsigned char *key,
-                   uint16_t klen, struct wire_rep *rep)
+/* A GET's answer, from nessie_get or nessie_get_multi. */
+static void get_done(struct recep_req *r, int rc, const struct nessie_item *it)
 {
-    struct nessie_item it;
-    int rc = nessie_get(ctx, key, klen, &it);
-    rep->status = wire_status_of(rc);
+    r->rep.status = wire_status_of(rc);
     if (rc != NESSIE_OK)
         return;
     bool more;
-    rep->flags = it.flags;
-    rep->version = it.version;
-    rep->total_len = it.value_len;
-    rep->chunk_len = place_value(ch, 0, it.value, it.value_len, rep, &more);
+    r->rep.flags = it->flags;
+    r->rep.version = it->version;
+    r->rep.total_len = it->value_len;
+    r->rep.chunk_len = place_value(r, 0, it->value, it->value_len, &more);
     if (more)
-        rep->rflags |= WIRE_F_MORE;
+        r->rep.rflags |= WIRE_F_MORE;
 }
 
-static void do_fetch(struct recep_channel *ch, const struct wire_req *rq, struct wire_rep *rep)
+static void do_fetch(struct recep_req *r)
 {
-    if (ch->stage != STAGE_FETCH || rq->chunk_off >= ch->stage_total) {
-        rep->status = WIRE_E_MALFORMED;
+    struct recep_stage *st = stage_of(r);
+    const struct wire_req *rq = &r->rq;
+    if (st->kind != STAGE_FETCH || rq->chunk_off >= st->total) {
+        r->rep.status = WIRE_E_MALFORMED;
         return;
     }
-    uint32_t left = ch->stage_total - rq->chunk_off;
-    uint32_t n = left < ch->arena_bytes ? left : ch->arena_bytes;
-    memcpy(ch->arena, ch->stage_buf + rq->chunk_off, n);
-    rep->status = WIRE_OK;
-    rep->chunk_len = n;
-    rep->total_len = ch->stage_total;
+    uint32_t left = st->total - rq->chunk_off;
+    uint32_t n = left < rq->arena_len ? left : rq->arena_len;
+    memcpy(part(r), st->buf + rq->chunk_off, n);
+    r->rep.status = WIRE_OK;
+    r->rep.chunk_len = n;
+    r->rep.total_len = st->total;
     if (n < left)
-        rep->rflags |= WIRE_F_MORE;
+        r->rep.rflags |= WIRE_F_MORE;
     else
-        stage_clear(ch);
+        stage_clear(st);
 }
 
 static int run_store(struct nessie_ctx *ctx, const struct wire_req *rq, const unsigned char *key,
@@ -200,60 +215,61 @@ static int run_store(struct nessie_ctx *ctx, const struct wire_req *rq, const un
     return rc;
 }
 
-static void do_store(struct recep_channel *ch, struct nessie_ctx *ctx, const struct wire_req *rq,
-                     const unsigned char *key, struct wire_rep *rep)
+static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
 {
+    const struct wire_req *rq = &r->rq;
+    struct wire_rep *rep = &r->rep;
+    struct recep_stage *st = stage_of(r);
     if (rq->mode > WIRE_PREPEND || rq->chunk_off > rq->total_len ||
         rq->chunk_len > rq->total_len - rq->chunk_off) {
         rep->status = WIRE_E_MALFORMED;
         return;
     }
-    if (rq->total_len > ch->max_item_size) {
+    if (rq->total_len > r->ch->max_item_size) {
         /* Nothing could hold it: refuse before buffering anything (the engine would too). */
-        stage_clear(ch);
+        stage_clear(st);
         rep->status = WIRE_TOO_BIG;
         return;
     }
-    const unsigned char *chunk = ch->arena + rq->key_len;
+    const unsigned char *chunk = part(r) + rq->key_len;
     if (rq->chunk_off == 0 && rq->chunk_len == rq->total_len) {
-        stage_clear(ch);
-        rep->status = wire_status_of(run_store(ctx, rq, key, chunk, rep));
+        stage_clear(st);
+        rep->status = wire_status_of(run_store(ctx, rq, r->key, chunk, rep));
         return;
     }
     if (rq->chunk_off == 0) {
-        stage_clear(ch);
-        ch->stage_buf = malloc(rq->total_len);
-        if (!ch->stage_buf) {
+        stage_clear(st);
+        st->buf = malloc(rq->total_len);
+        if (!st->buf) {
             rep->status = WIRE_NO_MEMORY;
             return;
         }
-        ch->stage = STAGE_STORE;
-        ch->stage_total = rq->total_len;
-        ch->stage_klen = rq->key_len;
-        memcpy(ch->stage_key, key, rq->key_len);
-        ch->stage_req = *rq;
-    } else if (ch->stage != STAGE_STORE || rq->chunk_off != ch->stage_len ||
-               rq->total_len != ch->stage_total || rq->key_len != ch->stage_klen ||
-               memcmp(key, ch->stage_key, rq->key_len) != 0 || rq->mode != ch->stage_req.mode) {
+        st->kind = STAGE_STORE;
+        st->total = rq->total_len;
+        st->klen = rq->key_len;
+        memcpy(st->key, r->key, rq->key_len);
+        st->req = *rq;
+    } else if (st->kind != STAGE_STORE || rq->chunk_off != st->len ||
+               rq->total_len != st->total || rq->key_len != st->klen ||
+               memcmp(r->key, st->key, rq->key_len) != 0 || rq->mode != st->req.mode) {
         /* Not the continuation of the store being assembled: drop it, change nothing. */
-        stage_clear(ch);
+        stage_clear(st);
         rep->status = WIRE_E_MALFORMED;
         return;
     }
-    memcpy(ch->stage_buf + rq->chunk_off, chunk, rq->chunk_len);
-    ch->stage_len = rq->chunk_off + rq->chunk_len;
-    if (ch->stage_len < ch->stage_total) {
+    memcpy(st->buf + rq->chunk_off, chunk, rq->chunk_len);
+    st->len = rq->chunk_off + rq->chunk_len;
+    if (st->len < st->total) {
         rep->status = WIRE_S_CONTINUE;
         return;
     }
-    rep->status = wire_status_of(run_store(ctx, rq, key, ch->stage_buf, rep));
-    stage_clear(ch);
+    rep->status = wire_status_of(run_store(ctx, rq, r->key, st->buf, rep));
+    stage_clear(st);
 }
 
-/* MGET's reply under construction: hits packed as wire_mitem records from the arena's start. */
+/* MGET's reply under construction: hits packed as wire_mitem records from the part's start. */
 struct mget_fill {
-    struct recep_channel *ch;
-    struct wire_rep *rep;
+    struct recep_req *r;
     const unsigned char *keys;
     const uint16_t *offs;
     size_t base;    /* the request's index of the current window's first key */
@@ -266,8 +282,9 @@ static void mget_one(void *user, size_t wi, int status, const struct nessie_item
 {
     struct mget_fill *f = user;
     const size_t i = f->base + wi;
-    struct recep_channel *ch = f->ch;
-    struct wire_rep *rep = f->rep;
+    struct recep_req *r = f->r;
+    struct wire_rep *rep = &r->rep;
+    const uint32_t room = r->rq.arena_len;
     if (f->stopped)
         return;
     if (status == NESSIE_NOT_FOUND || status == NESSIE_BAD_KEY) {
@@ -286,22 +303,22 @@ static void mget_one(void *user, size_t wi, int status, const struct nessie_item
     uint8_t klen = f->keys[f->offs[i]];
     uint32_t head = (uint32_t)sizeof(struct wire_mitem) + klen;
     uint32_t need = (head + it->value_len + 7u) & ~7u;
-    if (f->off + need > ch->arena_bytes && (rep->nitems > 0 || f->off + head + 8 > ch->arena_bytes)) {
+    if ((uint64_t)f->off + need > room && (rep->nitems > 0 || (uint64_t)f->off + head + 8 > room)) {
         f->stopped = true; /* resent by the client */
         return;
     }
     struct wire_mitem mi = {.key_index = (uint16_t)i, .key_len = klen, .flags = it->flags,
                             .total_len = it->value_len, .version = it->version};
     bool more;
-    mi.chunk_len = place_value(ch, f->off + head, it->value, it->value_len, rep, &more);
+    mi.chunk_len = place_value(r, f->off + head, it->value, it->value_len, &more);
     if (rep->status != WIRE_OK) {
         f->stopped = true;
         return;
     }
     if (more)
         mi.rflags = WIRE_F_MORE;
-    memcpy(ch->arena + f->off, &mi, sizeof(mi));
-    memcpy(ch->arena + f->off + sizeof(mi), k, klen);
+    memcpy(part(r) + f->off, &mi, sizeof(mi));
+    memcpy(part(r) + f->off + sizeof(mi), k, klen);
     f->off += (head + mi.chunk_len + 7u) & ~7u;
     rep->nitems++;
     rep->nkeys_done = (uint32_t)i + 1;
@@ -313,12 +330,13 @@ static void mget_one(void *user, size_t wi, int status, const struct nessie_item
  * together; a reply that fills up wastes at most this many lookups (the client resends). */
 #define MGET_WINDOW 32
 
-/* MGET: the keys are copied out of the arena first (the reply overwrites it). Hits are packed as
+/* MGET: the keys are copied out of the part first (the reply overwrites it). Hits are packed as
  * wire_mitem records; a hit that does not fit ends the reply (the client resends the keys not
  * done), unless it is the reply's first, which then carries the start of its value. */
-static void do_mget(struct recep_channel *ch, struct nessie_ctx *ctx, const struct wire_req *rq,
-                    struct wire_rep *rep)
+static void do_mget(struct recep_req *r, struct nessie_ctx *ctx)
 {
+    const struct wire_req *rq = &r->rq;
+    struct wire_rep *rep = &r->rep;
     unsigned char *keys = malloc(rq->key_len ? rq->key_len : 1);
     uint16_t *offs = malloc(sizeof(*offs) * rq->nkeys);
     const void **kp = malloc(sizeof(*kp) * rq->nkeys);
@@ -327,7 +345,7 @@ static void do_mget(struct recep_channel *ch, struct nessie_ctx *ctx, const stru
         rep->status = WIRE_NO_MEMORY;
         goto out;
     }
-    memcpy(keys, ch->arena, rq->key_len);
+    memcpy(keys, part(r), rq->key_len);
     uint32_t p = 0;
     for (uint16_t i = 0; i < rq->nkeys; i++) {
         if (p >= rq->key_len || keys[p] == 0 || p + 1u + keys[p] > rq->key_len) {
@@ -344,7 +362,7 @@ static void do_mget(struct recep_channel *ch, struct nessie_ctx *ctx, const stru
         goto out;
     }
     rep->status = WIRE_OK;
-    struct mget_fill f = {.ch = ch, .rep = rep, .keys = keys, .offs = offs};
+    struct mget_fill f = {.r = r, .keys = keys, .offs = offs};
     for (f.base = 0; f.base < rq->nkeys && !f.stopped; f.base += MGET_WINDOW) {
         size_t n = rq->nkeys - f.base < MGET_WINDOW ? rq->nkeys - f.base : MGET_WINDOW;
         nessie_get_multi(ctx, n, kp + f.base, kl + f.base, mget_one, &f);
@@ -356,76 +374,85 @@ out:
     free(kl);
 }
 
-/* Check what every single-key request shares: a key, and key + chunk inside the arena. */
-static bool key_request_ok(const struct recep_channel *ch, const struct wire_req *rq,
-                           struct wire_rep *rep)
+static bool is_key_op(uint16_t op)
 {
-    if ((uint64_t)rq->key_len + rq->chunk_len > ch->arena_bytes) {
+    return op == WIRE_OP_GET || op == WIRE_OP_STORE || op == WIRE_OP_DELETE ||
+           op == WIRE_OP_ARITH || op == WIRE_OP_TOUCH;
+}
+
+/*
+ * Check what a request says about the arena, and read a single-key request's key (once: the
+ * client may scribble on the arena meanwhile). Drops the slot's staged value when the request is
+ * not its continuation. Returns false with rep->status set if the request cannot run.
+ */
+static bool request_ok(struct recep_req *r)
+{
+    const struct wire_req *rq = &r->rq;
+    struct wire_rep *rep = &r->rep;
+    struct recep_stage *st = stage_of(r);
+    if ((st->kind == STAGE_FETCH && rq->op != WIRE_OP_FETCH) ||
+        (st->kind == STAGE_STORE && rq->op != WIRE_OP_STORE))
+        stage_clear(st);
+    if (rq->arena_off > r->ch->arena_bytes || rq->arena_len > r->ch->arena_bytes - rq->arena_off ||
+        rq->arena_len == 0) {
         rep->status = WIRE_E_MALFORMED;
         return false;
     }
-    if (rq->key_len == 0 || rq->key_len > WIRE_KEY_MAX) {
-        rep->status = WIRE_BAD_KEY;
-        return false;
+    if (is_key_op(rq->op)) {
+        if ((uint64_t)rq->key_len + rq->chunk_len > rq->arena_len) {
+            rep->status = WIRE_E_MALFORMED;
+            return false;
+        }
+        if (rq->key_len == 0 || rq->key_len > WIRE_KEY_MAX) {
+            rep->status = WIRE_BAD_KEY;
+            return false;
+        }
+        memcpy(r->key, part(r), rq->key_len);
     }
     return true;
 }
 
-static void dispatch(struct recep_channel *ch, struct nessie_ctx *ctx, const struct wire_req *rq,
-                     struct wire_rep *rep)
+/* Run one request that is not a GET going through the batch. */
+static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
 {
-    unsigned char key[WIRE_KEY_MAX];
-    if (ch->stage == STAGE_FETCH && rq->op != WIRE_OP_FETCH)
-        stage_clear(ch);
-    if (ch->stage == STAGE_STORE && rq->op != WIRE_OP_STORE)
-        stage_clear(ch);
+    const struct wire_req *rq = &r->rq;
+    struct wire_rep *rep = &r->rep;
     switch (rq->op) {
-    case WIRE_OP_GET:
-    case WIRE_OP_STORE:
-    case WIRE_OP_DELETE:
-    case WIRE_OP_ARITH:
-    case WIRE_OP_TOUCH:
-        if (!key_request_ok(ch, rq, rep))
-            return;
-        /* The key is read once, here: the client may scribble on the arena meanwhile. */
-        memcpy(key, ch->arena, rq->key_len);
-        break;
-    default:
+    case WIRE_OP_GET: {
+        struct nessie_item it;
+        int rc = nessie_get(ctx, r->key, rq->key_len, &it);
+        get_done(r, rc, &it);
         break;
     }
-    switch (rq->op) {
-    case WIRE_OP_GET:
-        do_get(ch, ctx, key, rq->key_len, rep);
-        break;
     case WIRE_OP_STORE:
-        do_store(ch, ctx, rq, key, rep);
+        do_store(r, ctx);
         break;
     case WIRE_OP_DELETE:
-        rep->status = wire_status_of(nessie_delete(ctx, key, rq->key_len));
+        rep->status = wire_status_of(nessie_delete(ctx, r->key, rq->key_len));
         break;
     case WIRE_OP_ARITH:
         if (rq->mode > 1) {
             rep->status = WIRE_E_MALFORMED;
             break;
         }
-        rep->status = wire_status_of(nessie_arith(ctx, key, rq->key_len, rq->mode == 1,
+        rep->status = wire_status_of(nessie_arith(ctx, r->key, rq->key_len, rq->mode == 1,
                                                   rq->delta, &rep->number, &rep->version));
         break;
     case WIRE_OP_TOUCH:
-        rep->status = wire_status_of(nessie_touch(ctx, key, rq->key_len, rq->exptime));
+        rep->status = wire_status_of(nessie_touch(ctx, r->key, rq->key_len, rq->exptime));
         break;
     case WIRE_OP_MGET:
-        if (rq->nkeys == 0 || rq->key_len > ch->arena_bytes) {
+        if (rq->nkeys == 0 || rq->key_len > rq->arena_len) {
             rep->status = WIRE_E_MALFORMED;
             break;
         }
-        do_mget(ch, ctx, rq, rep);
+        do_mget(r, ctx);
         break;
     case WIRE_OP_FLUSH:
         rep->status = wire_status_of(nessie_flush(ctx));
         break;
     case WIRE_OP_FETCH:
-        do_fetch(ch, rq, rep);
+        do_fetch(r);
         break;
     case WIRE_OP_NOOP:
         rep->status = WIRE_OK;
@@ -436,23 +463,103 @@ static void dispatch(struct recep_channel *ch, struct nessie_ctx *ctx, const str
     }
 }
 
-bool recep_channel_serve(struct recep_channel *ch, struct nessie_ctx *ctx)
+/* Post r's reply: into its slot, then the state that hands the slot back (wire_sync.h). */
+static void reply(struct recep_req *r)
 {
-    uint32_t expect = WIRE_ST_REQUEST;
-    if (!__atomic_compare_exchange_n(&ch->hdr->state, &expect, WIRE_ST_BUSY, false,
-                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-        return false;
-    struct wire_req rq;
-    memcpy(&rq, &ch->hdr->req, sizeof(rq)); /* one copy: the client may change it meanwhile */
-    struct wire_rep rep = {.seq = rq.seq};
-    dispatch(ch, ctx, &rq, &rep);
-    if (rep.status >= WIRE_E_MALFORMED)
-        log_debug("channel %llu (pid %d): request op %u refused: status %u",
-                  (unsigned long long)ch->id, (int)ch->pid, rq.op, rep.status);
-    memcpy(&ch->hdr->rep, &rep, sizeof(rep));
+    struct recep_channel *ch = r->ch;
+    if (r->rep.status >= WIRE_E_MALFORMED)
+        log_debug("channel %llu (pid %d): slot %u op %u refused: status %u",
+                  (unsigned long long)ch->id, (int)ch->pid, r->slot, r->rq.op, r->rep.status);
+    r->rep.done_ns = wire_now_ns();
+    memcpy(&ch->hdr->slot[r->slot].rep, &r->rep, sizeof(r->rep));
     ch->requests++;
-    __atomic_store_n(&ch->hdr->state, WIRE_ST_REPLY, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&ch->hdr->client_waiting, __ATOMIC_SEQ_CST))
-        syscall(SYS_futex, &ch->hdr->state, FUTEX_WAKE, 1, NULL, NULL, 0);
-    return true;
+    wire_reply(ch->hdr, r->slot);
+}
+
+size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_t max)
+{
+    if (ch->broken)
+        return 0;
+    uint32_t avail = wire_ring_pending(ch->hdr, ch->tail);
+    size_t n = 0;
+    if (avail > WIRE_SLOTS)
+        goto broken; /* more in flight than there are slots */
+    uint64_t now = avail ? wire_now_ns() : 0;
+    for (; n < max && n < avail; n++) {
+        int idx = wire_ring_take(ch->hdr, &ch->tail);
+        if (idx < 0)
+            goto broken;
+        struct recep_req *r = &out[n];
+        r->ch = ch;
+        r->slot = (uint16_t)idx;
+        memcpy(&r->rq, &ch->hdr->slot[idx].req, sizeof(r->rq));
+        r->rep = (struct wire_rep){.seq = r->rq.seq, .taken_ns = now};
+    }
+    return n;
+broken:
+    log_warn("channel %llu (pid %d): its request ring is corrupt (head %u, tail %u); closing it",
+             (unsigned long long)ch->id, (int)ch->pid, __atomic_load_n(&ch->hdr->sq_head,
+                                                                      __ATOMIC_RELAXED), ch->tail);
+    wire_break(ch->hdr, WIRE_E_MALFORMED);
+    ch->broken = ch->dead = true;
+    return n;
+}
+
+/* The batch's GETs, handed to nessie_get_multi together. */
+struct get_batch {
+    struct recep_req **reqs;
+};
+
+static void batch_get_one(void *user, size_t i, int status, const struct nessie_item *it)
+{
+    struct get_batch *b = user;
+    get_done(b->reqs[i], status, it);
+    reply(b->reqs[i]);
+}
+
+/* Run the GETs gathered so far together, each replied as soon as it is answered. */
+static void run_gets(struct recep_req **gets, const void **kp, size_t *kl, size_t ng,
+                     struct nessie_ctx *ctx)
+{
+    if (ng == 1) {
+        dispatch(gets[0], ctx);
+        reply(gets[0]);
+    } else if (ng > 1) {
+        struct get_batch b = {.reqs = gets};
+        if (nessie_get_multi(ctx, ng, kp, kl, batch_get_one, &b) != NESSIE_OK) {
+            for (size_t i = 0; i < ng; i++) {
+                gets[i]->rep.status = WIRE_INVALID;
+                reply(gets[i]);
+            }
+        }
+    }
+}
+
+void recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
+{
+    struct recep_req *gets[n ? n : 1];
+    const void *kp[n ? n : 1];
+    size_t kl[n ? n : 1];
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct recep_req *r = &reqs[i];
+        if (!request_ok(r)) {
+            reply(r);
+            continue;
+        }
+        if (r->rq.op == WIRE_OP_GET) {
+            gets[ng] = r;
+            kp[ng] = r->key;
+            kl[ng] = r->rq.key_len;
+            ng++;
+            continue;
+        }
+        /* Anything else runs after the GETs posted before it: a channel's requests take effect
+         * in the order it posted them, as on one memcached connection. */
+        run_gets(gets, kp, kl, ng, ctx);
+        ng = 0;
+        dispatch(r, ctx);
+        reply(r);
+    }
+    run_gets(gets, kp, kl, ng, ctx);
 }

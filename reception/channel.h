@@ -14,7 +14,18 @@
 
 #include "nessie.h"
 
-enum recep_stage { STAGE_NONE = 0, STAGE_STORE, STAGE_FETCH };
+enum recep_stage_kind { STAGE_NONE = 0, STAGE_STORE, STAGE_FETCH };
+
+/* A value travelling in chunks through one slot (wire.h "Large values"): the store being
+ * assembled, or the value of the slot's last get being fetched. */
+struct recep_stage {
+    enum recep_stage_kind kind;
+    unsigned char *buf;
+    uint32_t len, total;
+    unsigned char key[WIRE_KEY_MAX];
+    uint16_t klen;
+    struct wire_req req;
+};
 
 struct recep_channel {
     uint64_t id;
@@ -27,16 +38,22 @@ struct recep_channel {
     size_t map_bytes;
     uint32_t arena_bytes;
     uint32_t max_item_size;
-    /* A value travelling in chunks (wire.h "Large values"): the store being assembled, or the
-     * value of the last get being fetched. Owned by the channel, freed with it. */
-    enum recep_stage stage;
-    unsigned char *stage_buf;
-    uint32_t stage_len, stage_total;
-    unsigned char stage_key[WIRE_KEY_MAX];
-    uint16_t stage_klen;
-    struct wire_req stage_req;
+    /* The ring position up to which requests were taken. Private: the copy in the shared header
+     * is for the client's information, and the client could overwrite it. */
+    uint32_t tail;
+    struct recep_stage stage[WIRE_SLOTS]; /* per slot; buffers owned by the channel */
     uint64_t requests;         /* served, for stats */
-    bool dead;                 /* the client hung up; the worker closes it */
+    bool broken;               /* the client broke the ring: nothing more is taken from it */
+    bool dead;                 /* the client hung up, or broke the ring; the worker closes it */
+};
+
+/* A request taken from a channel, until its reply is posted. */
+struct recep_req {
+    struct recep_channel *ch;
+    uint16_t slot;
+    struct wire_req rq;        /* copied out of the slot: the client may change it meanwhile */
+    struct wire_rep rep;
+    unsigned char key[WIRE_KEY_MAX]; /* single-key requests: the key, read once */
 };
 
 /* Make a channel: its region (memfd) mapped here, its doorbell. Returns 0, or -errno (logged)
@@ -45,14 +62,23 @@ int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock,
                          uint64_t id, struct recep_channel **out);
 void recep_channel_destroy(struct recep_channel *ch);
 
-/* True if the client posted a request (a cheap load, for the worker's spin loop). */
+/* True if the client posted requests not taken yet (a cheap load, for the worker's loops). */
 bool recep_channel_pending(const struct recep_channel *ch);
 
 /*
- * Take the posted request (if the client still has one posted), run it with ctx, post the
- * reply and wake the client if it sleeps. Never trusts the channel's contents: a malformed
- * request gets WIRE_E_MALFORMED and changes nothing. Returns true if a request was served.
+ * Take up to max posted requests into out, in posting order (each slot claimed: REQUEST ->
+ * BUSY). Returns how many. A ring that cannot be followed breaks the channel (wire.h step 3:
+ * error set, waiters woken, ch->dead set for the worker to close it) and returns what was taken
+ * before, which is still served.
  */
-bool recep_channel_serve(struct recep_channel *ch, struct nessie_ctx *ctx);
+size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_t max);
+
+/*
+ * Run n taken requests (of any channels) with ctx and post each reply as soon as it is ready,
+ * waking its client if it sleeps. The GETs among them go to the engine together (one
+ * nessie_get_multi: their fabric reads are posted as one batch); the others run one by one.
+ * Never trusts a request: a malformed one gets WIRE_E_MALFORMED and changes nothing.
+ */
+void recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx);
 
 #endif

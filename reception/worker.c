@@ -1,17 +1,23 @@
 /*
  * worker.c - the request loop of one worker thread.
  *
- * Parking (the daemon's side of wire.h's wake-up protocol): before sleeping the worker stores
- * worker_parked = 1 in each of its channels (seq_cst) and then checks their states once more
- * (seq_cst loads); a client stores its state (seq_cst) and then loads worker_parked. One of the
- * two sees the other: the worker finds the request, or the client rings the doorbell.
+ * Each pass takes what every channel posted (up to BATCH_MAX requests, the channels visited from
+ * a rotating start so none is starved) and runs it as one batch: the GETs together, so their
+ * fabric reads go out as one post (reception/channel.c).
+ *
+ * Waiting follows include/nessie/wire_sync.h: after a pass that found work the worker spins for
+ * the next request only for the budget its estimate of the gaps between requests allows (and at
+ * most spin_us), with `pause`, never sched_yield; then it parks. Parking (the daemon's side of
+ * the wake-up protocol): it stores worker_parked = 1 in each of its channels (seq_cst), then
+ * looks at their rings once more (seq_cst loads); a client stores its ring head (seq_cst) and
+ * then loads worker_parked. One of the two sees the other: the worker finds the request, or the
+ * client rings the doorbell.
  */
 #include "worker.h"
 
 #include <errno.h>
 #include <glib.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -19,7 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nessie/wire_sync.h>
+
 #include "log.h"
+
+/* Requests taken per pass and run as one batch: enough for every slot of a busy client and more,
+ * few enough that the first of them is not kept waiting long by the last. */
+#define BATCH_MAX 64
 
 struct recep_worker {
     pthread_t thread;
@@ -36,6 +48,9 @@ struct recep_worker {
      * ThreadSanitizer, which then reports the worker's first reads of the channel as races. */
     uint64_t handoffs;
     GPtrArray *channels;      /* owned by the worker thread only */
+    guint rotor;              /* where the next pass starts, for fairness */
+    uint64_t think_ns;        /* smallest think time of the clients the last busy pass served */
+    struct recep_req batch[BATCH_MAX]; /* the pass's requests: too large for the stack */
     bool stop;                /* __atomic; set by recep_worker_stop */
     /* Stats, written by the worker, read by the stats thread (relaxed atomics: counters). */
     uint64_t requests, sleeps;
@@ -46,13 +61,6 @@ struct recep_worker {
 /* Tag of the epoll data for a channel's socket (the doorbell uses the channel pointer itself):
  * channel structs are at least 8-aligned, so bit 0 is free. */
 #define SOCK_TAG 1u
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void adopt(struct recep_worker *w, struct recep_channel *ch)
 {
@@ -80,27 +88,50 @@ static void reap(struct recep_worker *w)
             i++;
             continue;
         }
-        /* A request posted just before the client died is served first: its effect must not
-         * depend on when we noticed the hang-up (and serving it leaves no key half-done). */
-        recep_channel_serve(ch, w->ctx);
+        /* Requests posted just before the client died are served first: their effect must not
+         * depend on when we noticed the hang-up (and serving them leaves no key half-done). */
+        size_t n;
+        while ((n = recep_channel_take(ch, w->batch, BATCH_MAX)) > 0)
+            recep_channel_run(w->batch, n, w->ctx);
         log_debug("worker %u: channel %llu closed (pid %d, %llu requests)", w->index,
                   (unsigned long long)ch->id, (int)ch->pid, (unsigned long long)ch->requests);
+        /* Out of the epoll set before the descriptors close: a client that broke its ring still
+         * holds copies of them, which would keep them registered (and firing) after the close. */
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, ch->doorbell, NULL);
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
         recep_channel_destroy(ch);
         g_ptr_array_remove_index_fast(w->channels, i);
     }
     __atomic_store_n(&w->nchannels, w->channels->len, __ATOMIC_RELAXED);
 }
 
-static unsigned serve_all(struct recep_worker *w)
+/* One pass: take what the channels posted and run it as one batch. Returns the requests run. */
+static size_t serve_pass(struct recep_worker *w)
 {
-    unsigned n = 0;
-    for (guint i = 0; i < w->channels->len; i++) {
-        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
-        if (recep_channel_pending(ch) && recep_channel_serve(ch, w->ctx))
-            n++;
+    size_t n = 0;
+    bool broken = false;
+    uint64_t think = UINT64_MAX;
+    const guint nch = w->channels->len;
+    for (guint k = 0; k < nch && n < BATCH_MAX; k++) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, (w->rotor + k) % nch);
+        if (recep_channel_pending(ch)) {
+            n += recep_channel_take(ch, w->batch + n, BATCH_MAX - n);
+            broken |= ch->broken;
+            uint64_t t = wire_think_hint(ch->hdr);
+            if (t < think)
+                think = t;
+        }
     }
     if (n)
+        w->think_ns = think;
+    if (nch)
+        w->rotor = (w->rotor + 1) % nch;
+    if (n) {
+        recep_channel_run(w->batch, n, w->ctx);
         __atomic_fetch_add(&w->requests, n, __ATOMIC_RELAXED);
+    }
+    if (broken)
+        reap(w);
     return n;
 }
 
@@ -108,17 +139,15 @@ static void set_parked(struct recep_worker *w, uint32_t v)
 {
     for (guint i = 0; i < w->channels->len; i++) {
         struct recep_channel *ch = g_ptr_array_index(w->channels, i);
-        __atomic_store_n(&ch->hdr->worker_parked, v, __ATOMIC_SEQ_CST);
+        wire_set_parked(ch->hdr, v);
     }
 }
 
 static bool any_pending(struct recep_worker *w)
 {
-    for (guint i = 0; i < w->channels->len; i++) {
-        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
-        if (__atomic_load_n(&ch->hdr->state, __ATOMIC_SEQ_CST) == WIRE_ST_REQUEST)
+    for (guint i = 0; i < w->channels->len; i++)
+        if (recep_channel_pending(g_ptr_array_index(w->channels, i)))
             return true;
-    }
     return false;
 }
 
@@ -126,24 +155,26 @@ static void *worker_main(void *arg)
 {
     struct recep_worker *w = arg;
     struct epoll_event evs[64];
-    uint64_t last = now_ns();
-    const uint64_t spin_ns = (uint64_t)w->spin_us * 1000ULL;
+    uint64_t last = wire_now_ns();   /* when the last pass found work */
+    const uint64_t spin_cap_ns = (uint64_t)w->spin_us * 1000ULL;
     for (;;) {
         struct recep_channel *ch;
         while ((ch = g_async_queue_try_pop(w->incoming)) != NULL) {
             (void)__atomic_load_n(&w->handoffs, __ATOMIC_ACQUIRE);
             adopt(w, ch);
         }
-        if (serve_all(w)) {
-            last = now_ns();
+        if (serve_pass(w)) {
+            last = wire_now_ns();
             continue;
         }
         if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
             break;
-        if (now_ns() - last < spin_ns) {
-            /* Spinning for the next request, but not at the expense of a runnable thread (the
-             * client we serve, on a machine with fewer cores than spinners). */
-            sched_yield();
+        uint64_t budget = wire_spin_for(w->think_ns);
+        if (budget > spin_cap_ns)
+            budget = spin_cap_ns;
+        if (wire_now_ns() - last < budget) {
+            for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY; i++)
+                wire_cpu_relax();
             continue;
         }
         set_parked(w, 1);
@@ -180,10 +211,10 @@ static void *worker_main(void *arg)
         }
         if (hangups)
             reap(w);
-        last = now_ns();
     }
     /* Stop: what was posted before is served, then every channel is closed. */
-    serve_all(w);
+    for (int i = 0; i < WIRE_SLOTS && serve_pass(w) > 0; i++)
+        ;
     for (guint i = 0; i < w->channels->len; i++)
         recep_channel_destroy(g_ptr_array_index(w->channels, i));
     g_ptr_array_set_size(w->channels, 0);

@@ -102,6 +102,34 @@ static int64_t exptime_of(memcached_st *ptr, time_t exp)
     return e;
 }
 
+/* The handle's allocators as a struct shim_alloc: a value read lands once, in their memory. */
+static void *handle_alloc(void *user, size_t n)
+{
+    memcached_st *ptr = user;
+    memcached_malloc_fn m;
+    memcached_free_fn f;
+    memcached_realloc_fn r;
+    memcached_calloc_fn c;
+    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
+    return m(ptr, n, REAL(memcached_get_memory_allocators_context)(ptr));
+}
+
+static void handle_release(void *user, void *p)
+{
+    memcached_st *ptr = user;
+    memcached_malloc_fn m;
+    memcached_free_fn f;
+    memcached_realloc_fn r;
+    memcached_calloc_fn c;
+    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
+    f(ptr, p, REAL(memcached_get_memory_allocators_context)(ptr));
+}
+
+struct shim_alloc shim_handle_alloc(memcached_st *ptr)
+{
+    return (struct shim_alloc){.alloc = handle_alloc, .release = handle_release, .user = ptr};
+}
+
 char *shim_dup_value(memcached_st *ptr, const void *v, size_t len)
 {
     memcached_malloc_fn m;
@@ -237,11 +265,12 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
         return NULL;
     }
     struct shim_value v;
-    int rc = shim_ch_get(ch, k, kl, &v);
+    struct shim_alloc a = shim_handle_alloc(ptr);
+    int rc = shim_ch_get(ch, k, kl, &a, &v);
     if (vlen)
         *vlen = 0;
     if (rc != WIRE_OK) {
-        *error = shim_status(rc);
+        *error = rc == -ENOMEM ? MEMCACHED_MEMORY_ALLOCATION_FAILURE : shim_status(rc);
         return NULL;
     }
     if (vlen)
@@ -249,11 +278,11 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
     if (flags)
         *flags = v.flags;
     *error = MEMCACHED_SUCCESS;
-    char *out = v.len ? shim_dup_value(ptr, v.data, v.len) : NULL; /* empty: NULL with SUCCESS */
-    if (v.len && !out)
-        *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
-    free(v.data);
-    return out;
+    if (v.len == 0) { /* empty: NULL with SUCCESS, as the library answers */
+        handle_release(ptr, v.data);
+        return NULL;
+    }
+    return v.data;
 }
 
 char *memcached_get(memcached_st *ptr, const char *key, size_t key_length, size_t *value_length,
@@ -654,7 +683,7 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
         w = shim_ch_touch(ch, k, kl, exptime_of(ptr, exp));
     } else {
         struct shim_value v;
-        w = shim_ch_get(ch, k, kl, &v);
+        w = shim_ch_get(ch, k, kl, NULL, &v);
         if (w == WIRE_OK)
             free(v.data);
     }

@@ -1,37 +1,37 @@
 /*
  * channel.c - client side of wire.h.
  *
- * Memory orderings: the request is published by a seq_cst store of WIRE_ST_REQUEST (ordering the
- * plain stores of req and arena before it), followed by a seq_cst load of worker_parked (Dekker
- * with the worker's park: see reception/worker.c). The reply is taken with an acquire load of
- * state == WIRE_ST_REPLY. Before sleeping, client_waiting is stored seq_cst and state re-loaded
- * seq_cst (Dekker with the worker's reply store and its load of client_waiting).
+ * A channel has WIRE_SLOTS slots; this side uses slot 0 for the blocking calls and slots
+ * 1..SHIM_CH_ASYNC for asynchronous requests (the non-blocking API). The arena is shared out by
+ * this side, which alone decides where a request's key, value and reply go: an async slot owns a
+ * fixed part of the arena's upper half; a blocking call uses the whole arena when no async request
+ * is in flight, else the lower half. The ring, the states and their orderings, and the wait
+ * policy are include/nessie/wire_sync.h's.
  */
 #include "channel.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-/* Busy-wait on the reply this long before sleeping: a small request finishes within a few
- * microseconds of the worker taking it and a large one (1 MiB) within ~200, while a futex
- * round trip costs ~60 us here (bench/limits.sh), so sleeping sooner would only add a
- * wake-up. Measured in time, not iterations: the cost of `pause` differs tenfold between CPUs. */
-#define SPIN_NS 300000ULL
+#include <nessie/wire_sync.h>
+
 /* While asleep, look at the socket this often: a daemon killed mid-request never wakes us. */
 #define LIVENESS_MS 100
 /* Keys per MGET request (key_len, the packed keys' bytes, is 16 bits anyway). */
 #define MGET_BATCH 1024
+/* An async slot's part smaller than this (a tiny configured arena) is not worth having: async
+ * posts then return -E2BIG and the caller runs them blocking. */
+#define ASYNC_PART_MIN 1024
+#define SYNC_SLOT 0
+
+_Static_assert(SHIM_CH_ASYNC < WIRE_SLOTS, "async slots and the blocking one fit the ring");
 
 struct shim_ch {
     int sock;
@@ -42,7 +42,19 @@ struct shim_ch {
     size_t map_bytes;
     uint32_t arena_bytes;
     uint32_t max_item_size;
+    uint32_t async_part;       /* bytes of each async slot's part; 0: no async slots */
+    uint32_t head;             /* ring entries posted */
     uint64_t seq;
+    uint64_t async_busy;       /* bit i: async slot i posted and not released */
+    uint64_t slot_seq[WIRE_SLOTS];
+    uint64_t posted_ns[WIRE_SLOTS];
+    bool rang[WIRE_SLOTS];     /* the worker was parked when this slot was posted */
+    bool answered[WIRE_SLOTS]; /* its reply was taken (an async ticket not yet released) */
+    unsigned in_flight;        /* posted and not yet answered */
+    uint64_t last_reply_ns;    /* when the last reply was taken with nothing else in flight */
+    struct wire_est service;   /* how long a running worker takes to answer */
+    struct wire_est think;     /* from a reply to our next request */
+    enum wire_wait_mode mode;
     bool dead;
 };
 
@@ -123,8 +135,12 @@ int shim_ch_open(const char *path, struct shim_ch **out)
     ch->arena = (unsigned char *)m + WIRE_ARENA_OFFSET;
     ch->arena_bytes = w.arena_bytes;
     ch->max_item_size = w.max_item_size;
+    ch->mode = wire_wait_mode_parse(getenv("NESSIE_WAIT"));
+    uint32_t part = (ch->arena_bytes / 2 / SHIM_CH_ASYNC) & ~7u;
+    ch->async_part = part >= ASYNC_PART_MIN ? part : 0;
     if (ch->hdr->magic != WIRE_MAGIC || ch->hdr->version != WIRE_VERSION ||
-        ch->hdr->arena_bytes != w.arena_bytes || w.channel_bytes < WIRE_ARENA_OFFSET) {
+        ch->hdr->nslots != WIRE_SLOTS || ch->hdr->arena_bytes != w.arena_bytes ||
+        w.channel_bytes != WIRE_ARENA_OFFSET + (uint64_t)w.arena_bytes) {
         shim_ch_close(ch);
         return -EPROTO;
     }
@@ -157,18 +173,69 @@ uint32_t shim_ch_max_item_size(const struct shim_ch *ch) { return ch->max_item_s
 
 static bool daemon_gone(struct shim_ch *ch)
 {
+    if (__atomic_load_n(&ch->hdr->error, __ATOMIC_ACQUIRE) != 0)
+        return true;
     struct pollfd p = {.fd = ch->sock, .events = POLLIN | POLLRDHUP};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN));
 }
 
-/* Post hdr->req (already filled): publish it and ring the doorbell if the worker sleeps. */
-static int post(struct shim_ch *ch)
+struct wire_channel *shim_ch_header(struct shim_ch *ch) { return ch->hdr; }
+
+void shim_ch_kick(struct shim_ch *ch)
+{
+    uint64_t one = 1;
+    if (write(ch->doorbell, &one, sizeof(one)) < 0)
+        ch->dead = true;
+}
+unsigned shim_ch_async_busy(const struct shim_ch *ch)
+{
+    return (unsigned)__builtin_popcountll(ch->async_busy);
+}
+
+/* The arena part of slot idx now: where its key and value go and its reply comes back. */
+static void part_of(const struct shim_ch *ch, unsigned idx, uint32_t *off, uint32_t *len)
+{
+    if (idx == SYNC_SLOT) {
+        *off = 0;
+        *len = ch->async_busy && ch->async_part ? ch->arena_bytes / 2 : ch->arena_bytes;
+        return;
+    }
+    *off = ch->arena_bytes / 2 + (idx - 1) * ch->async_part;
+    *len = ch->async_part;
+}
+
+static struct wire_req *slot_req(struct shim_ch *ch, unsigned idx)
+{
+    return &ch->hdr->slot[idx].req;
+}
+
+static unsigned char *slot_part(struct shim_ch *ch, unsigned idx)
+{
+    uint32_t off, len;
+    part_of(ch, idx, &off, &len);
+    return ch->arena + off;
+}
+
+/* Post slot idx with the arena part [off, off + len): its req is filled except seq and the part,
+ * the part holds key and value. */
+static int post_part(struct shim_ch *ch, unsigned idx, uint32_t off, uint32_t len)
 {
     if (ch->dead)
         return -EPIPE;
-    ch->hdr->req.seq = ++ch->seq;
-    __atomic_store_n(&ch->hdr->state, WIRE_ST_REQUEST, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&ch->hdr->worker_parked, __ATOMIC_SEQ_CST)) {
+    struct wire_req *rq = slot_req(ch, idx);
+    rq->arena_off = off;
+    rq->arena_len = len;
+    rq->seq = ch->slot_seq[idx] = ++ch->seq;
+    uint64_t now = wire_now_ns();
+    if (ch->in_flight == 0 && ch->last_reply_ns) {
+        wire_est_add(&ch->think, now - ch->last_reply_ns);
+        wire_publish_think(ch->hdr, ch->think.avg_ns);
+    }
+    ch->posted_ns[idx] = now;
+    ch->answered[idx] = false;
+    ch->in_flight++;
+    ch->rang[idx] = wire_post(ch->hdr, &ch->head, (uint16_t)idx);
+    if (ch->rang[idx]) {
         uint64_t one = 1;
         if (write(ch->doorbell, &one, sizeof(one)) < 0 && errno != EAGAIN) {
             ch->dead = true;
@@ -178,179 +245,244 @@ static int post(struct shim_ch *ch)
     return 0;
 }
 
-/* The reply is there: take it and free the channel for the next request. */
-static int take_reply(struct shim_ch *ch, struct wire_rep *rep)
+/* Post slot idx with its part. */
+static int post(struct shim_ch *ch, unsigned idx)
 {
-    memcpy(rep, &ch->hdr->rep, sizeof(*rep));
-    __atomic_store_n(&ch->hdr->state, WIRE_ST_IDLE, __ATOMIC_RELEASE);
-    if (rep->seq != ch->seq) {
+    uint32_t off, len;
+    part_of(ch, idx, &off, &len);
+    return post_part(ch, idx, off, len);
+}
+
+/* The reply of slot idx is there: take it; the slot is ours again (its part stays ours until
+ * released, for async slots). */
+static int take_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
+{
+    struct wire_slot *sl = &ch->hdr->slot[idx];
+    memcpy(rep, &sl->rep, sizeof(*rep));
+    __atomic_store_n(&sl->state, WIRE_ST_IDLE, __ATOMIC_RELAXED);
+    ch->answered[idx] = true;
+    ch->in_flight--;
+    uint64_t now = wire_now_ns();
+    if (ch->in_flight == 0)
+        ch->last_reply_ns = now;
+    if (rep->seq != ch->slot_seq[idx]) {
         ch->dead = true;
         return -EPROTO;
     }
+    /* Only answers of a running worker tell how long a running worker takes. */
+    if (!ch->rang[idx] && rep->done_ns >= ch->posted_ns[idx] && rep->done_ns <= now)
+        wire_est_add(&ch->service, rep->done_ns - ch->posted_ns[idx]);
     return rep->status;
 }
 
-static uint64_t spin_clock_ns(void)
+/* Wait for the reply of slot idx, as wire_sync.h's policy says: spin while it pays, else sleep
+ * on the slot's state. */
+static int wait_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-/* Wait for the reply of the posted request. */
-static int wait_reply(struct shim_ch *ch, struct wire_rep *rep)
-{
-    uint32_t st = 0;
-    uint64_t t0 = 0;
-    for (unsigned i = 0;; i++) {
-        st = __atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE);
-        if (st == WIRE_ST_REPLY)
-            return take_reply(ch, rep);
-        __builtin_ia32_pause();
-        /* Read the clock only now and then: it costs more than the load. */
-        if ((i & 63) == 63) {
-            /* Let whatever else wants this CPU run (the worker serving us, when there are more
-             * runnable threads than cores): with nothing else runnable this returns at once. */
-            sched_yield();
-            uint64_t t = spin_clock_ns();
-            if (t0 == 0)
-                t0 = t;
-            else if (t - t0 >= SPIN_NS)
+    struct wire_slot *sl = &ch->hdr->slot[idx];
+    if (ch->dead)
+        return -EPIPE;
+    if (wire_replied(ch->hdr, (uint16_t)idx))
+        return take_reply(ch, idx, rep);
+    uint64_t budget = wire_client_budget(ch->mode, &ch->service, &ch->think, ch->rang[idx]);
+    if (budget) {
+        const uint64_t t0 = wire_now_ns();
+        for (unsigned i = 1;; i++) {
+            if (wire_replied(ch->hdr, (uint16_t)idx))
+                return take_reply(ch, idx, rep);
+            wire_cpu_relax();
+            if (i % WIRE_SPIN_CLOCK_EVERY)
+                continue;
+            /* A worker that parked after we posted answers only after a wake-up: sleep too. */
+            if (!ch->rang[idx] && __atomic_load_n(&ch->hdr->worker_parked, __ATOMIC_RELAXED))
+                break;
+            if (wire_now_ns() - t0 >= budget)
                 break;
         }
     }
-    __atomic_store_n(&ch->hdr->client_waiting, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sl->client_waiting, 1, __ATOMIC_SEQ_CST);
     for (;;) {
-        st = __atomic_load_n(&ch->hdr->state, __ATOMIC_SEQ_CST);
+        uint32_t st = __atomic_load_n(&sl->state, __ATOMIC_SEQ_CST);
         if (st == WIRE_ST_REPLY)
             break;
-        struct timespec ts = {0, LIVENESS_MS * 1000000L};
-        /* A shared futex (no FUTEX_PRIVATE_FLAG): the word lives in a mapping of two processes. */
-        long r = syscall(SYS_futex, &ch->hdr->state, FUTEX_WAIT, st, &ts, NULL, 0);
-        if (r != 0 && errno == ETIMEDOUT && daemon_gone(ch)) {
-            __atomic_store_n(&ch->hdr->client_waiting, 0, __ATOMIC_RELAXED);
+        int r = wire_futex_wait(&sl->state, st, LIVENESS_MS);
+        if ((r == ETIMEDOUT || __atomic_load_n(&ch->hdr->error, __ATOMIC_ACQUIRE)) &&
+            !wire_replied(ch->hdr, (uint16_t)idx) && daemon_gone(ch)) {
+            __atomic_store_n(&sl->client_waiting, 0, __ATOMIC_RELAXED);
             ch->dead = true;
             return -EPIPE;
         }
     }
-    __atomic_store_n(&ch->hdr->client_waiting, 0, __ATOMIC_RELAXED);
-    return take_reply(ch, rep);
+    __atomic_store_n(&sl->client_waiting, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return take_reply(ch, idx, rep);
 }
 
-/* Post hdr->req (already filled) and wait for the reply. */
-static int roundtrip(struct shim_ch *ch, struct wire_rep *rep)
+/* Post slot idx and wait for its reply. */
+static int roundtrip(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
 {
-    int rc = post(ch);
-    return rc < 0 ? rc : wait_reply(ch, rep);
+    int rc = post(ch, idx);
+    return rc < 0 ? rc : wait_reply(ch, idx, rep);
+}
+
+/* ---- asynchronous requests ------------------------------------------------------------------ */
+
+/* A free async slot, or -EBUSY / -E2BIG (no async slots on this channel). */
+static int async_slot(struct shim_ch *ch)
+{
+    if (ch->dead)
+        return -EPIPE;
+    if (!ch->async_part)
+        return -E2BIG;
+    for (unsigned i = 1; i <= SHIM_CH_ASYNC; i++)
+        if (!(ch->async_busy & (1ULL << i)))
+            return (int)i;
+    return -EBUSY;
 }
 
 int shim_ch_post_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key,
                        size_t klen, const void *value, size_t vlen, uint32_t flags,
-                       int64_t exptime)
+                       int64_t exptime, int *ticket)
 {
     if (klen == 0 || klen > WIRE_KEY_MAX)
         return WIRE_BAD_KEY;
-    if (vlen > ch->arena_bytes - klen)
+    int idx = async_slot(ch);
+    if (idx < 0)
+        return idx;
+    if (vlen > ch->async_part - klen)
         return -E2BIG;
-    struct wire_req rq = {.op = WIRE_OP_STORE, .mode = (uint16_t)mode, .key_len = (uint16_t)klen,
-                          .flags = flags, .chunk_len = (uint32_t)vlen, .total_len = (uint32_t)vlen,
-                          .exptime = exptime};
-    memcpy(ch->arena, key, klen);
+    ch->async_busy |= 1ULL << idx;
+    struct wire_req *rq = slot_req(ch, (unsigned)idx);
+    *rq = (struct wire_req){.op = WIRE_OP_STORE, .mode = (uint16_t)mode, .key_len = (uint16_t)klen,
+                            .flags = flags, .chunk_len = (uint32_t)vlen,
+                            .total_len = (uint32_t)vlen, .exptime = exptime};
+    unsigned char *p = slot_part(ch, (unsigned)idx);
+    memcpy(p, key, klen);
     if (vlen)
-        memcpy(ch->arena + klen, value, vlen);
-    memcpy(&ch->hdr->req, &rq, sizeof(rq));
-    return post(ch);
+        memcpy(p + klen, value, vlen);
+    int rc = post(ch, (unsigned)idx);
+    if (rc < 0) {
+        ch->async_busy &= ~(1ULL << idx);
+        return rc;
+    }
+    *ticket = idx;
+    return 0;
 }
 
-int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen)
+int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen, int *ticket)
 {
     if (klen == 0 || klen > WIRE_KEY_MAX)
         return WIRE_BAD_KEY;
-    struct wire_req rq = {.op = WIRE_OP_GET, .key_len = (uint16_t)klen};
-    memcpy(ch->arena, key, klen);
-    memcpy(&ch->hdr->req, &rq, sizeof(rq));
-    return post(ch);
+    int idx = async_slot(ch);
+    if (idx < 0)
+        return idx;
+    ch->async_busy |= 1ULL << idx;
+    struct wire_req *rq = slot_req(ch, (unsigned)idx);
+    *rq = (struct wire_req){.op = WIRE_OP_GET, .key_len = (uint16_t)klen};
+    memcpy(slot_part(ch, (unsigned)idx), key, klen);
+    int rc = post(ch, (unsigned)idx);
+    if (rc < 0) {
+        ch->async_busy &= ~(1ULL << idx);
+        return rc;
+    }
+    *ticket = idx;
+    return 0;
 }
 
-int shim_ch_poll(struct shim_ch *ch, struct wire_rep *rep)
+/* A ticket posted and not released; answered: its reply was taken already. */
+static bool ticket_ok(const struct shim_ch *ch, int ticket, bool answered)
 {
+    return ticket >= 1 && ticket <= SHIM_CH_ASYNC && (ch->async_busy & (1ULL << ticket)) &&
+           ch->answered[ticket] == answered;
+}
+
+int shim_ch_poll(struct shim_ch *ch, int ticket, struct wire_rep *rep)
+{
+    if (!ticket_ok(ch, ticket, false))
+        return -EINVAL;
     if (ch->dead)
         return -EPIPE;
-    if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) != WIRE_ST_REPLY) {
+    if (!wire_replied(ch->hdr, (uint16_t)ticket)) {
         if (daemon_gone(ch)) {
             ch->dead = true;
             return -EPIPE;
         }
         return 0;
     }
-    int rc = take_reply(ch, rep);
+    int rc = take_reply(ch, (unsigned)ticket, rep);
     return rc < 0 ? rc : 1;
 }
 
-int shim_ch_wait(struct shim_ch *ch, struct wire_rep *rep)
+int shim_ch_wait(struct shim_ch *ch, int ticket, struct wire_rep *rep)
 {
-    if (ch->dead)
-        return -EPIPE;
-    return wait_reply(ch, rep);
-}
-
-int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
-                size_t arena_len, struct wire_rep *rep)
-{
-    if (arena_len > ch->arena_bytes)
+    if (!ticket_ok(ch, ticket, false))
         return -EINVAL;
-    memcpy(&ch->hdr->req, req, sizeof(*req));
-    if (arena_len)
-        memcpy(ch->arena, arena_data, arena_len);
-    return roundtrip(ch, rep);
+    return wait_reply(ch, (unsigned)ticket, rep);
 }
 
-static int key_req(struct shim_ch *ch, uint16_t op, const void *key, size_t klen,
-                   struct wire_req *rq)
+void shim_ch_release(struct shim_ch *ch, int ticket)
 {
-    if (klen == 0 || klen > WIRE_KEY_MAX)
-        return WIRE_BAD_KEY;
-    memset(rq, 0, sizeof(*rq));
-    rq->op = op;
-    rq->key_len = (uint16_t)klen;
-    memcpy(ch->arena, key, klen);
-    return WIRE_OK;
+    if (ticket >= 1 && ticket <= SHIM_CH_ASYNC)
+        ch->async_busy &= ~(1ULL << ticket);
 }
 
-/* The rest of a long value: WIRE_OP_FETCH from off until it is complete. */
-static int fetch_rest(struct shim_ch *ch, unsigned char *buf, uint32_t off, uint32_t total)
+/* ---- values --------------------------------------------------------------------------------- */
+
+static void *alloc_value(const struct shim_alloc *a, size_t n)
+{
+    return a ? a->alloc(a->user, n) : malloc(n);
+}
+
+static void release_value(const struct shim_alloc *a, void *p)
+{
+    if (a)
+        a->release(a->user, p);
+    else
+        free(p);
+}
+
+/* The rest of a long value, through slot idx: WIRE_OP_FETCH from off until it is complete. */
+static int fetch_rest(struct shim_ch *ch, unsigned idx, unsigned char *buf, uint32_t off,
+                      uint32_t total)
 {
     while (off < total) {
-        struct wire_req rq = {.op = WIRE_OP_FETCH, .chunk_off = off};
         struct wire_rep rep;
-        memcpy(&ch->hdr->req, &rq, sizeof(rq));
-        int rc = roundtrip(ch, &rep);
+        *slot_req(ch, idx) = (struct wire_req){.op = WIRE_OP_FETCH, .chunk_off = off};
+        int rc = roundtrip(ch, idx, &rep);
         if (rc != WIRE_OK)
             return rc;
-        if (rep.chunk_len == 0 || rep.chunk_len > total - off || rep.total_len != total)
+        uint32_t poff, plen;
+        part_of(ch, idx, &poff, &plen);
+        if (rep.chunk_len == 0 || rep.chunk_len > total - off || rep.chunk_len > plen ||
+            rep.total_len != total)
             return -EPROTO;
-        memcpy(buf + off, ch->arena, rep.chunk_len);
+        memcpy(buf + off, ch->arena + poff, rep.chunk_len);
         off += rep.chunk_len;
     }
     return WIRE_OK;
 }
 
-int shim_ch_get_value(struct shim_ch *ch, const struct wire_rep *rep, struct shim_value *out)
+/* A GET's value from slot idx's reply: one copy from the arena into the caller's memory. */
+static int value_of(struct shim_ch *ch, unsigned idx, const struct wire_rep *rep,
+                    const struct shim_alloc *a, struct shim_value *out)
 {
     if (rep->status != WIRE_OK)
         return rep->status;
-    if (rep->chunk_len > rep->total_len || rep->chunk_len > ch->arena_bytes)
+    uint32_t poff, plen;
+    part_of(ch, idx, &poff, &plen);
+    if (rep->chunk_len > rep->total_len || rep->chunk_len > plen)
         return -EPROTO;
-    unsigned char *buf = malloc(rep->total_len ? rep->total_len : 1);
+    unsigned char *buf = alloc_value(a, (size_t)rep->total_len + 1);
     if (!buf)
         return -ENOMEM;
-    memcpy(buf, ch->arena, rep->chunk_len);
+    memcpy(buf, ch->arena + poff, rep->chunk_len);
     int rc;
     if (rep->chunk_len < rep->total_len &&
-        (rc = fetch_rest(ch, buf, rep->chunk_len, rep->total_len)) != WIRE_OK) {
-        free(buf);
+        (rc = fetch_rest(ch, idx, buf, rep->chunk_len, rep->total_len)) != WIRE_OK) {
+        release_value(a, buf);
         return rc;
     }
+    buf[rep->total_len] = '\0';
     out->data = buf;
     out->len = rep->total_len;
     out->flags = rep->flags;
@@ -358,60 +490,83 @@ int shim_ch_get_value(struct shim_ch *ch, const struct wire_rep *rep, struct shi
     return WIRE_OK;
 }
 
-int shim_ch_get(struct shim_ch *ch, const void *key, size_t klen, struct shim_value *out)
+int shim_ch_get_value(struct shim_ch *ch, int ticket, const struct wire_rep *rep,
+                      const struct shim_alloc *a, struct shim_value *out)
 {
-    struct wire_req rq;
+    if (!ticket_ok(ch, ticket, true))
+        return -EINVAL;
+    return value_of(ch, (unsigned)ticket, rep, a, out);
+}
+
+/* ---- blocking calls (slot 0) ---------------------------------------------------------------- */
+
+int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
+                size_t arena_len, struct wire_rep *rep)
+{
+    if (arena_len > ch->arena_bytes)
+        return -EINVAL;
+    if (ch->dead)
+        return -EPIPE;
+    struct wire_req *rq = slot_req(ch, SYNC_SLOT);
+    memcpy(rq, req, sizeof(*req));
+    if (arena_len)
+        memcpy(ch->arena, arena_data, arena_len);
+    /* As post(), but the arena part is the one given, if any (tests send bad ones). */
+    uint32_t off = req->arena_off, len = req->arena_len;
+    if (off == 0 && len == 0)
+        part_of(ch, SYNC_SLOT, &off, &len);
+    int rc = post_part(ch, SYNC_SLOT, off, len);
+    if (rc < 0)
+        return rc;
+    return wait_reply(ch, SYNC_SLOT, rep);
+}
+
+/* Start a single-key request in the blocking slot: the key at the start of its part. */
+static int key_req(struct shim_ch *ch, uint16_t op, const void *key, size_t klen)
+{
+    if (klen == 0 || klen > WIRE_KEY_MAX)
+        return WIRE_BAD_KEY;
+    *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = op, .key_len = (uint16_t)klen};
+    memcpy(slot_part(ch, SYNC_SLOT), key, klen);
+    return WIRE_OK;
+}
+
+int shim_ch_get(struct shim_ch *ch, const void *key, size_t klen, const struct shim_alloc *a,
+                struct shim_value *out)
+{
     struct wire_rep rep;
-    int rc = key_req(ch, WIRE_OP_GET, key, klen, &rq);
+    int rc = key_req(ch, WIRE_OP_GET, key, klen);
     if (rc != WIRE_OK)
         return rc;
-    memcpy(&ch->hdr->req, &rq, sizeof(rq));
-    if ((rc = roundtrip(ch, &rep)) != WIRE_OK)
+    if ((rc = roundtrip(ch, SYNC_SLOT, &rep)) != WIRE_OK)
         return rc;
-    if (rep.chunk_len > rep.total_len || rep.chunk_len > ch->arena_bytes)
-        return -EPROTO;
-    unsigned char *buf = malloc(rep.total_len ? rep.total_len : 1);
-    if (!buf)
-        return -ENOMEM;
-    memcpy(buf, ch->arena, rep.chunk_len);
-    if (rep.chunk_len < rep.total_len &&
-        (rc = fetch_rest(ch, buf, rep.chunk_len, rep.total_len)) != WIRE_OK) {
-        free(buf);
-        return rc;
-    }
-    out->data = buf;
-    out->len = rep.total_len;
-    out->flags = rep.flags;
-    out->version = rep.version;
-    return WIRE_OK;
+    return value_of(ch, SYNC_SLOT, &rep, a, out);
 }
 
 int shim_ch_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key, size_t klen,
                   const void *value, size_t vlen, uint32_t flags, int64_t exptime, uint64_t cas,
                   uint64_t *version_out)
 {
-    struct wire_req rq;
     struct wire_rep rep;
-    int rc = key_req(ch, WIRE_OP_STORE, key, klen, &rq);
+    int rc = key_req(ch, WIRE_OP_STORE, key, klen);
     if (rc != WIRE_OK)
         return rc;
     if (vlen > UINT32_MAX)
         return WIRE_TOO_BIG;
-    rq.mode = (uint16_t)mode;
-    rq.flags = flags;
-    rq.exptime = exptime;
-    rq.cas = cas;
-    rq.total_len = (uint32_t)vlen;
-    const uint32_t room = ch->arena_bytes - (uint32_t)klen;
+    uint32_t poff, plen;
+    part_of(ch, SYNC_SLOT, &poff, &plen);
+    const uint32_t room = plen - (uint32_t)klen;
     uint32_t off = 0;
     do {
         uint32_t n = (uint32_t)vlen - off < room ? (uint32_t)vlen - off : room;
-        rq.chunk_off = off;
-        rq.chunk_len = n;
-        memcpy(ch->arena, key, klen); /* the reply of the last chunk may have overwritten it */
-        memcpy(ch->arena + klen, (const unsigned char *)value + off, n);
-        memcpy(&ch->hdr->req, &rq, sizeof(rq));
-        rc = roundtrip(ch, &rep);
+        *slot_req(ch, SYNC_SLOT) = (struct wire_req){
+            .op = WIRE_OP_STORE, .mode = (uint16_t)mode, .key_len = (uint16_t)klen,
+            .flags = flags, .exptime = exptime, .cas = cas, .total_len = (uint32_t)vlen,
+            .chunk_off = off, .chunk_len = n};
+        unsigned char *p = ch->arena + poff;
+        memcpy(p, key, klen); /* the reply of the last chunk may have overwritten it */
+        memcpy(p + klen, (const unsigned char *)value + off, n);
+        rc = roundtrip(ch, SYNC_SLOT, &rep);
         off += n;
     } while (rc == WIRE_S_CONTINUE && off < vlen);
     if (rc == WIRE_S_CONTINUE)
@@ -421,31 +576,23 @@ int shim_ch_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key
     return rc;
 }
 
-static int simple(struct shim_ch *ch, struct wire_req *rq, struct wire_rep *rep)
-{
-    memcpy(&ch->hdr->req, rq, sizeof(*rq));
-    return roundtrip(ch, rep);
-}
-
 int shim_ch_delete(struct shim_ch *ch, const void *key, size_t klen)
 {
-    struct wire_req rq;
     struct wire_rep rep;
-    int rc = key_req(ch, WIRE_OP_DELETE, key, klen, &rq);
-    return rc != WIRE_OK ? rc : simple(ch, &rq, &rep);
+    int rc = key_req(ch, WIRE_OP_DELETE, key, klen);
+    return rc != WIRE_OK ? rc : roundtrip(ch, SYNC_SLOT, &rep);
 }
 
 int shim_ch_arith(struct shim_ch *ch, const void *key, size_t klen, int incr, uint64_t delta,
                   uint64_t *result)
 {
-    struct wire_req rq;
     struct wire_rep rep;
-    int rc = key_req(ch, WIRE_OP_ARITH, key, klen, &rq);
+    int rc = key_req(ch, WIRE_OP_ARITH, key, klen);
     if (rc != WIRE_OK)
         return rc;
-    rq.mode = incr ? 1 : 0;
-    rq.delta = delta;
-    rc = simple(ch, &rq, &rep);
+    slot_req(ch, SYNC_SLOT)->mode = incr ? 1 : 0;
+    slot_req(ch, SYNC_SLOT)->delta = delta;
+    rc = roundtrip(ch, SYNC_SLOT, &rep);
     if (rc == WIRE_OK && result)
         *result = rep.number;
     return rc;
@@ -453,28 +600,30 @@ int shim_ch_arith(struct shim_ch *ch, const void *key, size_t klen, int incr, ui
 
 int shim_ch_touch(struct shim_ch *ch, const void *key, size_t klen, int64_t exptime)
 {
-    struct wire_req rq;
     struct wire_rep rep;
-    int rc = key_req(ch, WIRE_OP_TOUCH, key, klen, &rq);
+    int rc = key_req(ch, WIRE_OP_TOUCH, key, klen);
     if (rc != WIRE_OK)
         return rc;
-    rq.exptime = exptime;
-    return simple(ch, &rq, &rep);
+    slot_req(ch, SYNC_SLOT)->exptime = exptime;
+    return roundtrip(ch, SYNC_SLOT, &rep);
 }
 
 int shim_ch_flush(struct shim_ch *ch)
 {
-    struct wire_req rq = {.op = WIRE_OP_FLUSH};
     struct wire_rep rep;
-    return simple(ch, &rq, &rep);
+    *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = WIRE_OP_FLUSH};
+    return roundtrip(ch, SYNC_SLOT, &rep);
 }
 
 int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klens, size_t n,
                  shim_hit_fn hit, void *user)
 {
     size_t start = 0;
+    uint32_t poff, plen;
     while (start < n) {
-        /* Pack keys [start, end) into the arena. A key no memcached could hold is a miss. */
+        part_of(ch, SYNC_SLOT, &poff, &plen);
+        unsigned char *arena = ch->arena + poff;
+        /* Pack keys [start, end) into the part. A key no memcached could hold is a miss. */
         uint32_t p = 0;
         size_t end = start;
         size_t map[MGET_BATCH];
@@ -483,19 +632,19 @@ int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klen
             size_t kl = klens[end];
             if (kl == 0 || kl > WIRE_KEY_MAX)
                 continue; /* a key no memcached could hold: a miss */
-            if (p + 1 + kl > ch->arena_bytes || p + 1 + kl > UINT16_MAX)
+            if (p + 1 + kl > plen || p + 1 + kl > UINT16_MAX)
                 break;
-            ch->arena[p] = (unsigned char)kl;
-            memcpy(ch->arena + p + 1, keys[end], kl);
+            arena[p] = (unsigned char)kl;
+            memcpy(arena + p + 1, keys[end], kl);
             p += 1 + (uint32_t)kl;
             map[nk++] = end;
         }
         if (nk == 0)
             break; /* only bad keys were left */
-        struct wire_req rq = {.op = WIRE_OP_MGET, .nkeys = nk, .key_len = (uint16_t)p};
         struct wire_rep rep;
-        memcpy(&ch->hdr->req, &rq, sizeof(rq));
-        int rc = roundtrip(ch, &rep);
+        *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = WIRE_OP_MGET, .nkeys = nk,
+                                                     .key_len = (uint16_t)p};
+        int rc = roundtrip(ch, SYNC_SLOT, &rep);
         if (rc != WIRE_OK)
             return rc;
         if (rep.nkeys_done == 0 || rep.nkeys_done > nk)
@@ -503,22 +652,23 @@ int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klen
         uint32_t off = 0;
         for (uint32_t i = 0; i < rep.nitems; i++) {
             struct wire_mitem mi;
-            if (off + sizeof(mi) > ch->arena_bytes)
+            if (off + sizeof(mi) > plen)
                 return -EPROTO;
-            memcpy(&mi, ch->arena + off, sizeof(mi));
+            memcpy(&mi, arena + off, sizeof(mi));
             uint32_t head = (uint32_t)sizeof(mi) + mi.key_len;
             if (mi.key_index >= nk || mi.chunk_len > mi.total_len ||
-                off + head + mi.chunk_len > ch->arena_bytes)
+                (uint64_t)off + head + mi.chunk_len > plen)
                 return -EPROTO;
-            unsigned char *buf = malloc(mi.total_len ? mi.total_len : 1);
+            unsigned char *buf = malloc((size_t)mi.total_len + 1);
             if (!buf)
                 return -ENOMEM;
-            memcpy(buf, ch->arena + off + head, mi.chunk_len);
+            memcpy(buf, arena + off + head, mi.chunk_len);
             if (mi.chunk_len < mi.total_len &&
-                (rc = fetch_rest(ch, buf, mi.chunk_len, mi.total_len)) != WIRE_OK) {
+                (rc = fetch_rest(ch, SYNC_SLOT, buf, mi.chunk_len, mi.total_len)) != WIRE_OK) {
                 free(buf);
                 return rc;
             }
+            buf[mi.total_len] = '\0';
             struct shim_value v = {.data = buf, .len = mi.total_len, .flags = mi.flags,
                                    .version = mi.version};
             hit(user, map[mi.key_index], &v);

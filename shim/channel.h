@@ -23,7 +23,18 @@ void shim_ch_close(struct shim_ch *ch);
 uint32_t shim_ch_arena_bytes(const struct shim_ch *ch);
 uint32_t shim_ch_max_item_size(const struct shim_ch *ch);
 
-/* A value read: malloc'd (the caller frees it), with its flags and version. */
+/* Where a value read is put: alloc(user, n) returns n bytes (the value and a NUL after it), or
+ * NULL; release(user, p) frees what alloc returned. A NULL struct shim_alloc means malloc/free.
+ * The shim passes the handle's allocators, so a value is copied once, from the channel's arena
+ * straight into the memory the application frees. */
+struct shim_alloc {
+    void *(*alloc)(void *user, size_t n);
+    void (*release)(void *user, void *p);
+    void *user;
+};
+
+/* A value read, in memory from the struct shim_alloc given (NUL-terminated), with its flags and
+ * version. */
 struct shim_value {
     void *data;
     uint32_t len;
@@ -31,7 +42,8 @@ struct shim_value {
     uint64_t version;
 };
 
-int shim_ch_get(struct shim_ch *ch, const void *key, size_t klen, struct shim_value *out);
+int shim_ch_get(struct shim_ch *ch, const void *key, size_t klen, const struct shim_alloc *a,
+                struct shim_value *out);
 int shim_ch_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key, size_t klen,
                   const void *value, size_t vlen, uint32_t flags, int64_t exptime, uint64_t cas,
                   uint64_t *version_out);
@@ -41,31 +53,45 @@ int shim_ch_arith(struct shim_ch *ch, const void *key, size_t klen, int incr, ui
 int shim_ch_touch(struct shim_ch *ch, const void *key, size_t klen, int64_t exptime);
 int shim_ch_flush(struct shim_ch *ch);
 
-/* Multi-get: calls hit(user, index, value) for each key found (the value is the callee's to
- * free). Returns WIRE_OK, or the first error (the keys after it are not reported). */
+/* Multi-get: calls hit(user, index, value) for each key found (the value is malloc'd, the
+ * callee's to free). Returns WIRE_OK, or the first error (the keys after it are not reported). */
 typedef void (*shim_hit_fn)(void *user, size_t index, struct shim_value *v);
 int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klens, size_t n,
                  shim_hit_fn hit, void *user);
 
 /*
- * Asynchronous use, one request in flight per channel (the non-blocking API keeps several
- * channels): post a store (its value must fit the arena with the key: -E2BIG otherwise, nothing
- * posted) or a get, then poll (1: done, *rep filled; 0: not yet) or wait for its reply. A get's
- * value is then taken with shim_ch_get_value (which may fetch the rest of a long value).
- * Key and value are copied into the channel when posting: the caller's buffers are free at once.
+ * Asynchronous use: up to SHIM_CH_ASYNC requests in flight on the channel besides the blocking
+ * calls, each in a slot of its own with its own part of the arena (wire.h step 3). A post copies
+ * key and value into the channel (the caller's buffers are free at once) and returns a ticket in
+ * *ticket; poll (1: done, *rep filled; 0: not yet) or wait (the reply's status, *rep filled)
+ * for its reply, once (-EINVAL for a ticket already answered, or not posted); a get's value is then
+ * taken with shim_ch_get_value (which may fetch the rest of a long value); shim_ch_release gives
+ * the ticket back, whatever happened (every ticket must be released, once).
+ * Posting returns -EBUSY when every async slot is taken, and -E2BIG when key and value do not fit
+ * the slot's part (nothing posted in either case: the caller runs the call blocking instead).
  */
+#define SHIM_CH_ASYNC 32
 int shim_ch_post_store(struct shim_ch *ch, enum wire_store_mode mode, const void *key,
                        size_t klen, const void *value, size_t vlen, uint32_t flags,
-                       int64_t exptime);
-int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen);
-int shim_ch_poll(struct shim_ch *ch, struct wire_rep *rep);
-int shim_ch_wait(struct shim_ch *ch, struct wire_rep *rep);
-int shim_ch_get_value(struct shim_ch *ch, const struct wire_rep *rep, struct shim_value *out);
+                       int64_t exptime, int *ticket);
+int shim_ch_post_get(struct shim_ch *ch, const void *key, size_t klen, int *ticket);
+int shim_ch_poll(struct shim_ch *ch, int ticket, struct wire_rep *rep);
+int shim_ch_wait(struct shim_ch *ch, int ticket, struct wire_rep *rep);
+int shim_ch_get_value(struct shim_ch *ch, int ticket, const struct wire_rep *rep,
+                      const struct shim_alloc *a, struct shim_value *out);
+void shim_ch_release(struct shim_ch *ch, int ticket);
+/* Async requests posted and not released. */
+unsigned shim_ch_async_busy(const struct shim_ch *ch);
 
-/* One raw request, as given (tests send malformed ones with it): req is copied into the channel,
- * arena_data (arena_len bytes) into the arena. *rep receives the reply. */
+/* One raw request, as given (tests send malformed ones with it): req is copied into the blocking
+ * slot as is (its arena_off and arena_len too), arena_data (arena_len bytes) into the arena at
+ * its start. *rep receives the reply. */
 int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
                 size_t arena_len, struct wire_rep *rep);
+/* The channel's shared header, and a ring of its doorbell, for tests that write garbage into the
+ * ring and make the worker look at it. */
+struct wire_channel *shim_ch_header(struct shim_ch *ch);
+void shim_ch_kick(struct shim_ch *ch);
 
 /* The daemon's stats text ("STAT name value\r\n"... "END\r\n"), malloc'd, NUL-terminated. */
 int shim_stats(const char *path, char **text);

@@ -68,6 +68,60 @@ static struct chan_node *chans;
 /* This thread's channel, and the process it was opened in. */
 static __thread struct chan_node *tls_chan;
 
+/* The same node as a thread-specific value, for its destructor: a thread that exits releases its
+ * channel (the daemon's side goes with it), so a program that runs many short threads does not
+ * pile up channels. */
+static pthread_key_t chan_key;
+static pthread_once_t chan_key_once = PTHREAD_ONCE_INIT;
+
+static void unlink_node(struct chan_node *n)
+{
+    for (struct chan_node **pp = &chans; *pp; pp = &(*pp)->next)
+        if (*pp == n) {
+            *pp = n->next;
+            return;
+        }
+}
+
+/* Thread exit: close this thread's channel. Its non-blocking operations are not completed: the
+ * requests they would write to may be gone with the thread. */
+static bool fini_done; /* under chans_lock: the library's destructor freed every node */
+
+static void chan_thread_exit(void *v)
+{
+    struct chan_node *n = v;
+    pthread_mutex_lock(&chans_lock);
+    if (fini_done) { /* a thread outliving the library's destructor: its node is gone */
+        pthread_mutex_unlock(&chans_lock);
+        return;
+    }
+    unlink_node(n);
+    pthread_mutex_unlock(&chans_lock);
+    if (n->ch && n->owner == getpid())
+        shim_ch_close(n->ch);
+    free(n);
+    tls_chan = NULL;
+}
+
+static void chan_key_create(void)
+{
+    if (pthread_key_create(&chan_key, chan_thread_exit) != 0)
+        fprintf(stderr, "libdeception: pthread_key_create failed; channels of exited threads "
+                        "stay open until the process ends\n");
+}
+
+/* Make n this thread's channel node, listed for fork and exit. */
+static void adopt_node(struct chan_node *n)
+{
+    pthread_once(&chan_key_once, chan_key_create);
+    pthread_mutex_lock(&chans_lock);
+    n->next = chans;
+    chans = n;
+    pthread_mutex_unlock(&chans_lock);
+    tls_chan = n;
+    pthread_setspecific(chan_key, n);
+}
+
 static void pick_socket(void)
 {
     const char *s = getenv("NESSIE_SOCKET");
@@ -101,11 +155,7 @@ static void decide(void)
         }
         n->ch = ch;
         n->owner = getpid();
-        pthread_mutex_lock(&chans_lock);
-        n->next = chans;
-        chans = n;
-        pthread_mutex_unlock(&chans_lock);
-        tls_chan = n;
+        adopt_node(n);
         if (getenv("NESSIE_VERBOSE"))
             fprintf(stderr, "libdeception: serving memcached calls from Nessie (%s)\n", sock_path);
         return;
@@ -148,27 +198,26 @@ struct shim_ch *shim_channel(void)
     }
     n->ch = ch;
     n->owner = getpid();
-    pthread_mutex_lock(&chans_lock);
-    n->next = chans;
-    chans = n;
-    pthread_mutex_unlock(&chans_lock);
-    tls_chan = n;
+    adopt_node(n);
     return ch;
 }
 
 void shim_channel_failed(void)
 {
     /* The daemon went away under this channel: close it, and open a new one at the next call
-     * (the daemon may be back by then). */
+     * (the daemon may be back by then). Non-blocking operations in flight on it are lost. */
     if (!tls_chan)
         return;
+    shim_nb_forget();
+    struct chan_node *n = tls_chan;
     pthread_mutex_lock(&chans_lock);
-    if (tls_chan->ch) {
-        shim_ch_close(tls_chan->ch);
-        tls_chan->ch = NULL;
-    }
+    unlink_node(n);
     pthread_mutex_unlock(&chans_lock);
+    if (n->ch)
+        shim_ch_close(n->ch);
+    free(n);
     tls_chan = NULL;
+    pthread_setspecific(chan_key, NULL);
 }
 
 /* fork: the lock is taken before and released after on both sides, so the child never inherits
@@ -189,6 +238,8 @@ static void after_fork_child(void)
     chans = NULL;
     tls_chan = NULL;
     pthread_mutex_unlock(&chans_lock);
+    pthread_once(&chan_key_once, chan_key_create);
+    pthread_setspecific(chan_key, NULL); /* freed above: its destructor must not see it */
 }
 
 __attribute__((constructor)) static void shim_init(void)
@@ -209,5 +260,6 @@ __attribute__((destructor)) static void shim_fini(void)
     }
     chans = NULL;
     tls_chan = NULL;
+    fini_done = true;
     pthread_mutex_unlock(&chans_lock);
 }

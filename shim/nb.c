@@ -1,10 +1,12 @@
 /*
  * nb.c - the non-blocking extensions (include/nessie/memcached_nb.h).
  *
- * Each thread keeps up to NB_MAX_INFLIGHT channels of its own besides its blocking one; an
- * issued operation occupies one (a channel carries one request at a time) until test or wait
- * completes it, so that many operations are in the daemon's workers at once. Issuing with every
- * channel busy first completes the oldest operation.
+ * An issued operation is posted into a slot of the thread's own channel (shim_ch_post_*: up to
+ * SHIM_CH_ASYNC in flight besides the thread's blocking calls, which share the channel), so that
+ * many operations are in the daemon's workers at once, and are batched there, without opening
+ * more channels. Test or wait completes it; issuing with NB_MAX_INFLIGHT in flight first
+ * completes the oldest. A GET's value is copied once, from the channel into memory from the
+ * handle's allocators.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,106 +20,124 @@
 
 #define KEY_MAX 250
 
-struct nb_slot {
-    struct shim_ch *ch;
+_Static_assert(NB_MAX_INFLIGHT <= SHIM_CH_ASYNC, "every operation in flight has a slot");
+
+struct nb_op {
     memcached_req *req;       /* the operation in flight, or NULL */
     memcached_st *ptr;
+    int ticket;
     bool is_get;
     size_t *vlen_out;
     uint32_t *flags_out;
     uint64_t issued;          /* order of issue, to find the oldest */
 };
 
-/* This thread's slots, and the process they belong to (a forked child starts afresh). */
-static __thread struct nb_slot pool[NB_MAX_INFLIGHT];
-static __thread pid_t pool_pid;
+/* This thread's operations in flight, the channel they were posted on, and the process they
+ * belong to (a forked child starts afresh: the channel is its parent's). */
+static __thread struct nb_op ops[NB_MAX_INFLIGHT];
+static __thread struct shim_ch *ops_ch;
+static __thread pid_t ops_pid;
 static __thread uint64_t issue_seq;
 
-static void complete(struct nb_slot *s, memcached_return_t rc)
+static void complete(struct nb_op *o, memcached_return_t rc)
 {
-    memcached_req *req = s->req;
+    memcached_req *req = o->req;
     req->rc = rc;
     req->complete = 1;
     req->impl = NULL;
-    s->req = NULL;
+    o->req = NULL;
 }
 
-/* The answer of slot s is in rep (or the channel failed: wire_rc < 0). */
-static void finish(struct nb_slot *s, int wire_rc, const struct wire_rep *rep)
+void shim_nb_forget(void)
 {
-    memcached_req *req = s->req;
+    for (int i = 0; i < NB_MAX_INFLIGHT; i++)
+        if (ops[i].req)
+            complete(&ops[i], MEMCACHED_CONNECTION_FAILURE);
+    ops_ch = NULL;
+}
+
+/* The channel failed under operation o (wire_rc < 0): every operation on it is lost. */
+static void channel_lost(void)
+{
+    shim_nb_forget();
+    shim_channel_failed();
+}
+
+/* The answer of o is in rep (or its channel failed: wire_rc < 0). */
+static void finish(struct nb_op *o, int wire_rc, const struct wire_rep *rep)
+{
+    memcached_req *req = o->req;
     if (wire_rc < 0) {
-        shim_ch_close(s->ch);
-        s->ch = NULL;
-        complete(s, MEMCACHED_CONNECTION_FAILURE);
+        channel_lost();
         return;
     }
-    if (!s->is_get) {
-        complete(s, shim_status(rep->status));
+    if (!o->is_get) {
+        shim_ch_release(ops_ch, o->ticket);
+        complete(o, shim_status(rep->status));
         return;
     }
     struct shim_value v;
-    int rc = shim_ch_get_value(s->ch, rep, &v);
-    if (rc < 0) {
-        shim_ch_close(s->ch);
-        s->ch = NULL;
-        complete(s, MEMCACHED_CONNECTION_FAILURE);
+    struct shim_alloc a = shim_handle_alloc(o->ptr);
+    int rc = shim_ch_get_value(ops_ch, o->ticket, rep, &a, &v);
+    if (rc < 0 && rc != -ENOMEM) {
+        channel_lost();
         return;
     }
+    shim_ch_release(ops_ch, o->ticket);
     if (rc != WIRE_OK) {
-        complete(s, shim_status(rc));
+        complete(o, rc == -ENOMEM ? MEMCACHED_MEMORY_ALLOCATION_FAILURE : shim_status(rc));
         return;
     }
-    req->value = v.len ? shim_dup_value(s->ptr, v.data, v.len) : NULL;
+    if (v.len == 0) { /* empty: NULL with SUCCESS, as memcached_get */
+        a.release(a.user, v.data);
+        v.data = NULL;
+    }
+    req->value = v.data;
     req->value_length = v.len;
     req->flags = v.flags;
-    if (s->vlen_out)
-        *s->vlen_out = v.len;
-    if (s->flags_out)
-        *s->flags_out = v.flags;
-    free(v.data);
-    complete(s, v.len && !req->value ? MEMCACHED_MEMORY_ALLOCATION_FAILURE : MEMCACHED_SUCCESS);
+    if (o->vlen_out)
+        *o->vlen_out = v.len;
+    if (o->flags_out)
+        *o->flags_out = v.flags;
+    complete(o, MEMCACHED_SUCCESS);
 }
 
-static void wait_slot(struct nb_slot *s)
+static void wait_op(struct nb_op *o)
 {
     struct wire_rep rep;
-    int rc = shim_ch_wait(s->ch, &rep);
-    finish(s, rc < 0 ? rc : 0, &rep);
+    int rc = shim_ch_wait(ops_ch, o->ticket, &rep);
+    finish(o, rc < 0 ? rc : 0, &rep);
 }
 
-/* A free slot with an open channel, completing the oldest operation if all are busy. NULL if no
- * channel can be opened. */
-static struct nb_slot *take_slot(void)
+/* This thread's channel and a free operation record, completing the oldest operation if all are
+ * in flight. NULL if no channel can be had. */
+static struct nb_op *take_op(struct shim_ch **chp)
 {
-    if (pool_pid != getpid()) {
-        /* Inherited through fork: the parent's channels are not ours to use. */
-        for (int i = 0; i < NB_MAX_INFLIGHT; i++) {
-            if (pool[i].ch)
-                shim_ch_close(pool[i].ch);
-            pool[i] = (struct nb_slot){0};
-        }
-        pool_pid = getpid();
+    if (ops_pid != getpid()) {
+        /* Inherited through fork: the parent's operations are not ours to finish. */
+        for (int i = 0; i < NB_MAX_INFLIGHT; i++)
+            ops[i] = (struct nb_op){0};
+        ops_ch = NULL;
+        ops_pid = getpid();
     }
-    struct nb_slot *oldest = NULL;
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return NULL;
+    if (ch != ops_ch) {
+        shim_nb_forget(); /* a new channel: what was in flight on the old one is lost */
+        ops_ch = ch;
+    }
+    *chp = ch;
+    struct nb_op *oldest = NULL;
     for (int i = 0; i < NB_MAX_INFLIGHT; i++) {
-        if (!pool[i].req) {
-            if (!pool[i].ch && shim_ch_open(shim_socket_path(), &pool[i].ch) != WIRE_OK) {
-                pool[i].ch = NULL;
-                continue;
-            }
-            return &pool[i];
-        }
-        if (!oldest || pool[i].issued < oldest->issued)
-            oldest = &pool[i];
+        if (!ops[i].req)
+            return &ops[i];
+        if (!oldest || ops[i].issued < oldest->issued)
+            oldest = &ops[i];
     }
-    if (!oldest)
+    wait_op(oldest);
+    if (!ops_ch) /* the channel failed meanwhile */
         return NULL;
-    wait_slot(oldest);
-    if (!oldest->ch && shim_ch_open(shim_socket_path(), &oldest->ch) != WIRE_OK) {
-        oldest->ch = NULL;
-        return NULL;
-    }
     return oldest;
 }
 
@@ -150,24 +170,26 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     size_t kl;
     if (!shim_serving() || !ptr || shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS)
         return done_now(req, memcached_set(ptr, key, klen, value, vlen, exp, f));
-    struct nb_slot *s = take_slot();
-    if (!s)
+    struct shim_ch *ch;
+    struct nb_op *o = take_op(&ch);
+    if (!o)
         return done_now(req, MEMCACHED_CONNECTION_FAILURE);
     int64_t e = (int64_t)exp;
     if (REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL))
         e = (int64_t)(uint32_t)exp;
     else if (e < 0 || e > INT32_MAX)
         e = -1; /* as the blocking call: see exptime_of in api.c */
-    int rc = shim_ch_post_store(s->ch, WIRE_SET, k, kl, value ? value : "", vlen, f, e);
-    if (rc == -E2BIG) /* larger than the arena: stored now, in chunks */
+    int ticket;
+    int rc = shim_ch_post_store(ch, WIRE_SET, k, kl, value ? value : "", vlen, f, e, &ticket);
+    if (rc == -E2BIG || rc == -EBUSY) /* larger than a slot's part: stored now, in chunks */
         return done_now(req, memcached_set(ptr, key, klen, value, vlen, exp, f));
     if (rc != 0) {
-        shim_ch_close(s->ch);
-        s->ch = NULL;
+        if (rc < 0)
+            channel_lost();
         return done_now(req, rc < 0 ? MEMCACHED_CONNECTION_FAILURE : shim_status(rc));
     }
-    *s = (struct nb_slot){.ch = s->ch, .req = req, .ptr = ptr, .issued = ++issue_seq};
-    req->impl = s;
+    *o = (struct nb_op){.req = req, .ptr = ptr, .ticket = ticket, .issued = ++issue_seq};
+    req->impl = o;
     return MEMCACHED_SUCCESS;
 }
 
@@ -198,21 +220,37 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
         *error = done_now(req, rc);
         return NULL;
     }
-    struct nb_slot *s = take_slot();
-    if (!s) {
+    struct shim_ch *ch;
+    struct nb_op *o = take_op(&ch);
+    if (!o) {
         *error = done_now(req, MEMCACHED_CONNECTION_FAILURE);
         return NULL;
     }
-    int rc = shim_ch_post_get(s->ch, k, kl);
+    int ticket;
+    int rc = shim_ch_post_get(ch, k, kl, &ticket);
+    if (rc == -E2BIG || rc == -EBUSY) { /* no async slots on this channel: read it now */
+        size_t len = 0;
+        uint32_t fl = 0;
+        memcached_return_t mrc;
+        req->value = memcached_get(ptr, key, klen, &len, &fl, &mrc);
+        req->value_length = len;
+        req->flags = fl;
+        if (vlen)
+            *vlen = len;
+        if (flags)
+            *flags = fl;
+        *error = done_now(req, mrc);
+        return NULL;
+    }
     if (rc != 0) {
-        shim_ch_close(s->ch);
-        s->ch = NULL;
+        if (rc < 0)
+            channel_lost();
         *error = done_now(req, rc < 0 ? MEMCACHED_CONNECTION_FAILURE : shim_status(rc));
         return NULL;
     }
-    *s = (struct nb_slot){.ch = s->ch, .req = req, .ptr = ptr, .is_get = true, .vlen_out = vlen,
-                          .flags_out = flags, .issued = ++issue_seq};
-    req->impl = s;
+    *o = (struct nb_op){.req = req, .ptr = ptr, .ticket = ticket, .is_get = true,
+                        .vlen_out = vlen, .flags_out = flags, .issued = ++issue_seq};
+    req->impl = o;
     *error = MEMCACHED_SUCCESS;
     return NULL;
 }
@@ -248,11 +286,13 @@ void memcached_test(memcached_st *ptr, memcached_req *req)
     (void)ptr;
     if (!req || req->complete || !req->impl)
         return;
-    struct nb_slot *s = req->impl;
+    struct nb_op *o = req->impl;
+    if (!ops_ch || o < ops || o >= ops + NB_MAX_INFLIGHT || o->req != req)
+        return; /* not this thread's */
     struct wire_rep rep;
-    int rc = shim_ch_poll(s->ch, &rep);
+    int rc = shim_ch_poll(ops_ch, o->ticket, &rep);
     if (rc != 0)
-        finish(s, rc < 0 ? rc : 0, &rep);
+        finish(o, rc < 0 ? rc : 0, &rep);
 }
 
 void memcached_wait(memcached_st *ptr, memcached_req *req)
@@ -260,5 +300,8 @@ void memcached_wait(memcached_st *ptr, memcached_req *req)
     (void)ptr;
     if (!req || req->complete || !req->impl)
         return;
-    wait_slot(req->impl);
+    struct nb_op *o = req->impl;
+    if (!ops_ch || o < ops || o >= ops + NB_MAX_INFLIGHT || o->req != req)
+        return; /* not this thread's */
+    wait_op(o);
 }

@@ -37,6 +37,9 @@ const char *shim_socket_path(void);
 struct shim_ch *shim_channel(void);
 /* The channel returned an error from the transport (negative status): drop it. */
 void shim_channel_failed(void);
+/* nb.c: this thread's channel is going away: complete its non-blocking operations in flight with
+ * MEMCACHED_CONNECTION_FAILURE. */
+void shim_nb_forget(void);
 
 /* Shared by the blocking and non-blocking calls (api.c). */
 #include <libmemcached/memcached.h>
@@ -45,6 +48,8 @@ memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen
                                  size_t *outlen);
 /* A wire outcome as the library reports it (negative: the channel failed, and is dropped). */
 memcached_return_t shim_status(int wire_rc);
+/* The handle's allocators, for values read straight into the caller's memory. */
+struct shim_alloc shim_handle_alloc(memcached_st *ptr);
 /* A copy of a value for the caller, through the handle's allocators, NUL-terminated. */
 char *shim_dup_value(memcached_st *ptr, const void *v, size_t len);
 

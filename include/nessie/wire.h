@@ -13,23 +13,36 @@
  *    A hello the daemon cannot take (bad magic, size or kind, an unknown version) is answered by a
  *    welcome with an error status and no descriptors; the daemon closes that socket and carries
  *    on.
- * 3. On a channel, one request at a time (one channel per client thread):
- *      client: fill req and the arena; store state = WIRE_ST_REQUEST (seq_cst); if worker_parked
- *              is set, write 1 to the doorbell.
- *      daemon: CAS state REQUEST -> BUSY; copy req out; check it; run it; fill rep and the arena;
- *              store state = WIRE_ST_REPLY (seq_cst); if client_waiting is set, FUTEX_WAKE state.
- *      client: spin briefly on state, then set client_waiting, re-check, and FUTEX_WAIT on state
+ * 3. A channel carries up to WIRE_SLOTS requests in flight (one channel per client thread; its
+ *    blocking calls and its non-blocking ones share it). Each request lives in a slot of its own
+ *    and uses the part of the arena its req.arena_off / req.arena_len name, chosen by the client
+ *    (the parts of requests in flight must not overlap; the daemon only checks that they lie in
+ *    the arena). The synchronization is include/nessie/wire_sync.h, compiled by both sides:
+ *      client: fill slot.req and its arena part; slot.state = WIRE_ST_REQUEST; append the slot's
+ *              index to sq (sq[sq_head % WIRE_SLOTS]) and store sq_head + 1 (seq_cst); if
+ *              worker_parked is set, write 1 to the doorbell.
+ *      daemon: read sq_head (acquire) and take each new index in order from its private tail;
+ *              CAS the slot's state REQUEST -> BUSY; copy req out; check it; run it (several
+ *              requests, of several channels, go to the engine together); fill rep and the arena
+ *              part; store state = WIRE_ST_REPLY (seq_cst); if the slot's client_waiting is set,
+ *              FUTEX_WAKE the slot's state.
+ *      client: spin on state only while the worker runs and a reply is due soon (wire_sync.h
+ *              explains the policy), else set client_waiting, re-check, and FUTEX_WAIT on state
  *              (a shared futex: the word is in a MAP_SHARED mapping of two processes); read rep;
- *              store state = WIRE_ST_IDLE.
- *    Both sides use seq_cst for the flag/state pairs (Dekker): a store of one's own word followed
+ *              store state = WIRE_ST_IDLE. The slot is the client's again.
+ *    Both sides use seq_cst for the flag/word pairs (Dekker): a store of one's own word followed
  *    by a load of the other's never misses a sleeper.
- *    The daemon trusts nothing in the channel: it copies the request out, checks every length and
- *    offset against the arena, and answers a bad one with WIRE_E_MALFORMED.
+ *    The daemon trusts nothing in the channel: it copies a request out, checks every length and
+ *    offset against the arena, and answers a bad one with WIRE_E_MALFORMED. A ring it cannot
+ *    follow (an index past WIRE_SLOTS, a slot that was not posted, more entries than slots) ends
+ *    that channel: `error` is set to WIRE_E_MALFORMED, its waiters are woken and its socket is
+ *    closed. Nothing else is affected.
  *
  * Large values: a value that does not fit in the arena travels in chunks. A store sends
  * total_len and, per request, the chunk at chunk_off; the daemon answers WIRE_S_CONTINUE until the
  * last chunk, then runs the store. A get whose value does not fit answers with the first chunk,
  * rep.total_len and WIRE_F_MORE; the client fetches the rest with WIRE_OP_FETCH at chunk_off.
+ * Both are per slot: a slot's staged value is dropped by the slot's next request of another kind.
  */
 #ifndef NESSIE_WIRE_H
 #define NESSIE_WIRE_H
@@ -37,7 +50,7 @@
 #include <stdint.h>
 
 #define WIRE_MAGIC 0x4e455353u /* "NESS" */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 
 #define WIRE_KEY_MAX 250 /* memcached's limit, and the engine's */
 
@@ -131,6 +144,8 @@ struct wire_req {
     uint64_t cas;         /* WIRE_CAS: the expected version */
     uint64_t delta;       /* ARITH */
     uint64_t seq;         /* the client's request number, echoed */
+    uint32_t arena_off;   /* the arena part of this request: key, value, reply */
+    uint32_t arena_len;
 };
 
 struct wire_rep {
@@ -144,6 +159,11 @@ struct wire_rep {
     uint64_t version;     /* CAS token of the item read or stored */
     uint64_t number;      /* ARITH result */
     uint64_t seq;
+    /* CLOCK_MONOTONIC (one clock per host, shared by both sides) when the daemon took the request
+     * and when it replied: the client learns how long requests take without counting its own
+     * wake-up (wire_sync.h's estimator). Informational: nothing depends on them for safety. */
+    uint64_t taken_ns;
+    uint64_t done_ns;
 };
 
 /* MGET reply record, 8-byte aligned, followed by key, then value (chunk_len bytes), padded to 8.
@@ -159,26 +179,43 @@ struct wire_mitem {
     uint64_t version;
 };
 
+/* Requests in flight per channel. A power of two: ring positions are free-running 32-bit
+ * counters taken modulo WIRE_SLOTS. */
+#define WIRE_SLOTS 64
+
+struct wire_slot {
+    /* The futex word: enum wire_state. Written by both sides as step 3 says. */
+    uint32_t state;
+    uint32_t client_waiting; /* the client sleeps (or is about to) on state */
+    uint32_t reserved[2];
+    struct wire_req req;
+    struct wire_rep rep;
+} __attribute__((aligned(64))); /* a slot per cache line pair: no false sharing between slots */
+
 /* The channel: this header at offset 0, the arena at WIRE_ARENA_OFFSET. */
-#define WIRE_ARENA_OFFSET 4096
+#define WIRE_ARENA_OFFSET 16384
 
 struct wire_channel {
     uint32_t magic;
     uint16_t version;
-    uint16_t reserved0;
+    uint16_t nslots;         /* WIRE_SLOTS */
     uint32_t arena_bytes;
     uint32_t max_item_size;
-    /* The futex word: enum wire_state. Written by both sides as the protocol above says. */
-    uint32_t state;
-    uint32_t client_waiting; /* the client sleeps (or is about to) on state */
     uint32_t worker_parked;  /* the serving worker sleeps (or is about to) on the doorbell */
-    uint32_t reserved1;
-    struct wire_req req;
-    struct wire_rep rep;
+    uint32_t error;          /* set by the daemon when it gives up on the channel */
+    uint32_t sq_head;        /* written by the client: ring entries posted (free-running) */
+    uint32_t sq_tail;        /* written by the daemon, for the client's information only */
+    /* The client's estimate of its own think time: from a reply to its next request (wire_sync.h:
+     * the worker spins for the next request only if it is due soon). A hint, never trusted for
+     * more than how long the worker spins (at most its spin_us). */
+    uint64_t client_think_ns;
+    uint16_t sq[WIRE_SLOTS]; /* the ring: slot indices in posting order */
+    struct wire_slot slot[WIRE_SLOTS];
 };
 
 _Static_assert(sizeof(struct wire_channel) <= WIRE_ARENA_OFFSET, "channel header too large");
 _Static_assert(sizeof(struct wire_hello) == 16, "hello layout");
 _Static_assert(sizeof(struct wire_mitem) == 24, "mitem layout");
+_Static_assert((WIRE_SLOTS & (WIRE_SLOTS - 1)) == 0, "WIRE_SLOTS is a power of two");
 
 #endif

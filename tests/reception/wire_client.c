@@ -208,7 +208,7 @@ static int cmd_load(int argc, char **argv)
             }
         } else {
             struct shim_value v;
-            rc = shim_ch_get(ch, key, (size_t)klen, &v);
+            rc = shim_ch_get(ch, key, (size_t)klen, NULL, &v);
             if (rc == WIRE_OK || rc == WIRE_NOT_FOUND) {
                 bool ok = rc == WIRE_OK ? observe(m, v.data, v.len) : observe(m, NULL, 0);
                 if (!ok) {
@@ -235,7 +235,7 @@ static int cmd_load(int argc, char **argv)
         int klen = snprintf(key, sizeof(key), "p%u-k%u", id, k);
         struct shim_value v;
         int rc;
-        while ((rc = shim_ch_get(ch, key, (size_t)klen, &v)) < 0) {
+        while ((rc = shim_ch_get(ch, key, (size_t)klen, NULL, &v)) < 0) {
             shim_ch_close(ch);
             ch = reconnect(&reconnects);
         }
@@ -297,7 +297,7 @@ int main(int argc, char **argv)
     int rc;
     if (strcmp(cmd, "get") == 0 && na == 1) {
         struct shim_value v;
-        rc = shim_ch_get(ch, a[0], strlen(a[0]), &v);
+        rc = shim_ch_get(ch, a[0], strlen(a[0]), NULL, &v);
         if (rc == WIRE_OK) {
             fwrite(v.data, 1, v.len, stdout);
             putchar('\n');

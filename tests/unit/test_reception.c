@@ -1,7 +1,8 @@
 /*
  * test_reception.c - the reception daemon through its socket and channels (include/nessie/wire.h),
- * as a client sees it: the request forms, values larger than the arena, multi-get, and bad input
- * of every kind (garbage hellos, malformed requests, clients that die mid-request). After each
+ * as a client sees it: the request forms, values larger than the arena, multi-get, many requests
+ * in flight on one channel, and bad input of every kind (garbage hellos, malformed requests,
+ * garbage in the request ring, clients that die mid-request or with requests in their ring). After each
  * bad input the daemon must still serve, and nothing may have changed.
  *
  * The daemon under test is $BUILD/reception (build/ by default), started once for the group.
@@ -11,6 +12,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +28,10 @@
 #include "channel.h"
 #include "fabric.h"
 
-#define ARENA 4096
-#define MAX_ITEM 65536
+/* An arena with async slots (each gets ARENA / 2 / SHIM_CH_ASYNC = 1 KiB), and items several
+ * arenas long, so values travel in chunks both ways. */
+#define ARENA 65536
+#define MAX_ITEM 262144
 
 static char dir[64], sock_path[100], cluster[64];
 static pid_t daemon_pid;
@@ -104,7 +108,7 @@ static void put(struct shim_ch *ch, const char *k, const char *v)
 static void expect(struct shim_ch *ch, const char *k, const char *v)
 {
     struct shim_value got;
-    int rc = shim_ch_get(ch, k, strlen(k), &got);
+    int rc = shim_ch_get(ch, k, strlen(k), NULL, &got);
     if (!v) {
         assert_int_equal(rc, WIRE_NOT_FOUND);
         return;
@@ -143,7 +147,7 @@ static void test_request_forms(void **state)
     uint64_t ver = 0, res = 0;
     assert_int_equal(shim_ch_store(ch, WIRE_SET, "f", 1, "one", 3, 7, 0, 0, &ver), WIRE_OK);
     struct shim_value v;
-    assert_int_equal(shim_ch_get(ch, "f", 1, &v), WIRE_OK);
+    assert_int_equal(shim_ch_get(ch, "f", 1, NULL, &v), WIRE_OK);
     assert_int_equal(v.flags, 7);
     assert_true(v.version == ver);
     free(v.data);
@@ -181,7 +185,7 @@ static void test_large_values(void **state)
     (void)state;
     struct shim_ch *ch = open_ch();
     static char big[MAX_ITEM + 1], other[MAX_ITEM + 1];
-    fill(big, 60000, 1);
+    fill(big, 200000, 1);
     put(ch, "big", big);
     expect(ch, "big", big);
     fill(other, MAX_ITEM, 2);
@@ -418,6 +422,198 @@ static void test_client_dies_mid_request(void **state)
     still_serving();
 }
 
+/* One channel, every async slot in flight at once (stores, then gets answered in any order),
+ * with blocking calls in between: every value comes back whole, to the request that asked. */
+static void test_many_in_flight(void **state)
+{
+    (void)state;
+    enum { N = SHIM_CH_ASYNC };
+    struct shim_ch *ch = open_ch();
+    static char vals[N][801];
+    char keys[N][24];
+    int t[N];
+    struct wire_rep rep;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "inflight-%d", i);
+            fill(vals[i], 100 + (size_t)i * 20 + (size_t)round, (unsigned)(i + round));
+            assert_int_equal(shim_ch_post_store(ch, WIRE_SET, keys[i], strlen(keys[i]), vals[i],
+                                                strlen(vals[i]), (uint32_t)i, 0, &t[i]),
+                             0);
+        }
+        assert_int_equal(shim_ch_async_busy(ch), N);
+        int extra;
+        assert_int_equal(shim_ch_post_get(ch, "x", 1, &extra), -EBUSY);
+        /* A blocking call while every async slot is taken. */
+        expect(ch, "sentinel", "unchanged");
+        for (int i = N - 1; i >= 0; i--) {
+            assert_int_equal(shim_ch_wait(ch, t[i], &rep), WIRE_OK);
+            shim_ch_release(ch, t[i]);
+        }
+        assert_int_equal(shim_ch_async_busy(ch), 0);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(shim_ch_post_get(ch, keys[i], strlen(keys[i]), &t[i]), 0);
+        int left = N;
+        bool done[N];
+        memset(done, 0, sizeof(done));
+        while (left > 0) {
+            for (int i = 0; i < N; i++) {
+                if (done[i])
+                    continue;
+                if (i % 2) {
+                    int rc = shim_ch_poll(ch, t[i], &rep);
+                    if (rc == 0)
+                        continue;
+                    assert_int_equal(rc, 1);
+                } else {
+                    assert_int_equal(shim_ch_wait(ch, t[i], &rep), WIRE_OK);
+                }
+                /* An answered ticket is not waited for twice. */
+                assert_int_equal(shim_ch_wait(ch, t[i], &rep), -EINVAL);
+                struct shim_value v;
+                assert_int_equal(shim_ch_get_value(ch, t[i], &rep, NULL, &v), WIRE_OK);
+                assert_int_equal(v.len, strlen(vals[i]));
+                assert_memory_equal(v.data, vals[i], v.len);
+                assert_int_equal(v.flags, (uint32_t)i);
+                free(v.data);
+                shim_ch_release(ch, t[i]);
+                done[i] = true;
+                left--;
+            }
+        }
+    }
+    /* A value larger than an async slot's part comes back in chunks through that slot, while
+     * other slots are in flight. */
+    static char big[20001];
+    fill(big, 20000, 9);
+    put(ch, "inflight-big", big);
+    int tb, ts;
+    assert_int_equal(shim_ch_post_store(ch, WIRE_SET, "inflight-0", 10, "zero", 4, 0, 0, &ts), 0);
+    assert_int_equal(shim_ch_post_get(ch, "inflight-big", 12, &tb), 0);
+    assert_int_equal(shim_ch_wait(ch, tb, &rep), WIRE_OK);
+    struct shim_value v;
+    assert_int_equal(shim_ch_get_value(ch, tb, &rep, NULL, &v), WIRE_OK);
+    assert_int_equal(v.len, 20000);
+    assert_memory_equal(v.data, big, 20000);
+    free(v.data);
+    shim_ch_release(ch, tb);
+    assert_int_equal(shim_ch_wait(ch, ts, &rep), WIRE_OK);
+    shim_ch_release(ch, ts);
+    expect(ch, "inflight-0", "zero");
+    shim_ch_close(ch);
+    still_serving();
+}
+
+/* Poke the ring of ch as a broken client would, then make the worker look at it. */
+enum ring_garbage { BAD_INDEX, NOT_POSTED, HEAD_RUNAWAY };
+
+static void break_ring(struct shim_ch *ch, enum ring_garbage how)
+{
+    struct wire_channel *h = shim_ch_header(ch);
+    uint32_t head = __atomic_load_n(&h->sq_head, __ATOMIC_RELAXED);
+    switch (how) {
+    case BAD_INDEX:
+        h->sq[head % WIRE_SLOTS] = 999;
+        head += 1;
+        break;
+    case NOT_POSTED:
+        h->sq[head % WIRE_SLOTS] = 7; /* an idle slot */
+        head += 1;
+        break;
+    case HEAD_RUNAWAY:
+        head += 1000;
+        break;
+    }
+    __atomic_store_n(&h->sq_head, head, __ATOMIC_SEQ_CST);
+}
+
+/* Garbage in a request: that request is refused. Garbage in the ring: that channel ends with an
+ * error, at once (no hang); other channels and the data are untouched. */
+static void test_ring_garbage(void **state)
+{
+    (void)state;
+    struct shim_ch *ch = open_ch();
+    put(ch, "ringkey", "v1");
+    struct wire_rep rep;
+    struct wire_req past = {.op = WIRE_OP_GET, .key_len = 4, .arena_off = ARENA - 8,
+                            .arena_len = 64};
+    assert_int_equal(shim_ch_raw(ch, &past, NULL, 0, &rep), WIRE_E_MALFORMED);
+    past.arena_off = ARENA + 8;
+    past.arena_len = 8;
+    assert_int_equal(shim_ch_raw(ch, &past, NULL, 0, &rep), WIRE_E_MALFORMED);
+    past.arena_off = 0xfffffff0u;
+    past.arena_len = 0x20;
+    assert_int_equal(shim_ch_raw(ch, &past, NULL, 0, &rep), WIRE_E_MALFORMED);
+    struct wire_req longkey = {.op = WIRE_OP_GET, .key_len = 100, .arena_off = 0, .arena_len = 64};
+    assert_int_equal(shim_ch_raw(ch, &longkey, NULL, 0, &rep), WIRE_E_MALFORMED);
+    struct wire_req store = {.op = WIRE_OP_STORE, .key_len = 7, .chunk_len = 100,
+                             .total_len = 100, .arena_off = 0, .arena_len = 50};
+    assert_int_equal(shim_ch_raw(ch, &store, "ringkeyXXXX", 11, &rep), WIRE_E_MALFORMED);
+    expect(ch, "ringkey", "v1");
+    shim_ch_close(ch);
+
+    for (int how = BAD_INDEX; how <= HEAD_RUNAWAY; how++) {
+        struct shim_ch *bystander = open_ch();
+        struct shim_ch *bad = open_ch();
+        expect(bad, "ringkey", "v1");
+        break_ring(bad, (enum ring_garbage)how);
+        shim_ch_kick(bad);
+        for (int i = 0; i < 500 && !__atomic_load_n(&shim_ch_header(bad)->error, __ATOMIC_ACQUIRE);
+             i++)
+            sleep_ms(10);
+        assert_int_equal(shim_ch_header(bad)->error, WIRE_E_MALFORMED);
+        /* The channel is ended, and says so to the next request. */
+        struct shim_value v;
+        assert_true(shim_ch_get(bad, "ringkey", 7, NULL, &v) < 0);
+        shim_ch_close(bad);
+        expect(bystander, "ringkey", "v1");
+        put(bystander, "ringkey", "v1");
+        shim_ch_close(bystander);
+    }
+    still_serving();
+}
+
+/* A client killed with requests in its ring: what it posted is served (its effect does not
+ * depend on when the hang-up is seen), its channel is released, and no key is stuck. */
+static void test_client_killed_with_ring(void **state)
+{
+    (void)state;
+    enum { N = SHIM_CH_ASYNC };
+    pid_t p = fork();
+    if (p == 0) {
+        struct shim_ch *ch;
+        if (shim_ch_open(sock_path, &ch) != WIRE_OK)
+            _exit(1);
+        for (int i = 0; i < N; i++) {
+            char k[24], v[32];
+            snprintf(k, sizeof(k), "killed-%d", i);
+            snprintf(v, sizeof(v), "posted-%d", i);
+            int t;
+            if (shim_ch_post_store(ch, WIRE_SET, k, strlen(k), v, strlen(v), 0, 0, &t) != 0)
+                _exit(2);
+        }
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(p, &st, 0);
+    assert_true(WIFSIGNALED(st));
+    long now = -1;
+    for (int i = 0; i < 100 && (now = stat_value("curr_connections")) != 0; i++)
+        sleep_ms(20);
+    assert_int_equal(now, 0);
+    struct shim_ch *ch = open_ch();
+    for (int i = 0; i < N; i++) {
+        char k[24], v[32];
+        snprintf(k, sizeof(k), "killed-%d", i);
+        snprintf(v, sizeof(v), "posted-%d", i);
+        expect(ch, k, v);
+        put(ch, k, "after");
+        expect(ch, k, "after");
+    }
+    shim_ch_close(ch);
+    still_serving();
+}
+
 /* Idle: every worker parks (asleep in epoll_wait, using no CPU). */
 static void test_idle_workers_sleep(void **state)
 {
@@ -437,6 +633,9 @@ int main(void)
         cmocka_unit_test(test_garbage_hellos),
         cmocka_unit_test(test_malformed_requests),
         cmocka_unit_test(test_client_dies_mid_request),
+        cmocka_unit_test(test_many_in_flight),
+        cmocka_unit_test(test_ring_garbage),
+        cmocka_unit_test(test_client_killed_with_ring),
         cmocka_unit_test(test_idle_workers_sleep),
     };
     return cmocka_run_group_tests_name("reception", tests, group_setup, group_teardown);
