@@ -463,6 +463,10 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
     }
 }
 
+/* Replies that had to wake their client, since the run began (the worker's spin budget counts
+ * the client's wake-up then). Per thread: each worker runs its own batches. */
+static __thread bool woke_any;
+
 /* Post r's reply: into its slot, then the state that hands the slot back (wire_sync.h). */
 static void reply(struct recep_req *r)
 {
@@ -471,9 +475,11 @@ static void reply(struct recep_req *r)
         log_debug("channel %llu (pid %d): slot %u op %u refused: status %u",
                   (unsigned long long)ch->id, (int)ch->pid, r->slot, r->rq.op, r->rep.status);
     r->rep.done_ns = wire_now_ns();
+    uint64_t busy = r->rep.done_ns - r->taken_ns;
+    r->rep.busy_ns = busy > UINT32_MAX ? UINT32_MAX : (uint32_t)busy;
     memcpy(&ch->hdr->slot[r->slot].rep, &r->rep, sizeof(r->rep));
     ch->requests++;
-    wire_reply(ch->hdr, r->slot);
+    woke_any |= wire_reply(ch->hdr, r->slot);
 }
 
 size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_t max)
@@ -493,7 +499,8 @@ size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_
         r->ch = ch;
         r->slot = (uint16_t)idx;
         memcpy(&r->rq, &ch->hdr->slot[idx].req, sizeof(r->rq));
-        r->rep = (struct wire_rep){.seq = r->rq.seq, .taken_ns = now};
+        r->rep = (struct wire_rep){.seq = r->rq.seq};
+        r->taken_ns = now;
     }
     return n;
 broken:
@@ -535,8 +542,9 @@ static void run_gets(struct recep_req **gets, const void **kp, size_t *kl, size_
     }
 }
 
-void recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
+bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
 {
+    woke_any = false;
     struct recep_req *gets[n ? n : 1];
     const void *kp[n ? n : 1];
     size_t kl[n ? n : 1];
@@ -562,4 +570,5 @@ void recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
         reply(r);
     }
     run_gets(gets, kp, kl, ng, ctx);
+    return woke_any;
 }

@@ -53,6 +53,7 @@ struct recep_req {
     uint16_t slot;
     struct wire_req rq;        /* copied out of the slot: the client may change it meanwhile */
     struct wire_rep rep;
+    uint64_t taken_ns;         /* when it was taken from the ring */
     unsigned char key[WIRE_KEY_MAX]; /* single-key requests: the key, read once */
 };
 
@@ -77,8 +78,9 @@ size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_
  * Run n taken requests (of any channels) with ctx and post each reply as soon as it is ready,
  * waking its client if it sleeps. The GETs among them go to the engine together (one
  * nessie_get_multi: their fabric reads are posted as one batch); the others run one by one.
- * Never trusts a request: a malformed one gets WIRE_E_MALFORMED and changes nothing.
+ * Never trusts a request: a malformed one gets WIRE_E_MALFORMED and changes nothing. Returns
+ * true if a reply had to wake its client (it was asleep).
  */
-void recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx);
+bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx);
 
 #endif

@@ -49,7 +49,11 @@ struct recep_worker {
     uint64_t handoffs;
     GPtrArray *channels;      /* owned by the worker thread only */
     guint rotor;              /* where the next pass starts, for fairness */
-    uint64_t think_ns;        /* smallest think time of the clients the last busy pass served */
+    /* From the last pass that found work: the smallest think time and wake-up of the clients it
+     * served, and whether it woke one of them (wire_sync.h: the spin budget). */
+    uint64_t think_ns, client_wake_ns;
+    bool woke;
+    uint32_t cpu;             /* wire_cpu_tag() as last published in the channels */
     struct recep_req batch[BATCH_MAX]; /* the pass's requests: too large for the stack */
     bool stop;                /* __atomic; set by recep_worker_stop */
     /* Stats, written by the worker, read by the stats thread (relaxed atomics: counters). */
@@ -74,6 +78,7 @@ static void adopt(struct recep_worker *w, struct recep_channel *ch)
         recep_channel_destroy(ch); /* closing its fds also removes whatever was added */
         return;
     }
+    __atomic_store_n(&ch->hdr->worker_cpu, w->cpu, __ATOMIC_RELAXED);
     g_ptr_array_add(w->channels, ch);
     __atomic_store_n(&w->nchannels, w->channels->len, __ATOMIC_RELAXED);
     log_debug("worker %u: channel %llu of pid %d", w->index, (unsigned long long)ch->id,
@@ -110,29 +115,47 @@ static size_t serve_pass(struct recep_worker *w)
 {
     size_t n = 0;
     bool broken = false;
-    uint64_t think = UINT64_MAX;
+    uint64_t think = UINT64_MAX, wake = UINT64_MAX;
     const guint nch = w->channels->len;
     for (guint k = 0; k < nch && n < BATCH_MAX; k++) {
         struct recep_channel *ch = g_ptr_array_index(w->channels, (w->rotor + k) % nch);
         if (recep_channel_pending(ch)) {
             n += recep_channel_take(ch, w->batch + n, BATCH_MAX - n);
             broken |= ch->broken;
-            uint64_t t = wire_think_hint(ch->hdr);
+            uint64_t t = wire_hint(&ch->hdr->client_think_ns);
+            uint64_t cw = wire_hint(&ch->hdr->client_wake_ns);
             if (t < think)
                 think = t;
+            if (cw && cw < wake)
+                wake = cw;
         }
     }
-    if (n)
+    if (n) {
         w->think_ns = think;
+        w->client_wake_ns = wake;
+    }
     if (nch)
         w->rotor = (w->rotor + 1) % nch;
     if (n) {
-        recep_channel_run(w->batch, n, w->ctx);
+        w->woke = recep_channel_run(w->batch, n, w->ctx);
         __atomic_fetch_add(&w->requests, n, __ATOMIC_RELAXED);
     }
     if (broken)
         reap(w);
     return n;
+}
+
+/* Tell the clients which CPU serves them (they do not spin for a worker queued behind them). */
+static void publish_cpu(struct recep_worker *w)
+{
+    uint32_t c = wire_cpu_tag();
+    if (c == w->cpu)
+        return;
+    w->cpu = c;
+    for (guint i = 0; i < w->channels->len; i++) {
+        struct recep_channel *ch = g_ptr_array_index(w->channels, i);
+        __atomic_store_n(&ch->hdr->worker_cpu, c, __ATOMIC_RELAXED);
+    }
 }
 
 static void set_parked(struct recep_worker *w, uint32_t v)
@@ -165,15 +188,16 @@ static void *worker_main(void *arg)
         }
         if (serve_pass(w)) {
             last = wire_now_ns();
+            publish_cpu(w);
             continue;
         }
         if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
             break;
-        uint64_t budget = wire_spin_for(w->think_ns);
-        if (budget > spin_cap_ns)
-            budget = spin_cap_ns;
+        uint64_t budget = wire_worker_budget(w->think_ns, w->client_wake_ns, w->woke, spin_cap_ns);
         if (wire_now_ns() - last < budget) {
-            for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY; i++)
+            /* Look at the rings between pauses (a request is noticed within one), at the clock
+             * only now and then (it costs more). */
+            for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY && !any_pending(w); i++)
                 wire_cpu_relax();
             continue;
         }

@@ -54,6 +54,8 @@ struct shim_ch {
     uint64_t last_reply_ns;    /* when the last reply was taken with nothing else in flight */
     struct wire_est service;   /* how long a running worker takes to answer */
     struct wire_est think;     /* from a reply to our next request */
+    struct wire_est worker_wake; /* how long a parked worker takes to take a request */
+    struct wire_est own_wake;  /* how long we take to see a reply once we sleep */
     enum wire_wait_mode mode;
     bool dead;
 };
@@ -229,7 +231,7 @@ static int post_part(struct shim_ch *ch, unsigned idx, uint32_t off, uint32_t le
     uint64_t now = wire_now_ns();
     if (ch->in_flight == 0 && ch->last_reply_ns) {
         wire_est_add(&ch->think, now - ch->last_reply_ns);
-        wire_publish_think(ch->hdr, ch->think.avg_ns);
+        wire_publish_hint(&ch->hdr->client_think_ns, ch->think.avg_ns);
     }
     ch->posted_ns[idx] = now;
     ch->answered[idx] = false;
@@ -269,9 +271,15 @@ static int take_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
         ch->dead = true;
         return -EPROTO;
     }
-    /* Only answers of a running worker tell how long a running worker takes. */
-    if (!ch->rang[idx] && rep->done_ns >= ch->posted_ns[idx] && rep->done_ns <= now)
-        wire_est_add(&ch->service, rep->done_ns - ch->posted_ns[idx]);
+    /* Only answers of a running worker tell how long a running worker takes; those of a parked
+     * one tell how long it takes to wake. */
+    const uint64_t posted = ch->posted_ns[idx];
+    if (rep->done_ns >= posted && rep->done_ns <= now) {
+        if (!ch->rang[idx])
+            wire_est_add(&ch->service, rep->done_ns - posted);
+        else if (rep->done_ns - rep->busy_ns >= posted)
+            wire_est_add(&ch->worker_wake, rep->done_ns - rep->busy_ns - posted);
+    }
     return rep->status;
 }
 
@@ -284,7 +292,9 @@ static int wait_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
         return -EPIPE;
     if (wire_replied(ch->hdr, (uint16_t)idx))
         return take_reply(ch, idx, rep);
-    uint64_t budget = wire_client_budget(ch->mode, &ch->service, &ch->think, ch->rang[idx]);
+    uint32_t wcpu = __atomic_load_n(&ch->hdr->worker_cpu, __ATOMIC_RELAXED);
+    uint64_t budget = wire_client_budget(ch->mode, &ch->service, &ch->think, &ch->worker_wake,
+                                         ch->rang[idx], wcpu != 0 && wcpu == wire_cpu_tag());
     if (budget) {
         const uint64_t t0 = wire_now_ns();
         for (unsigned i = 1;; i++) {
@@ -315,7 +325,14 @@ static int wait_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
     }
     __atomic_store_n(&sl->client_waiting, 0, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return take_reply(ch, idx, rep);
+    int rc = take_reply(ch, idx, rep);
+    /* How long we took to wake: the worker's budget for our next request counts it. */
+    uint64_t now = wire_now_ns();
+    if (rc >= 0 && rep->done_ns <= now) {
+        wire_est_add(&ch->own_wake, now - rep->done_ns);
+        wire_publish_hint(&ch->hdr->client_wake_ns, ch->own_wake.avg_ns);
+    }
+    return rc;
 }
 
 /* Post slot idx and wait for its reply. */

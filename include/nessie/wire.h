@@ -154,15 +154,16 @@ struct wire_rep {
     uint32_t flags;       /* memcached flags of the item read */
     uint32_t chunk_len;   /* value bytes in the arena */
     uint32_t total_len;   /* the whole value's length */
-    uint32_t nitems;      /* MGET: wire_mitem records in the arena */
-    uint32_t nkeys_done;  /* MGET: keys answered (hits and misses); the client resends the rest */
+    uint16_t nitems;      /* MGET: wire_mitem records in the arena */
+    uint16_t nkeys_done;  /* MGET: keys answered (hits and misses); the client resends the rest */
+    /* How long the daemon worked on the request (ns, saturated), and CLOCK_MONOTONIC (one clock
+     * per host, shared by both sides) when it replied: from them the client learns how long
+     * requests take and how long a parked worker takes to wake, without counting its own
+     * wake-ups (wire_sync.h). Informational: nothing depends on them for safety. */
+    uint32_t busy_ns;
     uint64_t version;     /* CAS token of the item read or stored */
     uint64_t number;      /* ARITH result */
     uint64_t seq;
-    /* CLOCK_MONOTONIC (one clock per host, shared by both sides) when the daemon took the request
-     * and when it replied: the client learns how long requests take without counting its own
-     * wake-up (wire_sync.h's estimator). Informational: nothing depends on them for safety. */
-    uint64_t taken_ns;
     uint64_t done_ns;
 };
 
@@ -184,13 +185,13 @@ struct wire_mitem {
 #define WIRE_SLOTS 64
 
 struct wire_slot {
-    /* The futex word: enum wire_state. Written by both sides as step 3 says. */
+    struct wire_req req;     /* one cache line, written by the client */
+    /* The futex word: enum wire_state. Written by both sides as step 3 says. With the reply in
+     * the same cache line: the client spinning on it gets the reply in the same transfer. */
     uint32_t state;
     uint32_t client_waiting; /* the client sleeps (or is about to) on state */
-    uint32_t reserved[2];
-    struct wire_req req;
     struct wire_rep rep;
-} __attribute__((aligned(64))); /* a slot per cache line pair: no false sharing between slots */
+} __attribute__((aligned(64))); /* two cache lines per slot: no false sharing between slots */
 
 /* The channel: this header at offset 0, the arena at WIRE_ARENA_OFFSET. */
 #define WIRE_ARENA_OFFSET 16384
@@ -202,14 +203,15 @@ struct wire_channel {
     uint32_t arena_bytes;
     uint32_t max_item_size;
     uint32_t worker_parked;  /* the serving worker sleeps (or is about to) on the doorbell */
+    uint32_t worker_cpu;     /* the CPU the serving worker last ran on, plus one (0: unknown) */
     uint32_t error;          /* set by the daemon when it gives up on the channel */
     uint32_t sq_head;        /* written by the client: ring entries posted (free-running) */
-    uint32_t sq_tail;        /* written by the daemon, for the client's information only */
-    /* The client's estimate of its own think time: from a reply to its next request (wire_sync.h:
-     * the worker spins for the next request only if it is due soon). A hint, never trusted for
-     * more than how long the worker spins (at most its spin_us). */
-    uint64_t client_think_ns;
-    uint16_t sq[WIRE_SLOTS]; /* the ring: slot indices in posting order */
+    /* The client's estimates, for the worker's spin budget (wire_sync.h): its think time (from a
+     * reply to its next request) and how long it takes to wake once its reply is posted. Hints,
+     * never trusted for more than how long the worker spins (at most its spin_us). */
+    uint32_t client_think_ns;
+    uint32_t client_wake_ns;
+    uint16_t sq[WIRE_SLOTS] __attribute__((aligned(64))); /* the ring: slot indices, in order */
     struct wire_slot slot[WIRE_SLOTS];
 };
 
@@ -217,5 +219,6 @@ _Static_assert(sizeof(struct wire_channel) <= WIRE_ARENA_OFFSET, "channel header
 _Static_assert(sizeof(struct wire_hello) == 16, "hello layout");
 _Static_assert(sizeof(struct wire_mitem) == 24, "mitem layout");
 _Static_assert((WIRE_SLOTS & (WIRE_SLOTS - 1)) == 0, "WIRE_SLOTS is a power of two");
+_Static_assert(sizeof(struct wire_req) == 64 && sizeof(struct wire_slot) == 128, "slot layout");
 
 #endif

@@ -17,35 +17,36 @@
  *   release above; a misbehaving one may scribble on them at any time, and whatever is read is
  *   checked before it is used.
  *
- * The wait policy ("Busy CPUs" in DESIGN.md). On this machine kind a wake-up through a futex or
- * an eventfd costs 35-80 us, a look at shared memory 0.2 us (shared/notes/machine-limits.md).
+ * The wait policy ("Busy CPUs" in DESIGN.md). A wake-up through a futex or an eventfd costs 5 to
+ * 80 us depending on the machine (shared/notes/machine-limits.md), a look at shared memory 0.2 us.
  * Spinning pays only while the other side is running and its answer is due within about one
- * wake-up cost; past that, blocking at once costs at most twice the best possible (the classic
- * competitive bound of spin-then-block). So each side spins only for a budget derived from what
- * it measured, and blocks at once when the estimate exceeds WIRE_WAKE_COST_NS:
+ * wake-up; past that, blocking at once costs at most twice the best possible (the classic bound
+ * of spin-then-block). And spinning while the other side is not running is worse than useless: a
+ * spinner that does not yield keeps the CPU the other side may be queued on. So each side spins
+ * only for a budget derived from what it measured, capped by the wake-up cost it measured, and
+ * only while the other side runs on another CPU:
  * - The client waits for a reply. It estimates the service time of its requests from the
  *   daemon's timestamps (rep.done_ns - its posting time), counting only requests posted to a
- *   running worker, so neither its own wake-ups nor the worker's inflate the estimate. It spins
- *   for twice that (plus a slack) while the worker runs, and stops the moment the worker parks.
- * - The worker waits for the next request. What it waits for is the client's think time (from a
- *   reply to the next request), which the client measures and publishes in the channel
- *   (client_think_ns). After a pass that found work the worker spins for twice the smallest think
- *   time of the clients it just served (at most spin_us), then parks.
- * - A client that thinks little (a closed loop) and finds the worker parked has just rung the
- *   doorbell; it spins through the worker's wake-up (one wake-up cost more) instead of sleeping,
- *   so that a busy pair finds its way back to spinning. Without this, a closed loop that once
- *   fell asleep on both sides would stay asleep: each side's estimate would count the other's
- *   wake-ups. A client that thinks long (low offered load) never spins, so at low load nobody
- *   spins and an idle daemon sleeps.
- * - Nobody calls sched_yield: with more runnable threads than cores, a yielding spinner hands
- *   its core to a CPU hog for a whole time slice. A thread that blocks in a futex and is woken
- *   is placed ahead of a hog by the scheduler's wake-up preemption instead.
+ *   running worker, and the worker's wake-up cost from the requests that rang the doorbell
+ *   (rep.done_ns - rep.busy_ns - its posting time). It spins for twice the service time (plus a
+ *   slack) only if the worker is running (not parked, and not last seen on the client's own
+ *   CPU), stops the moment the worker parks, and blocks at once after ringing the doorbell (the
+ *   woken worker may be placed on the client's CPU).
+ * - The worker waits for the next request. That is the client's think time (from a reply to the
+ *   next request) plus, when the reply had to wake the client, the client's wake-up: both
+ *   measured by the client and published in the channel. After a pass that found work the worker
+ *   spins for twice the smallest think time of the clients it just served, plus their wake-up
+ *   when it woke them (a closed loop that once fell asleep finds its way back to spinning this
+ *   way, instead of paying two wake-ups per request for ever), at most spin_us; then it parks.
+ * - A client whose think time exceeds a wake-up (low offered load) never spins, and its worker
+ *   parks at once: at low load nobody spins, and an idle daemon sleeps.
  * - NESSIE_WAIT=spin|block (client side) forces one behaviour, for the hop microbenchmark.
  */
 #ifndef NESSIE_WIRE_SYNC_H
 #define NESSIE_WIRE_SYNC_H
 
 #include <errno.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,8 +58,11 @@
 #include <nessie/wire.h>
 
 /* Tunables of the wait policy, with their reasons. */
-/* What one sleep + wake-up costs here (35-80 us measured): spin no longer than this. */
+/* What a sleep + wake-up costs until one was measured (35-80 us on most machines of this kind),
+ * and the bounds of the measured figure (a sample past the upper one says "block" as clearly). */
 #define WIRE_WAKE_COST_NS 50000ULL
+#define WIRE_WAKE_COST_MIN_NS 2000ULL
+#define WIRE_WAKE_COST_MAX_NS 200000ULL
 /* Slack added to twice the estimate, so a little jitter does not cost a wake-up. */
 #define WIRE_SPIN_SLACK_NS 4000ULL
 /* NESSIE_WAIT=spin: spin this long before blocking anyway (a 1 MiB request takes ~200 us). */
@@ -104,43 +108,65 @@ static inline void wire_cpu_relax(void)
 
 /* An estimate of a waiting time: an exponentially weighted moving average. */
 struct wire_est {
-    uint64_t avg_ns;
+    uint64_t avg_ns; /* 0: nothing measured yet */
 };
 
 static inline void wire_est_add(struct wire_est *e, uint64_t sample_ns)
 {
-    /* A sample far past the wake-up cost says "block" as clearly as any larger one; clamping it
-     * lets the estimate come back within a few requests once waits are short again. */
-    if (sample_ns > 4 * WIRE_WAKE_COST_NS)
-        sample_ns = 4 * WIRE_WAKE_COST_NS;
+    /* A sample far past any wake-up says "block" as clearly as any larger one; clamping it lets
+     * the estimate come back within a few requests once waits are short again. */
+    if (sample_ns > WIRE_WAKE_COST_MAX_NS)
+        sample_ns = WIRE_WAKE_COST_MAX_NS;
     if (e->avg_ns == 0)
         e->avg_ns = sample_ns ? sample_ns : 1;
     else
         e->avg_ns = e->avg_ns - (e->avg_ns >> WIRE_EST_SHIFT) + (sample_ns >> WIRE_EST_SHIFT);
 }
 
-/* Twice the estimate plus a slack, capped at the wake-up cost; zero when a wake-up is cheaper. */
-static inline uint64_t wire_spin_for(uint64_t est_ns)
+/* A wake-up cost estimate, within its bounds (the default until measured). */
+static inline uint64_t wire_wake_cost(uint64_t measured_ns)
 {
-    if (est_ns > WIRE_WAKE_COST_NS)
-        return 0;
-    uint64_t b = 2 * est_ns + WIRE_SPIN_SLACK_NS;
-    return b < WIRE_WAKE_COST_NS ? b : WIRE_WAKE_COST_NS;
+    if (measured_ns == 0)
+        return WIRE_WAKE_COST_NS;
+    if (measured_ns < WIRE_WAKE_COST_MIN_NS)
+        return WIRE_WAKE_COST_MIN_NS;
+    return measured_ns < WIRE_WAKE_COST_MAX_NS ? measured_ns : WIRE_WAKE_COST_MAX_NS;
 }
 
-/* The client's spin budget for a reply: service and think are its estimates (0: none yet, which
- * counts as short), rang: it found the worker parked and rang the doorbell. */
+/* Twice the estimate plus a slack, capped at the wake-up cost; zero when a wake-up is cheaper. */
+static inline uint64_t wire_spin_for(uint64_t est_ns, uint64_t wake_ns)
+{
+    if (est_ns > wake_ns)
+        return 0;
+    uint64_t b = 2 * est_ns + WIRE_SPIN_SLACK_NS;
+    return b < wake_ns ? b : wake_ns;
+}
+
+/* The client's spin budget for a reply. service, think, worker_wake: its estimates; rang: it
+ * rang the doorbell (the worker was parked); same_cpu: the worker was last seen on this CPU. */
 static inline uint64_t wire_client_budget(enum wire_wait_mode mode, const struct wire_est *service,
-                                          const struct wire_est *think, bool rang)
+                                          const struct wire_est *think,
+                                          const struct wire_est *worker_wake, bool rang,
+                                          bool same_cpu)
 {
     if (mode == WIRE_WAIT_SPIN)
         return WIRE_SPIN_FORCED_NS;
-    if (mode == WIRE_WAIT_BLOCK || think->avg_ns > WIRE_WAKE_COST_NS)
+    uint64_t wake = wire_wake_cost(worker_wake->avg_ns);
+    if (mode == WIRE_WAIT_BLOCK || rang || same_cpu || think->avg_ns > wake)
         return 0;
-    uint64_t b = wire_spin_for(service->avg_ns);
-    if (b && rang)
-        b += WIRE_WAKE_COST_NS;
-    return b;
+    return wire_spin_for(service->avg_ns, wake);
+}
+
+/* The worker's spin budget for the next request: think and client_wake are the smallest hints
+ * of the clients the last pass served (UINT64_MAX: none), woke: it woke one of them. */
+static inline uint64_t wire_worker_budget(uint64_t think_ns, uint64_t client_wake_ns, bool woke,
+                                          uint64_t cap_ns)
+{
+    uint64_t wake = wire_wake_cost(client_wake_ns == UINT64_MAX ? 0 : client_wake_ns);
+    uint64_t b = wire_spin_for(think_ns, wake);
+    if (b && woke)
+        b += wake;
+    return b < cap_ns ? b : cap_ns;
 }
 
 /* FUTEX_WAIT on a word of a MAP_SHARED mapping (no FUTEX_PRIVATE_FLAG: two processes share it)
@@ -199,30 +225,44 @@ static inline int wire_ring_take(struct wire_channel *hdr, uint32_t *tail)
                                      __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return -1;
     *tail += 1;
-    __atomic_store_n(&hdr->sq_tail, *tail, __ATOMIC_RELAXED);
     return idx;
 }
 
 /* Daemon: publish the reply of slot idx (rep already stored in the slot, the arena part filled)
- * and wake the client if it sleeps on it. */
-static inline void wire_reply(struct wire_channel *hdr, uint16_t idx)
+ * and wake the client if it sleeps on it. Returns true if it had to wake it. */
+static inline bool wire_reply(struct wire_channel *hdr, uint16_t idx)
 {
     struct wire_slot *s = &hdr->slot[idx];
     __atomic_store_n(&s->state, WIRE_ST_REPLY, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&s->client_waiting, __ATOMIC_SEQ_CST))
-        syscall(SYS_futex, &s->state, FUTEX_WAKE, 1, NULL, NULL, 0);
+    if (!__atomic_load_n(&s->client_waiting, __ATOMIC_SEQ_CST))
+        return false;
+    syscall(SYS_futex, &s->state, FUTEX_WAKE, 1, NULL, NULL, 0);
+    return true;
 }
 
-/* Client: publish its think-time estimate for the worker (a hint: see client_think_ns). */
-static inline void wire_publish_think(struct wire_channel *hdr, uint64_t think_ns)
+/* Client: publish an estimate for the worker (client_think_ns, client_wake_ns), only when it
+ * moved by more than an eighth: the header's cache line is read by the worker on every request,
+ * and a store on every request would bounce it between the two CPUs. */
+static inline void wire_publish_hint(uint32_t *word, uint64_t ns)
 {
-    __atomic_store_n(&hdr->client_think_ns, think_ns, __ATOMIC_RELAXED);
+    uint32_t v = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+    uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
+    uint32_t d = v > old ? v - old : old - v;
+    if (d > old / 8)
+        __atomic_store_n(word, v, __ATOMIC_RELAXED);
 }
 
-/* Daemon: the client's think-time hint. */
-static inline uint64_t wire_think_hint(const struct wire_channel *hdr)
+/* Daemon: one of the client's hints (client_think_ns, client_wake_ns). */
+static inline uint64_t wire_hint(const uint32_t *word)
 {
-    return __atomic_load_n(&hdr->client_think_ns, __ATOMIC_RELAXED);
+    return __atomic_load_n(word, __ATOMIC_RELAXED);
+}
+
+/* This thread's CPU plus one, 0 if unknown (cheap: the vDSO, or rseq). */
+static inline uint32_t wire_cpu_tag(void)
+{
+    int c = sched_getcpu();
+    return c < 0 ? 0 : (uint32_t)c + 1;
 }
 
 /* Daemon: about to sleep (parked = 1) or awake again (0). With parked = 1, the caller must look

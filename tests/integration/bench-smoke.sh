@@ -40,7 +40,8 @@ run limits BENCH_SIZES="1024 131072"
 check limits limits.csv limits.png
 run quick BENCH_REPS=1
 check quick quick.csv quick.png
-for r in small_get_ops small_get_p50 large_get_goodput; do
+for r in small_get_ops small_get_p99 large_get_goodput large_get_memcpy contended_goodput \
+         low_load_cpu open_loop_capacity threads4_ops; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/quick.out" || { echo "bench-smoke: quick: no 'ratio $r' line"; fail=1; }
 done
 run vs-memcached BENCH_THREADS_LIST=1 BENCH_MEMCSLAP_OPS=500

@@ -6,7 +6,8 @@
 # same transcript, in ascii and in binary mode: the libmemcached tools
 # (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), Perl
 # (tests/clients/perl_scenario.pl), PHP (tests/clients/php_scenario.php), and the C API
-# (build/tests/capi-scenario). Then memcslap with 4 threads (get, mget; ascii and binary), and
+# (build/tests/capi-scenario). Then memcslap with 4 threads (get, mget; ascii and binary), the
+# non-blocking extensions, the channels a client holds (build/tests/channels-scenario), and
 # the fallback: without a daemon and without NESSIE_STRICT, calls reach the configured server.
 #
 # Environment: BUILD (default build).
@@ -109,6 +110,16 @@ for mode in "" --binary; do
         fail=1
     fi
 done
+
+# Channels per client: 64 non-blocking operations ride in the thread's one channel; threads that
+# exit release theirs (the daemon's curr_connections falls back).
+if NESSIE_STRICT=1 "$run" "$BUILD/tests/channels-scenario" $nowhere >"$dir/chan.txt" 2>&1; then
+    sed 's/^channels-scenario: /channels: /' "$dir/chan.txt"
+else
+    echo "channels-scenario: failed"
+    cat "$dir/chan.txt"
+    fail=1
+fi
 
 # Fallback: no daemon reachable, not strict: the call goes to the configured server (and a line
 # on stderr says so). Strict: it fails.
