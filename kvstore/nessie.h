@@ -166,6 +166,16 @@ enum nessie_store_mode {
 int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out);
 
 /*
+ * nessie_get, with a buffer of the caller's (cap bytes) for the value: a value read in a READ of
+ * its own (an entry larger than multi_read_bytes, paper 4.3.2) that fits is read straight into
+ * buf, and out->value is buf; otherwise out->value points into the context's buffer, as for
+ * nessie_get (compare out->value with buf). buf's bytes are unspecified on any other outcome.
+ * Saves a copy of large values (the daemon passes its channel's arena).
+ */
+int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
+                    size_t cap, struct nessie_item *out);
+
+/*
  * Multi-get: GETs of n keys, several in flight on the fabric at once (their first index reads go
  * out as one batch). done(user, i, status, item) is called for every key, in order; item is NULL
  * unless status is NESSIE_OK, and valid only during the call. Each GET is linearizable on its
@@ -175,6 +185,10 @@ int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct n
 typedef void (*nessie_multi_fn)(void *user, size_t i, int status, const struct nessie_item *item);
 int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
                      const size_t *lens, nessie_multi_fn done, void *user);
+/* The same with a buffer per key for its value, as nessie_get_into (bufs[i] may be NULL). */
+int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *keys,
+                          const size_t *lens, void *const *bufs, const size_t *caps,
+                          nessie_multi_fn done, void *user);
 
 /* On NESSIE_OK sets *version_out (if not NULL) to the stored item's new version. */
 int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,

@@ -146,7 +146,8 @@ static uint32_t place_value(struct recep_req *r, uint32_t off, const void *v, ui
     uint32_t room = r->rq.arena_len - off;
     *more = false;
     if (len <= room) {
-        memcpy(part(r) + off, v, len);
+        if (v != part(r) + off) /* else the engine read it there already */
+            memcpy(part(r) + off, v, len);
         return len;
     }
     unsigned char *buf = malloc(len);
@@ -419,8 +420,9 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
     struct wire_rep *rep = &r->rep;
     switch (rq->op) {
     case WIRE_OP_GET: {
+        /* A large value is read by the fabric straight into the request's part of the arena. */
         struct nessie_item it;
-        int rc = nessie_get(ctx, r->key, rq->key_len, &it);
+        int rc = nessie_get_into(ctx, r->key, rq->key_len, part(r), rq->arena_len, &it);
         get_done(r, rc, &it);
         break;
     }
@@ -525,15 +527,15 @@ static void batch_get_one(void *user, size_t i, int status, const struct nessie_
 }
 
 /* Run the GETs gathered so far together, each replied as soon as it is answered. */
-static void run_gets(struct recep_req **gets, const void **kp, size_t *kl, size_t ng,
-                     struct nessie_ctx *ctx)
+static void run_gets(struct recep_req **gets, const void **kp, size_t *kl, void **bufs,
+                     size_t *caps, size_t ng, struct nessie_ctx *ctx)
 {
     if (ng == 1) {
         dispatch(gets[0], ctx);
         reply(gets[0]);
     } else if (ng > 1) {
         struct get_batch b = {.reqs = gets};
-        if (nessie_get_multi(ctx, ng, kp, kl, batch_get_one, &b) != NESSIE_OK) {
+        if (nessie_get_multi_into(ctx, ng, kp, kl, bufs, caps, batch_get_one, &b) != NESSIE_OK) {
             for (size_t i = 0; i < ng; i++) {
                 gets[i]->rep.status = WIRE_INVALID;
                 reply(gets[i]);
@@ -548,6 +550,8 @@ bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
     struct recep_req *gets[n ? n : 1];
     const void *kp[n ? n : 1];
     size_t kl[n ? n : 1];
+    void *bufs[n ? n : 1];  /* where each GET's value is read: its part of the arena */
+    size_t caps[n ? n : 1];
     size_t ng = 0;
     for (size_t i = 0; i < n; i++) {
         struct recep_req *r = &reqs[i];
@@ -559,16 +563,18 @@ bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
             gets[ng] = r;
             kp[ng] = r->key;
             kl[ng] = r->rq.key_len;
+            bufs[ng] = part(r);
+            caps[ng] = r->rq.arena_len;
             ng++;
             continue;
         }
         /* Anything else runs after the GETs posted before it: a channel's requests take effect
          * in the order it posted them, as on one memcached connection. */
-        run_gets(gets, kp, kl, ng, ctx);
+        run_gets(gets, kp, kl, bufs, caps, ng, ctx);
         ng = 0;
         dispatch(r, ctx);
         reply(r);
     }
-    run_gets(gets, kp, kl, ng, ctx);
+    run_gets(gets, kp, kl, bufs, caps, ng, ctx);
     return woke_any;
 }

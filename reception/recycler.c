@@ -15,6 +15,13 @@
 /* Slots of the data region one pass examines for expired recycled entries: enough to keep ahead
  * of a busy node, small enough that a pass never holds the allocator's lock for long. */
 #define RECYCLE_SCAN_SLOTS 4096
+/* A run that did at least this much found a backlog: the next one starts at once. A run that did
+ * less (a trickle of writes) naps TRICKLE_NAP_MS: entries are then marked that much later (and
+ * reused that much later, against an expiration period of a second by default), while the
+ * recycler no longer wakes for every few writes, which cost more CPU per request at low load
+ * than serving the request itself. */
+#define RECYCLE_BACKLOG 64
+#define TRICKLE_NAP_MS 10
 
 struct recycler_thread {
     struct recep_recycler *r;
@@ -90,8 +97,16 @@ static void *recycler_main(void *arg)
             else
                 next_sweep = UINT64_MAX;
         }
-        nap_ms = done ? 1 : (nap_ms * 2 > max_nap ? max_nap : nap_ms * 2);
-        if (nap(r, done ? 0 : nap_ms))
+        uint64_t ms;
+        if (done >= RECYCLE_BACKLOG) {
+            ms = 0;
+            nap_ms = 1;
+        } else if (done > 0) {
+            ms = nap_ms = TRICKLE_NAP_MS < max_nap ? TRICKLE_NAP_MS : max_nap;
+        } else {
+            ms = nap_ms = nap_ms * 2 > max_nap ? max_nap : nap_ms * 2;
+        }
+        if (nap(r, ms))
             break;
     }
     return NULL;

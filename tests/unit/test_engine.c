@@ -1087,9 +1087,56 @@ static void test_get_multi(void **state)
     assert_int_equal(nessie_get_multi(C.ctx[1], 1, NULL, kl, multi_cb, &m), NESSIE_INVALID);
 }
 
+/* nessie_get_into: a large value (read in a READ of its own) lands in the caller's buffer, from
+ * every node (local, remote, cached); a small one, or one larger than the buffer, comes back in
+ * the context's buffer as from nessie_get. The value is right either way. */
+static void test_get_into(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 8 << 20, NULL);
+    static char big[20001], buf[32768];
+    for (int i = 0; i < 20000; i++)
+        big[i] = (char)('a' + i % 23);
+    assert_int_equal(set(C.ctx[0], "small", "tiny"), NESSIE_OK);
+    char key[16];
+    for (int n = 0; n < 3; n++) {
+        snprintf(key, sizeof(key), "big%d", n);
+        assert_int_equal(set(C.ctx[n], key, big), NESSIE_OK);
+    }
+    for (int round = 0; round < 2; round++) { /* the second round may hit the cache */
+        for (int reader = 0; reader < 3; reader++) {
+            for (int n = 0; n < 3; n++) {
+                struct nessie_item it;
+                snprintf(key, sizeof(key), "big%d", n);
+                memset(buf, 0, sizeof(buf));
+                assert_int_equal(nessie_get_into(C.ctx[reader], key, strlen(key), buf,
+                                                 sizeof(buf), &it),
+                                 NESSIE_OK);
+                assert_int_equal(it.value_len, 20000);
+                assert_memory_equal(it.value, big, 20000);
+                if (round == 0 && reader == n)
+                    assert_ptr_equal(it.value, buf); /* read from its own node: no cache */
+                /* A buffer too small: the context's buffer instead. */
+                assert_int_equal(nessie_get_into(C.ctx[reader], key, strlen(key), buf, 100, &it),
+                                 NESSIE_OK);
+                assert_ptr_not_equal(it.value, buf);
+                assert_memory_equal(it.value, big, 20000);
+            }
+        }
+    }
+    struct nessie_item it;
+    assert_int_equal(nessie_get_into(C.ctx[1], "small", 5, buf, sizeof(buf), &it), NESSIE_OK);
+    assert_int_equal(it.value_len, 4);
+    assert_memory_equal(it.value, "tiny", 4);
+    assert_int_equal(nessie_get_into(C.ctx[1], "nope", 4, buf, sizeof(buf), &it),
+                     NESSIE_NOT_FOUND);
+    assert_int_equal(nessie_get_into(C.ctx[1], "small", 5, NULL, 10, &it), NESSIE_INVALID);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_get_into, teardown),
         cmocka_unit_test_teardown(test_store_forms, teardown),
         cmocka_unit_test_teardown(test_arith_and_touch, teardown),
         cmocka_unit_test_teardown(test_expiry_and_flush, teardown),
