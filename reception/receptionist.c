@@ -137,7 +137,10 @@ static void welcome(struct recep_receptionist *r, int fd)
         close(fd);
         return;
     }
-    if (h.version != WIRE_VERSION) {
+    /* The stats exchange has not changed since version 1: a tool of then still reads them. */
+    const bool stats_ok = h.kind == WIRE_HELLO_STATS && h.version >= WIRE_STATS_VERSION_MIN &&
+                          h.version <= WIRE_VERSION;
+    if (h.version != WIRE_VERSION && !stats_ok) {
         log_warn("receptionist: pid %d speaks wire version %u, this daemon %u", (int)cred.pid,
                  h.version, WIRE_VERSION);
         send_welcome(r, fd, WIRE_E_VERSION, NULL, 0);

@@ -51,6 +51,9 @@
 
 #define WIRE_MAGIC 0x4e455353u /* "NESS" */
 #define WIRE_VERSION 2
+/* The oldest version whose stats hello (WIRE_HELLO_STATS) a daemon still answers: that exchange
+ * is the same since version 1. */
+#define WIRE_STATS_VERSION_MIN 1
 
 #define WIRE_KEY_MAX 250 /* memcached's limit, and the engine's */
 

@@ -281,6 +281,20 @@ static void test_garbage_hellos(void **state)
     h.kind = WIRE_HELLO_CHANNEL;
     h.version = WIRE_VERSION + 1;
     assert_int_equal(hello_status(&h, sizeof(h)), WIRE_E_VERSION);
+    /* A channel of version 1 (one request slot) is refused; its stats hello, which has not
+     * changed, is still answered (tools of then keep working). */
+    h.version = 1;
+    assert_int_equal(hello_status(&h, sizeof(h)), WIRE_E_VERSION);
+    h.kind = WIRE_HELLO_STATS;
+    int sfd = raw_socket();
+    assert_int_equal(send(sfd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+    char text[16384];
+    ssize_t got = recv(sfd, text, sizeof(text) - 1, MSG_WAITALL);
+    assert_true(got > 5);
+    text[got] = '\0';
+    assert_memory_equal(text, "STAT ", 5);
+    close(sfd);
+    h.kind = WIRE_HELLO_CHANNEL;
     h.version = WIRE_VERSION;
     h.magic = 0x12345678;
     assert_int_equal(hello_status(&h, sizeof(h)), WIRE_E_MALFORMED);
