@@ -323,8 +323,8 @@ static int wait_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
             return -EPIPE;
         }
     }
+    /* The seq_cst load that saw REPLY acquired the reply: take it. */
     __atomic_store_n(&sl->client_waiting, 0, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     int rc = take_reply(ch, idx, rep);
     /* How long we took to wake: the worker's budget for our next request counts it. */
     uint64_t now = wire_now_ns();
