@@ -10,8 +10,8 @@
 #     values over 1000 keys, closed loop; repeated BENCH_REPS times (3), and each of their ratios
 #     is the median of the repetitions' ratios;
 #   open: open-loop capacity, 1 KiB: the highest offered rate served with GET p99 under 200 us
-#     (and at least 90 % of it done), BENCH_SEARCH_RUNS (4) runs per system bisecting
-#     geometrically between 0 and the system's closed-loop maximum (small), starting at half of it;
+#     (and at least 90 % of it done), BENCH_SEARCH_RUNS (6) runs per system bisecting
+#     geometrically between 0 and the system's closed-loop maximum (small), starting at an eighth;
 #   base16k, lowload, contended: 16 KiB values over 10000 keys, closed loop; then both offered
 #     the same open-loop rate, 10 % of memcached's base16k ops/s, for CPU us per op (client
 #     threads + memcached or the daemons); then closed loop with 2 CPU burners (`yes >/dev/null`).
@@ -22,14 +22,14 @@
 # in bench/results/quick/.
 #
 # Usage: bench/quick.sh [--help]
-#   (environment: BENCH_SECONDS (2), BENCH_WARMUP (1), BENCH_REPS (3), BENCH_SEARCH_RUNS (4))
+#   (environment: BENCH_SECONDS (2), BENCH_WARMUP (1), BENCH_REPS (3), BENCH_SEARCH_RUNS (6))
 set -eu
 case ${1:-} in -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 BENCH_SECONDS=${BENCH_SECONDS:-2}
 . "$(dirname "$0")/lib.sh"
 
 REPS=${BENCH_REPS:-3}
-SEARCH=${BENCH_SEARCH_RUNS:-4}
+SEARCH=${BENCH_SEARCH_RUNS:-6}
 SMALL=1024
 LARGE=131072
 MID=16384
@@ -102,11 +102,13 @@ while [ $rep -le "$REPS" ]; do
 done
 
 # 2. Open-loop capacity, 1 KiB: for each system, lo = the highest rate that passed (0: none yet),
-#    hi = the lowest that failed (its closed-loop maximum, never tried); the next rate is
-#    sqrt(lo * hi), or hi / 2 while nothing has passed. Systems alternate step by step.
+#    hi = the lowest that failed (its closed-loop maximum, never tried); the first rate is an
+#    eighth of the maximum (a p99 bound is met well below saturation, and one noisy run must
+#    not leave a system at 0), the next sqrt(lo * hi), or hi / 4 while nothing has passed.
+#    Systems alternate step by step.
 for sys in memcached nessie; do
     max=$(csv_median small $sys ops_per_s)
-    eval "lo_$sys=0 hi_$sys=$max rate_$sys=$(awk -v m="$max" 'BEGIN { printf "%.0f", m / 2 }')"
+    eval "lo_$sys=0 hi_$sys=$max rate_$sys=$(awk -v m="$max" 'BEGIN { printf "%.0f", m / 8 }')"
 done
 step=1
 while [ $step -le "$SEARCH" ]; do
@@ -125,7 +127,7 @@ while [ $step -le "$SEARCH" ]; do
             hi=$rate verdict=fail
         fi
         bench_log "open loop $step/$SEARCH: $sys offered $rate ops/s: GET p99 $p99 us, $got ops/s: $verdict"
-        rate=$(awk -v lo="$lo" -v hi="$hi" 'BEGIN { printf "%.0f", (lo > 0 ? sqrt(lo * hi) : hi / 2) }')
+        rate=$(awk -v lo="$lo" -v hi="$hi" 'BEGIN { printf "%.0f", (lo > 0 ? sqrt(lo * hi) : hi / 4) }')
         eval "rate_$sys=$rate lo_$sys=$lo hi_$sys=$hi"
     done
     step=$((step + 1))
