@@ -293,8 +293,8 @@ static int wait_reply(struct shim_ch *ch, unsigned idx, struct wire_rep *rep)
     if (wire_replied(ch->hdr, (uint16_t)idx))
         return take_reply(ch, idx, rep);
     uint32_t wcpu = __atomic_load_n(&ch->hdr->worker_cpu, __ATOMIC_RELAXED);
-    uint64_t budget = wire_client_budget(ch->mode, &ch->service, &ch->think, &ch->worker_wake,
-                                         ch->rang[idx], wcpu != 0 && wcpu == wire_cpu_tag());
+    uint64_t budget = wire_client_budget(ch->mode, &ch->service, &ch->worker_wake, ch->rang[idx],
+                                         wcpu != 0 && wcpu == wire_cpu_tag());
     if (budget) {
         const uint64_t t0 = wire_now_ns();
         for (unsigned i = 1;; i++) {

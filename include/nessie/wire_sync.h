@@ -29,17 +29,18 @@
  *   daemon's timestamps (rep.done_ns - its posting time), counting only requests posted to a
  *   running worker, and the worker's wake-up cost from the requests that rang the doorbell
  *   (rep.done_ns - rep.busy_ns - its posting time). It spins for twice the service time (plus a
- *   slack) only if the worker is running (not parked, and not last seen on the client's own
- *   CPU), stops the moment the worker parks, and blocks at once after ringing the doorbell (the
- *   woken worker may be placed on the client's CPU).
+ *   slack, at most one wake-up cost) only if the worker is running (not parked, and not last seen
+ *   on the client's own CPU), stops the moment the worker parks, and blocks at once after ringing
+ *   the doorbell (the woken worker may be placed on the client's CPU).
  * - The worker waits for the next request. That is the client's think time (from a reply to the
  *   next request) plus, when the reply had to wake the client, the client's wake-up: both
  *   measured by the client and published in the channel. After a pass that found work the worker
  *   spins for twice the smallest think time of the clients it just served, plus their wake-up
  *   when it woke them (a closed loop that once fell asleep finds its way back to spinning this
- *   way, instead of paying two wake-ups per request for ever), at most spin_us; then it parks.
- * - A client whose think time exceeds a wake-up (low offered load) never spins, and its worker
- *   parks at once: at low load nobody spins, and an idle daemon sleeps.
+ *   way, instead of paying two wake-ups per request for ever), at most spin_us, and not at all
+ *   when that think time exceeds spin_us; then it parks.
+ * - So at low offered load (requests further apart than spin_us) nobody spins: the worker parks
+ *   after each request, the client finds it parked and sleeps; an idle daemon sleeps.
  * - NESSIE_WAIT=spin|block (client side) forces one behaviour, for the hop microbenchmark.
  */
 #ifndef NESSIE_WIRE_SYNC_H
@@ -142,30 +143,34 @@ static inline uint64_t wire_spin_for(uint64_t est_ns, uint64_t wake_ns)
     return b < wake_ns ? b : wake_ns;
 }
 
-/* The client's spin budget for a reply. service, think, worker_wake: its estimates; rang: it
- * rang the doorbell (the worker was parked); same_cpu: the worker was last seen on this CPU. */
+/* The client's spin budget for a reply. service, worker_wake: its estimates; rang: it rang the
+ * doorbell (the worker was parked); same_cpu: the worker was last seen on this CPU. */
 static inline uint64_t wire_client_budget(enum wire_wait_mode mode, const struct wire_est *service,
-                                          const struct wire_est *think,
                                           const struct wire_est *worker_wake, bool rang,
                                           bool same_cpu)
 {
     if (mode == WIRE_WAIT_SPIN)
         return WIRE_SPIN_FORCED_NS;
-    uint64_t wake = wire_wake_cost(worker_wake->avg_ns);
-    if (mode == WIRE_WAIT_BLOCK || rang || same_cpu || think->avg_ns > wake)
+    if (mode == WIRE_WAIT_BLOCK || rang || same_cpu)
         return 0;
-    return wire_spin_for(service->avg_ns, wake);
+    return wire_spin_for(service->avg_ns, wire_wake_cost(worker_wake->avg_ns));
 }
 
 /* The worker's spin budget for the next request: think and client_wake are the smallest hints
- * of the clients the last pass served (UINT64_MAX: none), woke: it woke one of them. */
+ * of the clients the last pass served (UINT64_MAX: none), woke: it woke one of them, cap_ns: the
+ * configured longest spin (spin_us). The think time is compared with the cap, not with a wake-up
+ * cost: a request that arrives while the worker sleeps pays a wake-up on the worker's side and,
+ * since its client then sleeps too, one on the client's, and each wake-up risks a scheduling
+ * delay far longer than its average (the tail of an open loop at moderate load); spinning up to
+ * spin_us between requests that come that often costs at most spin_us of CPU per request. */
 static inline uint64_t wire_worker_budget(uint64_t think_ns, uint64_t client_wake_ns, bool woke,
                                           uint64_t cap_ns)
 {
-    uint64_t wake = wire_wake_cost(client_wake_ns == UINT64_MAX ? 0 : client_wake_ns);
-    uint64_t b = wire_spin_for(think_ns, wake);
-    if (b && woke)
-        b += wake;
+    if (think_ns > cap_ns)
+        return 0;
+    uint64_t b = 2 * think_ns + WIRE_SPIN_SLACK_NS;
+    if (woke)
+        b += wire_wake_cost(client_wake_ns == UINT64_MAX ? 0 : client_wake_ns);
     return b < cap_ns ? b : cap_ns;
 }
 
