@@ -128,13 +128,6 @@ const void *cache_get(struct nessie_cache *c, uint64_t ite, uint64_t now_ns,
 int cache_put(struct nessie_cache *c, uint64_t ite, const void *data, uint32_t len,
               uint64_t expiry_ns)
 {
-    return cache_put2(c, ite, data, len, NULL, 0, expiry_ns);
-}
-
-int cache_put2(struct nessie_cache *c, uint64_t ite, const void *a, uint32_t alen, const void *b,
-               uint32_t blen, uint64_t expiry_ns)
-{
-    const uint32_t len = alen + blen;
     if (disabled(c))
         return 0;
     if (len > c->max_bytes) {
@@ -147,9 +140,7 @@ int cache_put2(struct nessie_cache *c, uint64_t ite, const void *a, uint32_t ale
     e->ite = ite;
     e->expiry_ns = expiry_ns;
     e->len = len;
-    memcpy(e->data, a, alen);
-    if (blen)
-        memcpy(e->data + alen, b, blen);
+    memcpy(e->data, data, len);
     struct cache_entry *old = g_hash_table_lookup(c->map, &ite);
     if (old)
         drop(c, old);

@@ -45,10 +45,6 @@ const void *cache_get(struct nessie_cache *c, uint64_t ite, uint64_t now_ns,
  */
 int cache_put(struct nessie_cache *c, uint64_t ite, const void *data, uint32_t len,
               uint64_t expiry_ns);
-/* The same, for an entry read in two pieces (a DTE's header and key in one buffer, its value in
- * another): the entry cached is a then b. */
-int cache_put2(struct nessie_cache *c, uint64_t ite, const void *a, uint32_t alen, const void *b,
-               uint32_t blen, uint64_t expiry_ns);
 
 /* Drop the entry for ite, if any. */
 void cache_remove(struct nessie_cache *c, uint64_t ite);

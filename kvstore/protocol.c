@@ -356,17 +356,17 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
     uint32_t have = first - DTE_HDR_SIZE - v->h.key_len;
     if (first < DTE_HDR_SIZE + v->h.key_len)
         have = 0;
-    if (op->dst && have == 0 && v->h.kind == DTE_KIND_VALUE && v->h.value_len > 0 &&
-        v->h.value_len <= op->dst_cap) {
-        /* The value straight where the caller wants it: one copy fewer (paper 4.3.2's second
-         * READ of multiple reads, aimed at the caller's buffer). */
+    /* The value straight where the caller wants it, one copy fewer (paper 4.3.2's second READ
+     * of multiple reads, aimed at the caller's buffer), unless the entry is to be cached: the
+     * cache must be filled from memory nobody else writes (the caller's buffer is a channel's
+     * arena, which its client can scribble on meanwhile), so a cached entry is read here. */
+    const bool cacheable = !local && ctx->cache && dte_readable(&v->h);
+    if (op->dst && !cacheable && have == 0 && v->h.kind == DTE_KIND_VALUE &&
+        v->h.value_len > 0 && v->h.value_len <= op->dst_cap) {
         rc = dte_read_bytes(op, ite, DTE_HDR_SIZE + v->h.key_len, op->dst, v->h.value_len);
         if (rc != NESSIE_OK)
             return rc;
         v->value = op->dst;
-        if (!local && ctx->cache && dte_readable(&v->h))
-            cache_put2(ctx->cache, ite, buf, DTE_HDR_SIZE + v->h.key_len, op->dst,
-                       v->h.value_len, expiry);
         return NESSIE_OK;
     }
     if (v->h.value_len > have && (v->h.kind == DTE_KIND_VALUE)) {

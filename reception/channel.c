@@ -8,6 +8,7 @@
 #include "channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,9 @@ int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock,
     ch->arena_bytes = arena_bytes;
     ch->max_item_size = max_item_size;
     ch->map_bytes = WIRE_ARENA_OFFSET + (size_t)arena_bytes;
-    ch->memfd = memfd_create("nessie-channel", MFD_CLOEXEC);
+    /* Sealed against resizing before it is handed over: a client that truncated it would make
+     * the daemon's next access to the region a SIGBUS. */
+    ch->memfd = memfd_create("nessie-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (ch->memfd < 0) {
         err = -errno;
         log_error("channel: memfd_create: %s", strerror(errno));
@@ -44,6 +47,11 @@ int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock,
     if (ftruncate(ch->memfd, (off_t)ch->map_bytes) != 0) {
         err = -errno;
         log_error("channel: ftruncate %zu: %s", ch->map_bytes, strerror(errno));
+        goto fail_map;
+    }
+    if (fcntl(ch->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        err = -errno;
+        log_error("channel: sealing the region: %s", strerror(errno));
         goto fail_map;
     }
     void *m = mmap(NULL, ch->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ch->memfd, 0);
@@ -80,12 +88,34 @@ fail_memfd:
     return err;
 }
 
-static void stage_clear(struct recep_stage *st)
+/* A channel stages at most this many items' worth of values at once, over all its slots (a
+ * value staged for WIRE_OP_FETCH, or a store being assembled): a client cannot make the daemon
+ * hold more for it than that. Past it, the request is answered WIRE_NO_MEMORY. */
+#define STAGE_BUDGET_ITEMS 8
+
+static void stage_clear(struct recep_channel *ch, struct recep_stage *st)
 {
+    if (st->buf)
+        ch->staged_bytes -= st->total;
     free(st->buf);
     st->buf = NULL;
     st->kind = STAGE_NONE;
     st->len = st->total = 0;
+}
+
+/* A buffer of len bytes for slot st (cleared first), counted against the channel's budget; NULL
+ * if over budget or out of memory. */
+static unsigned char *stage_alloc(struct recep_channel *ch, struct recep_stage *st, uint32_t len)
+{
+    stage_clear(ch, st);
+    if (ch->staged_bytes + len > (uint64_t)STAGE_BUDGET_ITEMS * ch->max_item_size)
+        return NULL;
+    st->buf = malloc(len ? len : 1);
+    if (!st->buf)
+        return NULL;
+    st->total = len;
+    ch->staged_bytes += len;
+    return st->buf;
 }
 
 void recep_channel_destroy(struct recep_channel *ch)
@@ -93,7 +123,7 @@ void recep_channel_destroy(struct recep_channel *ch)
     if (!ch)
         return;
     for (unsigned i = 0; i < WIRE_SLOTS; i++)
-        stage_clear(&ch->stage[i]);
+        stage_clear(ch, &ch->stage[i]);
     close(ch->doorbell);
     munmap(ch->hdr, ch->map_bytes);
     close(ch->memfd);
@@ -150,17 +180,15 @@ static uint32_t place_value(struct recep_req *r, uint32_t off, const void *v, ui
             memcpy(part(r) + off, v, len);
         return len;
     }
-    unsigned char *buf = malloc(len);
+    struct recep_stage *st = stage_of(r);
+    unsigned char *buf = stage_alloc(r->ch, st, len);
     if (!buf) {
         r->rep.status = WIRE_NO_MEMORY;
         return 0;
     }
     memcpy(buf, v, len);
-    struct recep_stage *st = stage_of(r);
-    stage_clear(st);
     st->kind = STAGE_FETCH;
-    st->buf = buf;
-    st->len = st->total = len;
+    st->len = len;
     memcpy(part(r) + off, v, room);
     *more = true;
     return room;
@@ -198,7 +226,7 @@ static void do_fetch(struct recep_req *r)
     if (n < left)
         r->rep.rflags |= WIRE_F_MORE;
     else
-        stage_clear(st);
+        stage_clear(r->ch, st);
 }
 
 static int run_store(struct nessie_ctx *ctx, const struct wire_req *rq, const unsigned char *key,
@@ -228,25 +256,22 @@ static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
     }
     if (rq->total_len > r->ch->max_item_size) {
         /* Nothing could hold it: refuse before buffering anything (the engine would too). */
-        stage_clear(st);
+        stage_clear(r->ch, st);
         rep->status = WIRE_TOO_BIG;
         return;
     }
     const unsigned char *chunk = part(r) + rq->key_len;
     if (rq->chunk_off == 0 && rq->chunk_len == rq->total_len) {
-        stage_clear(st);
+        stage_clear(r->ch, st);
         rep->status = wire_status_of(run_store(ctx, rq, r->key, chunk, rep));
         return;
     }
     if (rq->chunk_off == 0) {
-        stage_clear(st);
-        st->buf = malloc(rq->total_len);
-        if (!st->buf) {
+        if (!stage_alloc(r->ch, st, rq->total_len)) {
             rep->status = WIRE_NO_MEMORY;
             return;
         }
         st->kind = STAGE_STORE;
-        st->total = rq->total_len;
         st->klen = rq->key_len;
         memcpy(st->key, r->key, rq->key_len);
         st->req = *rq;
@@ -254,7 +279,7 @@ static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
                rq->total_len != st->total || rq->key_len != st->klen ||
                memcmp(r->key, st->key, rq->key_len) != 0 || rq->mode != st->req.mode) {
         /* Not the continuation of the store being assembled: drop it, change nothing. */
-        stage_clear(st);
+        stage_clear(r->ch, st);
         rep->status = WIRE_E_MALFORMED;
         return;
     }
@@ -265,7 +290,7 @@ static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
         return;
     }
     rep->status = wire_status_of(run_store(ctx, rq, r->key, st->buf, rep));
-    stage_clear(st);
+    stage_clear(r->ch, st);
 }
 
 /* MGET's reply under construction: hits packed as wire_mitem records from the part's start. */
@@ -393,7 +418,7 @@ static bool request_ok(struct recep_req *r)
     struct recep_stage *st = stage_of(r);
     if ((st->kind == STAGE_FETCH && rq->op != WIRE_OP_FETCH) ||
         (st->kind == STAGE_STORE && rq->op != WIRE_OP_STORE))
-        stage_clear(st);
+        stage_clear(r->ch, st);
     if (rq->arena_off > r->ch->arena_bytes || rq->arena_len > r->ch->arena_bytes - rq->arena_off ||
         rq->arena_len == 0) {
         rep->status = WIRE_E_MALFORMED;

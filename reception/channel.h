@@ -42,6 +42,7 @@ struct recep_channel {
      * is for the client's information, and the client could overwrite it. */
     uint32_t tail;
     struct recep_stage stage[WIRE_SLOTS]; /* per slot; buffers owned by the channel */
+    uint64_t staged_bytes;     /* held by stage[] now, against the channel's budget */
     uint64_t requests;         /* served, for stats */
     bool broken;               /* the client broke the ring: nothing more is taken from it */
     bool dead;                 /* the client hung up, or broke the ring; the worker closes it */

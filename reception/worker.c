@@ -97,10 +97,13 @@ static void reap(struct recep_worker *w)
             continue;
         }
         /* Requests posted just before the client died are served first: their effect must not
-         * depend on when we noticed the hang-up (and serving them leaves no key half-done). */
-        size_t n;
-        while ((n = recep_channel_take(ch, w->batch, BATCH_MAX)) > 0)
+         * depend on when we noticed the hang-up (and serving them leaves no key half-done).
+         * Once: at most WIRE_SLOTS are posted at a time, and a client that keeps posting after
+         * its hang-up must not keep the worker here. */
+        size_t n = recep_channel_take(ch, w->batch, BATCH_MAX);
+        if (n)
             recep_channel_run(w->batch, n, w->ctx);
+        ch->broken = true;
         log_debug("worker %u: channel %llu closed (pid %d, %llu requests)", w->index,
                   (unsigned long long)ch->id, (int)ch->pid, (unsigned long long)ch->requests);
         /* Out of the epoll set before the descriptors close: a client that broke its ring still
@@ -177,11 +180,38 @@ static bool any_pending(struct recep_worker *w)
     return false;
 }
 
+/* What epoll_wait reported: the wake eventfd (drained), doorbells (nothing to do: waking us was
+ * their job; edge-triggered, never read), and sockets (the client's end: closed here). */
+static void handle_events(struct recep_worker *w, const struct epoll_event *evs, int n)
+{
+    bool hangups = false;
+    for (int i = 0; i < n; i++) {
+        uint64_t drain;
+        if (evs[i].data.ptr == NULL) {
+            if (read(w->wake, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
+                log_warn("worker %u: wake read: %s", w->index, strerror(errno));
+        } else if ((uintptr_t)evs[i].data.ptr & SOCK_TAG) {
+            struct recep_channel *ch = (void *)((uintptr_t)evs[i].data.ptr & ~(uintptr_t)SOCK_TAG);
+            /* After the hello, a client sends nothing on its socket: any event is its end
+             * (hang-up, or data it should not send, which ends it as well). */
+            ch->dead = true;
+            hangups = true;
+        }
+    }
+    if (hangups)
+        reap(w);
+}
+
+/* A worker that never runs out of work still looks at its epoll set this often, for hang-ups
+ * (the channels of exited client threads must go even while others keep it busy). */
+#define BUSY_POLL_NS 1000000ULL
+
 static void *worker_main(void *arg)
 {
     struct recep_worker *w = arg;
     struct epoll_event evs[64];
     uint64_t last = wire_now_ns();   /* when the last pass found work */
+    uint64_t last_poll = last;       /* when epoll was last looked at */
     const uint64_t spin_cap_ns = (uint64_t)w->spin_us * 1000ULL;
     for (;;) {
         struct recep_channel *ch;
@@ -189,13 +219,21 @@ static void *worker_main(void *arg)
             (void)__atomic_load_n(&w->handoffs, __ATOMIC_ACQUIRE);
             adopt(w, ch);
         }
+        /* Before serving, so that a worker kept busy still stops (what is posted then is served
+         * below). */
+        if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+            break;
         if (serve_pass(w)) {
             last = wire_now_ns();
             publish_cpu(w);
+            if (last - last_poll >= BUSY_POLL_NS) {
+                last_poll = last;
+                int n = epoll_wait(w->epfd, evs, 64, 0);
+                if (n > 0)
+                    handle_events(w, evs, n);
+            }
             continue;
         }
-        if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
-            break;
         uint64_t budget = wire_worker_budget(w->think_ns, w->client_wake_ns, w->woke, spin_cap_ns);
         if (wire_now_ns() - last < budget) {
             /* Look at the rings between pauses (a request is noticed within one), at the clock
@@ -218,23 +256,9 @@ static void *worker_main(void *arg)
             log_error("worker %u: epoll_wait: %s", w->index, strerror(errno));
             break;
         }
-        bool hangups = false;
-        for (int i = 0; i < n; i++) {
-            uint64_t drain;
-            if (evs[i].data.ptr == NULL) {
-                if (read(w->wake, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
-                    log_warn("worker %u: wake read: %s", w->index, strerror(errno));
-            } else if ((uintptr_t)evs[i].data.ptr & SOCK_TAG) {
-                ch = (void *)((uintptr_t)evs[i].data.ptr & ~(uintptr_t)SOCK_TAG);
-                /* After the hello, a client sends nothing on its socket: any event is its
-                 * end (hang-up, or data it should not send, which ends it as well). */
-                ch->dead = true;
-                hangups = true;
-            }
-            /* else a doorbell: waking us was all it had to do (edge-triggered, not read) */
-        }
-        if (hangups)
-            reap(w);
+        last_poll = wire_now_ns();
+        if (n > 0)
+            handle_events(w, evs, n);
     }
     /* Stop: what was posted before is served, then every channel is closed. */
     for (int i = 0; i < WIRE_SLOTS && serve_pass(w) > 0; i++)

@@ -183,6 +183,9 @@ static bool daemon_gone(struct shim_ch *ch)
 
 struct wire_channel *shim_ch_header(struct shim_ch *ch) { return ch->hdr; }
 
+int shim_ch_region_fd(const struct shim_ch *ch) { return ch->memfd; }
+int shim_ch_socket_fd(const struct shim_ch *ch) { return ch->sock; }
+
 void shim_ch_kick(struct shim_ch *ch)
 {
     uint64_t one = 1;
@@ -439,8 +442,14 @@ int shim_ch_wait(struct shim_ch *ch, int ticket, struct wire_rep *rep)
 
 void shim_ch_release(struct shim_ch *ch, int ticket)
 {
-    if (ticket >= 1 && ticket <= SHIM_CH_ASYNC)
-        ch->async_busy &= ~(1ULL << ticket);
+    if (ticket < 1 || ticket > SHIM_CH_ASYNC || !(ch->async_busy & (1ULL << ticket)))
+        return;
+    /* Not answered yet: the daemon still owns the slot and its part; wait for the answer (or
+     * the channel's end) before they can be used again. */
+    struct wire_rep rep;
+    if (!ch->answered[ticket] && !ch->dead)
+        wait_reply(ch, (unsigned)ticket, &rep);
+    ch->async_busy &= ~(1ULL << ticket);
 }
 
 /* ---- values --------------------------------------------------------------------------------- */

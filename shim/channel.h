@@ -66,7 +66,8 @@ int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klen
  * *ticket; poll (1: done, *rep filled; 0: not yet) or wait (the reply's status, *rep filled)
  * for its reply, once (-EINVAL for a ticket already answered, or not posted); a get's value is then
  * taken with shim_ch_get_value (which may fetch the rest of a long value); shim_ch_release gives
- * the ticket back, whatever happened (every ticket must be released, once).
+ * the ticket back, whatever happened (every ticket must be released, once; one not answered yet
+ * is waited for first, since its slot and arena part are the daemon's until then).
  * Posting returns -EBUSY when every async slot is taken, and -E2BIG when key and value do not fit
  * the slot's part (nothing posted in either case: the caller runs the call blocking instead).
  */
@@ -92,6 +93,9 @@ int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *aren
  * ring and make the worker look at it. */
 struct wire_channel *shim_ch_header(struct shim_ch *ch);
 void shim_ch_kick(struct shim_ch *ch);
+/* Its descriptors, for tests that misbehave with them (truncate the region, hang up). */
+int shim_ch_region_fd(const struct shim_ch *ch);
+int shim_ch_socket_fd(const struct shim_ch *ch);
 
 /* The daemon's stats text ("STAT name value\r\n"... "END\r\n"), malloc'd, NUL-terminated. */
 int shim_stats(const char *path, char **text);

@@ -72,6 +72,7 @@ static __thread struct chan_node *tls_chan;
  * channel (the daemon's side goes with it), so a program that runs many short threads does not
  * pile up channels. */
 static pthread_key_t chan_key;
+static bool chan_key_ok; /* the key was made: without it, nothing may be set on key 0 */
 static pthread_once_t chan_key_once = PTHREAD_ONCE_INIT;
 
 static void unlink_node(struct chan_node *n)
@@ -97,6 +98,7 @@ static void chan_thread_exit(void *v)
     }
     unlink_node(n);
     pthread_mutex_unlock(&chans_lock);
+    shim_nb_drop();
     if (n->ch && n->owner == getpid())
         shim_ch_close(n->ch);
     free(n);
@@ -105,7 +107,8 @@ static void chan_thread_exit(void *v)
 
 static void chan_key_create(void)
 {
-    if (pthread_key_create(&chan_key, chan_thread_exit) != 0)
+    chan_key_ok = pthread_key_create(&chan_key, chan_thread_exit) == 0;
+    if (!chan_key_ok)
         fprintf(stderr, "libdeception: pthread_key_create failed; channels of exited threads "
                         "stay open until the process ends\n");
 }
@@ -119,7 +122,8 @@ static void adopt_node(struct chan_node *n)
     chans = n;
     pthread_mutex_unlock(&chans_lock);
     tls_chan = n;
-    pthread_setspecific(chan_key, n);
+    if (chan_key_ok)
+        pthread_setspecific(chan_key, n);
 }
 
 static void pick_socket(void)
@@ -217,7 +221,8 @@ void shim_channel_failed(void)
         shim_ch_close(n->ch);
     free(n);
     tls_chan = NULL;
-    pthread_setspecific(chan_key, NULL);
+    if (chan_key_ok)
+        pthread_setspecific(chan_key, NULL);
 }
 
 /* fork: the lock is taken before and released after on both sides, so the child never inherits
@@ -239,7 +244,9 @@ static void after_fork_child(void)
     tls_chan = NULL;
     pthread_mutex_unlock(&chans_lock);
     pthread_once(&chan_key_once, chan_key_create);
-    pthread_setspecific(chan_key, NULL); /* freed above: its destructor must not see it */
+    if (chan_key_ok)
+        pthread_setspecific(chan_key, NULL); /* freed above: its destructor must not see it */
+    shim_nb_drop(); /* the forking thread's operations rode on its parent's channel */
 }
 
 __attribute__((constructor)) static void shim_init(void)

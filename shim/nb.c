@@ -48,6 +48,13 @@ static void complete(struct nb_op *o, memcached_return_t rc)
     o->req = NULL;
 }
 
+void shim_nb_drop(void)
+{
+    for (int i = 0; i < NB_MAX_INFLIGHT; i++)
+        ops[i] = (struct nb_op){0};
+    ops_ch = NULL;
+}
+
 void shim_nb_forget(void)
 {
     for (int i = 0; i < NB_MAX_INFLIGHT; i++)
@@ -139,6 +146,14 @@ static struct nb_op *take_op(struct shim_ch **chp)
     if (!ops_ch) /* the channel failed meanwhile */
         return NULL;
     return oldest;
+}
+
+/* req is in flight on this thread's channel, in this process (after a fork, the child's copy of
+ * a request its parent issued is not: the channel it rode on is the parent's). */
+static bool ours(const memcached_req *req)
+{
+    const struct nb_op *o = req->impl;
+    return ops_pid == getpid() && ops_ch && o >= ops && o < ops + NB_MAX_INFLIGHT && o->req == req;
 }
 
 static void req_init(memcached_req *req)
@@ -287,8 +302,8 @@ void memcached_test(memcached_st *ptr, memcached_req *req)
     if (!req || req->complete || !req->impl)
         return;
     struct nb_op *o = req->impl;
-    if (!ops_ch || o < ops || o >= ops + NB_MAX_INFLIGHT || o->req != req)
-        return; /* not this thread's */
+    if (!ours(req))
+        return;
     struct wire_rep rep;
     int rc = shim_ch_poll(ops_ch, o->ticket, &rep);
     if (rc != 0)
@@ -300,8 +315,7 @@ void memcached_wait(memcached_st *ptr, memcached_req *req)
     (void)ptr;
     if (!req || req->complete || !req->impl)
         return;
-    struct nb_op *o = req->impl;
-    if (!ops_ch || o < ops || o >= ops + NB_MAX_INFLIGHT || o->req != req)
-        return; /* not this thread's */
-    wait_op(o);
+    if (!ours(req))
+        return;
+    wait_op(req->impl);
 }

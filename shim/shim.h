@@ -40,6 +40,9 @@ void shim_channel_failed(void);
 /* nb.c: this thread's channel is going away: complete its non-blocking operations in flight with
  * MEMCACHED_CONNECTION_FAILURE. */
 void shim_nb_forget(void);
+/* nb.c: this thread's channel is gone at its exit: forget its operations without touching them
+ * (the requests may be gone with the thread). */
+void shim_nb_drop(void);
 
 /* Shared by the blocking and non-blocking calls (api.c). */
 #include <libmemcached/memcached.h>

@@ -1133,10 +1133,33 @@ static void test_get_into(void **state)
     assert_int_equal(nessie_get_into(C.ctx[1], "small", 5, NULL, 10, &it), NESSIE_INVALID);
 }
 
+static void no_cache(struct nessie_config *cfg) { cfg->no_cache = true; }
+
+/* Without a cache, a remote large value is read straight into the caller's buffer too (with
+ * one, it is read into the context's buffer: the cache is never filled from caller memory). */
+static void test_get_into_remote_uncached(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 8 << 20, no_cache);
+    static char big[20001], buf[32768];
+    for (int i = 0; i < 20000; i++)
+        big[i] = (char)('A' + i % 29);
+    assert_int_equal(set(C.ctx[2], "far", big), NESSIE_OK);
+    for (int reader = 0; reader < 3; reader++) {
+        struct nessie_item it;
+        assert_int_equal(nessie_get_into(C.ctx[reader], "far", 3, buf, sizeof(buf), &it),
+                         NESSIE_OK);
+        assert_ptr_equal(it.value, buf);
+        assert_int_equal(it.value_len, 20000);
+        assert_memory_equal(buf, big, 20000);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_get_into, teardown),
+        cmocka_unit_test_teardown(test_get_into_remote_uncached, teardown),
         cmocka_unit_test_teardown(test_store_forms, teardown),
         cmocka_unit_test_teardown(test_arith_and_touch, teardown),
         cmocka_unit_test_teardown(test_expiry_and_flush, teardown),

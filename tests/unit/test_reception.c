@@ -514,7 +514,114 @@ static void test_many_in_flight(void **state)
     assert_int_equal(shim_ch_wait(ch, ts, &rep), WIRE_OK);
     shim_ch_release(ch, ts);
     expect(ch, "inflight-0", "zero");
+    /* A ticket released before its answer: the slot is reused only once the daemon is done. */
+    for (int i = 0; i < 3 * N; i++) {
+        assert_int_equal(shim_ch_post_get(ch, "inflight-big", 12, &tb), 0);
+        shim_ch_release(ch, tb);
+    }
+    assert_int_equal(shim_ch_async_busy(ch), 0);
+    expect(ch, "inflight-big", big);
     shim_ch_close(ch);
+    still_serving();
+}
+
+/* What a channel stages for its slots (values longer than a slot's part, waiting to be fetched)
+ * is bounded: past the budget the GET is refused, and nothing else changes. */
+static void test_staging_budget(void **state)
+{
+    (void)state;
+    enum { N = SHIM_CH_ASYNC, LEN = 200000 };
+    struct shim_ch *ch = open_ch();
+    static char big[LEN + 1];
+    fill(big, LEN, 4);
+    put(ch, "staged", big);
+    int t[N], ok = 0, refused = 0;
+    struct wire_rep rep[N];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(shim_ch_post_get(ch, "staged", 6, &t[i]), 0);
+    for (int i = 0; i < N; i++) {
+        int rc = shim_ch_wait(ch, t[i], &rep[i]);
+        assert_true(rc == WIRE_OK || rc == WIRE_NO_MEMORY);
+        rc == WIRE_OK ? ok++ : refused++;
+    }
+    assert_true(ok >= 1 && refused >= 1);
+    for (int i = 0; i < N; i++) {
+        if (rep[i].status == WIRE_OK) {
+            struct shim_value v;
+            assert_int_equal(shim_ch_get_value(ch, t[i], &rep[i], NULL, &v), WIRE_OK);
+            assert_int_equal(v.len, LEN);
+            assert_memory_equal(v.data, big, LEN);
+            free(v.data);
+        }
+        shim_ch_release(ch, t[i]);
+    }
+    expect(ch, "staged", big); /* fetched values were unstaged: the budget is free again */
+    shim_ch_close(ch);
+    still_serving();
+}
+
+/* A client may not resize its channel's region under the daemon (that would be a SIGBUS in the
+ * daemon): the region is sealed. */
+static void test_region_sealed(void **state)
+{
+    (void)state;
+    struct shim_ch *ch = open_ch();
+    assert_int_equal(ftruncate(shim_ch_region_fd(ch), 0), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(shim_ch_region_fd(ch), 1 << 30), -1);
+    expect(ch, "sentinel", "unchanged");
+    shim_ch_close(ch);
+    still_serving();
+}
+
+struct keep_posting {
+    struct shim_ch *ch;
+    long posted;
+};
+
+/* Keeps every async slot of the channel busy (a GET of a missing key in each, re-posted as soon
+ * as it is answered) until the channel ends. */
+static void *post_until_ended(void *arg)
+{
+    enum { N = SHIM_CH_ASYNC };
+    struct keep_posting *k = arg;
+    struct wire_rep rep;
+    int t[N];
+    for (int i = 0; i < N; i++)
+        if (shim_ch_post_get(k->ch, "nothing", 7, &t[i]) != 0)
+            return NULL;
+    for (;;) {
+        for (int i = 0; i < N; i++) {
+            int rc = shim_ch_wait(k->ch, t[i], &rep);
+            shim_ch_release(k->ch, t[i]);
+            if (rc < 0 || shim_ch_post_get(k->ch, "nothing", 7, &t[i]) != 0)
+                return NULL;
+            __atomic_fetch_add(&k->posted, 1, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+/* A client that hangs up but keeps posting as fast as it can: the daemon serves what was posted
+ * when it saw the hang-up, then ends the channel; it does not stay serving that client (which
+ * would starve every other channel of its worker, and stop). */
+static void test_hangup_while_posting(void **state)
+{
+    (void)state;
+    struct shim_ch *bystander[4];
+    for (int i = 0; i < 4; i++)
+        bystander[i] = open_ch();
+    struct keep_posting k = {.ch = open_ch()};
+    pthread_t t;
+    pthread_create(&t, NULL, post_until_ended, &k);
+    while (__atomic_load_n(&k.posted, __ATOMIC_RELAXED) < 1000)
+        sleep_ms(1);
+    shutdown(shim_ch_socket_fd(k.ch), SHUT_WR);
+    pthread_join(t, NULL); /* ends: the daemon closed the channel */
+    for (int i = 0; i < 4; i++) {
+        expect(bystander[i], "sentinel", "unchanged");
+        shim_ch_close(bystander[i]);
+    }
+    shim_ch_close(k.ch);
     still_serving();
 }
 
@@ -650,6 +757,9 @@ int main(void)
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_ring_garbage),
         cmocka_unit_test(test_client_killed_with_ring),
+        cmocka_unit_test(test_staging_budget),
+        cmocka_unit_test(test_region_sealed),
+        cmocka_unit_test(test_hangup_while_posting),
         cmocka_unit_test(test_idle_workers_sleep),
     };
     return cmocka_run_group_tests_name("reception", tests, group_setup, group_teardown);
