@@ -1133,8 +1133,6 @@ static void test_get_into(void **state)
     assert_int_equal(nessie_get_into(C.ctx[1], "small", 5, NULL, 10, &it), NESSIE_INVALID);
 }
 
-static void no_cache(struct nessie_config *cfg) { cfg->no_cache = true; }
-
 /* Without a cache, a remote large value is read straight into the caller's buffer too (with
  * one, it is read into the context's buffer: the cache is never filled from caller memory). */
 static void test_get_into_remote_uncached(void **state)
