@@ -6,7 +6,9 @@
  *   2. 64 non-blocking sets and then 64 non-blocking gets issued from that thread without waiting
  *      (each value checked): still one channel, the operations ride in its slots;
  *   3. 8 threads that each store and read a key, then exit: their channels are released when
- *      they exit, and the count falls back to one.
+ *      they exit, and the count falls back to one;
+ *   4. a fork with a non-blocking get in flight: the child leaves the parent's request alone (it
+ *      rode on the parent's channel) and gets a channel of its own; the parent completes it.
  * Links libdeception.so ahead of libmemcached (for memcached_iset...), and runs against a Nessie
  * daemon (NESSIE_RUN_DIR, node 0) with NESSIE_STRICT=1. Prints one line per step; exit status 1
  * on the first failure.
@@ -18,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nessie/memcached_nb.h>
 
@@ -171,6 +175,37 @@ int main(int argc, char **argv)
     if (now != 1)
         fail("channels after 8 threads exited", now, 1);
     printf("channels-scenario: %d threads exited: their channels released (1 left)\n", THREADS);
+
+    /* 4. A fork with a get in flight: the child's copy of the request is not its own (it rode on
+     *    the parent's channel): waiting for it there does nothing, and the child's own calls get
+     *    a channel of their own. The parent completes it as usual. */
+    memcached_req r;
+    size_t len;
+    uint32_t fl;
+    memcached_return_t err;
+    memcached_iget(m, keys[3], strlen(keys[3]), &len, &fl, &r, &err);
+    if (err != MEMCACHED_SUCCESS)
+        fail("iget before fork", err, MEMCACHED_SUCCESS);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        memcached_wait(m, &r);
+        memcached_test(m, &r);
+        if (memcached_set(m, "chan-child", 10, "c", 1, 0, 0) != MEMCACHED_SUCCESS)
+            _exit(3);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail("child after fork (exit status, or signal + 128)",
+             WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+    memcached_wait(m, &r);
+    if (r.rc != MEMCACHED_SUCCESS || r.value_length != 103 || memcmp(r.value, vals[3], 103) != 0)
+        fail("parent's iget across a fork", r.rc, MEMCACHED_SUCCESS);
+    free(r.value);
+    printf("channels-scenario: fork with a get in flight: the child leaves it alone, the parent "
+           "completes it\n");
     memcached_free(m);
     return 0;
 }
