@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "microbench.h"
 #include "nessie.h"
 
 #define HEADER "value_size,keys,nodes,gets,p50_us,p99_us,mean_us,ops_per_s,goodput_mb_s"
@@ -32,25 +33,6 @@
 
 static char cluster[64];
 static uint32_t nnodes;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double quantile_us(const uint64_t *s, size_t n, double q)
-{
-    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-    return (double)s[i] / 1000.0;
-}
 
 /* Remove the regions of the cluster being measured (also on SIGINT / SIGTERM). */
 static void unlink_all(void)
@@ -133,7 +115,7 @@ static int run(uint32_t value_size, uint64_t keys, size_t klen, double seconds, 
     /* A tenth of the time unmeasured, then the measured GETs. */
     uint64_t n = 0, t0 = 0, prev = 0, bytes = 0;
     for (int phase = 0; phase < 2; phase++) {
-        uint64_t start = now_ns();
+        uint64_t start = mb_now_ns();
         uint64_t deadline = start + (uint64_t)((phase ? seconds : seconds / 10) * 1e9);
         t0 = prev = start;
         n = 0;
@@ -148,7 +130,7 @@ static int run(uint32_t value_size, uint64_t keys, size_t klen, double seconds, 
                 goto out;
             }
             bytes += it.value_len;
-            uint64_t t = now_ns();
+            uint64_t t = mb_now_ns();
             if (phase && n < MAX_SAMPLES)
                 lat[n] = t - prev;
             n++;
@@ -159,9 +141,9 @@ static int run(uint32_t value_size, uint64_t keys, size_t klen, double seconds, 
     }
     double elapsed = (double)(prev - t0) / 1e9;
     size_t ns = n < MAX_SAMPLES ? n : MAX_SAMPLES;
-    qsort(lat, ns, sizeof(*lat), cmp_u64);
+    qsort(lat, ns, sizeof(*lat), mb_cmp_u64);
     printf("%u,%llu,%u,%llu,%.2f,%.2f,%.3f,%.0f,%.1f\n", value_size, (unsigned long long)keys,
-           nnodes, (unsigned long long)n, quantile_us(lat, ns, 0.5), quantile_us(lat, ns, 0.99),
+           nnodes, (unsigned long long)n, mb_quantile_us(lat, ns, 0.5), mb_quantile_us(lat, ns, 0.99),
            elapsed * 1e6 / (double)n, (double)n / elapsed, (double)bytes / elapsed / 1e6);
     fflush(stdout);
     ret = 0;

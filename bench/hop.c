@@ -23,28 +23,9 @@
 #include <nessie/wire.h>
 
 #include "channel.h"
+#include "microbench.h"
 
 #define HEADER "label,iterations,p50_us,p99_us,p999_us,mean_us,ops_per_s"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of n sorted samples, in microseconds. */
-static double quantile_us(const uint64_t *s, size_t n, double q)
-{
-    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-    return (double)s[i] / 1000.0;
-}
 
 static void usage(FILE *f)
 {
@@ -107,12 +88,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "hop: out of memory\n");
         return 1;
     }
-    uint64_t t0 = now_ns(), deadline = t0 + (uint64_t)(max_s * 1e9), prev = t0;
+    uint64_t t0 = mb_now_ns(), deadline = t0 + (uint64_t)(max_s * 1e9), prev = t0;
     long n = 0;
     while (n < iters) {
         if ((rc = noop(ch)) != WIRE_OK)
             goto failed;
-        uint64_t t = now_ns();
+        uint64_t t = mb_now_ns();
         lat[n++] = t - prev;
         prev = t;
         if (t >= deadline)
@@ -121,11 +102,11 @@ int main(int argc, char **argv)
     double elapsed = (double)(prev - t0) / 1e9;
     shim_ch_close(ch);
 
-    qsort(lat, (size_t)n, sizeof(*lat), cmp_u64);
+    qsort(lat, (size_t)n, sizeof(*lat), mb_cmp_u64);
     if (header)
         puts(HEADER);
-    printf("%s,%ld,%.2f,%.2f,%.2f,%.3f,%.0f\n", label, n, quantile_us(lat, (size_t)n, 0.5),
-           quantile_us(lat, (size_t)n, 0.99), quantile_us(lat, (size_t)n, 0.999),
+    printf("%s,%ld,%.2f,%.2f,%.2f,%.3f,%.0f\n", label, n, mb_quantile_us(lat, (size_t)n, 0.5),
+           mb_quantile_us(lat, (size_t)n, 0.99), mb_quantile_us(lat, (size_t)n, 0.999),
            elapsed * 1e6 / (double)n, (double)n / elapsed);
     free(lat);
     return 0;

@@ -102,27 +102,33 @@ static int64_t exptime_of(memcached_st *ptr, time_t exp)
     return e;
 }
 
+/* The handle's malloc and free, and their context. */
+static void allocators(memcached_st *ptr, memcached_malloc_fn *m, memcached_free_fn *f,
+                       void **ctx)
+{
+    memcached_realloc_fn r;
+    memcached_calloc_fn c;
+    REAL(memcached_get_memory_allocators)(ptr, m, f, &r, &c);
+    *ctx = REAL(memcached_get_memory_allocators_context)(ptr);
+}
+
 /* The handle's allocators as a struct shim_alloc: a value read lands once, in their memory. */
 static void *handle_alloc(void *user, size_t n)
 {
-    memcached_st *ptr = user;
     memcached_malloc_fn m;
     memcached_free_fn f;
-    memcached_realloc_fn r;
-    memcached_calloc_fn c;
-    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
-    return m(ptr, n, REAL(memcached_get_memory_allocators_context)(ptr));
+    void *ctx;
+    allocators(user, &m, &f, &ctx);
+    return m(user, n, ctx);
 }
 
 static void handle_release(void *user, void *p)
 {
-    memcached_st *ptr = user;
     memcached_malloc_fn m;
     memcached_free_fn f;
-    memcached_realloc_fn r;
-    memcached_calloc_fn c;
-    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
-    f(ptr, p, REAL(memcached_get_memory_allocators_context)(ptr));
+    void *ctx;
+    allocators(user, &m, &f, &ctx);
+    f(user, p, ctx);
 }
 
 struct shim_alloc shim_handle_alloc(memcached_st *ptr)
@@ -132,13 +138,7 @@ struct shim_alloc shim_handle_alloc(memcached_st *ptr)
 
 char *shim_dup_value(memcached_st *ptr, const void *v, size_t len)
 {
-    memcached_malloc_fn m;
-    memcached_free_fn f;
-    memcached_realloc_fn r;
-    memcached_calloc_fn c;
-    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
-    void *ctx = REAL(memcached_get_memory_allocators_context)(ptr);
-    char *out = m(ptr, len + 1, ctx);
+    char *out = handle_alloc(ptr, len + 1);
     if (!out)
         return NULL;
     if (len)
