@@ -130,7 +130,10 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("pid", getpid());
     STAT_U("uptime", time(NULL) - st->started);
     STAT_U("time", time(NULL));
-    g_string_append(out, "STAT version nessie-1\r\n");
+    /* memcached's dotted form, Nessie named after it: clients parse the numbers to decide which
+     * features a server has (the ones of the memcached whose behaviour the shim follows, which
+     * the transcripts check against), and the suffix says who answered. */
+    g_string_append(out, "STAT version " RECEP_COMPAT_VERSION "-nessie\r\n");
     STAT_U("pointer_size", sizeof(void *) * 8);
     uint32_t channels = 0, asleep = 0;
     uint64_t requests = 0;

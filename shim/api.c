@@ -147,21 +147,30 @@ char *shim_dup_value(memcached_st *ptr, const void *v, size_t len)
     return out;
 }
 
+/* A handle without servers: the library answers every call on it itself (NO SERVERS DEFINED),
+ * before anything else and without talking to anyone, as it does against memcached. */
+static bool no_servers(memcached_st *ptr)
+{
+    return ptr && REAL(memcached_server_count)(ptr) == 0;
+}
+
+#define FIRST_ARG(a, ...) (a)
 #define NOT_SERVED(fn, ...)                                                     \
     do {                                                                        \
-        if (!shim_serving())                                                    \
-            return shim_refusing() ? MEMCACHED_CONNECTION_FAILURE               \
-                                   : REAL(fn)(__VA_ARGS__);                     \
+        if (!shim_serving() || no_servers(FIRST_ARG(__VA_ARGS__)))               \
+            return shim_refusing() && !no_servers(FIRST_ARG(__VA_ARGS__))        \
+                       ? MEMCACHED_CONNECTION_FAILURE                           \
+                       : REAL(fn)(__VA_ARGS__);                                 \
     } while (0)
 
 /* A key the library refuses is refused by the library itself: it checks keys before it talks to
  * any server, and records the error (memcached_last_error_message) in the handle, which only it
- * can do. */
+ * can do. So is any call on a handle without servers. */
 static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 {
     char k[KEY_MAX];
     size_t kl;
-    return ptr && shim_full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
+    return ptr && !no_servers(ptr) && shim_full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
 }
 
 #define NOT_SERVED_KEY(fn, ptr, key, klen, ...)                                 \
@@ -461,10 +470,11 @@ out:
     return ret;
 }
 
-/* All keys acceptable (else the library refuses the call, with its message, as for one key). */
+/* All keys acceptable (else the library refuses the call, with its message, as for one key),
+ * and at least one (the library answers a multi-get of none with INVALID ARGUMENTS). */
 static bool keys_ok(memcached_st *ptr, const char *const *keys, const size_t *klens, size_t n)
 {
-    if (!ptr || (n && (!keys || !klens)))
+    if (!ptr || n == 0 || !keys || !klens || no_servers(ptr))
         return false;
     for (size_t i = 0; i < n; i++)
         if (!key_ok(ptr, keys[i], klens[i]))
@@ -637,6 +647,9 @@ memcached_return_t memcached_mget_execute(memcached_st *ptr, const char *const *
 {
     NOT_SERVED(memcached_mget_execute, ptr, keys, key_length, number_of_keys, callback, context,
                number_of_callbacks);
+    if (!keys_ok(ptr, keys, key_length, number_of_keys)) /* the library's answer */
+        return REAL(memcached_mget_execute)(ptr, keys, key_length, number_of_keys, callback,
+                                            context, number_of_callbacks);
     /* The library only issues the multi-get here (binary protocol only); the callbacks run in a
      * later memcached_fetch_execute. */
     if (!binary_mode(ptr))
@@ -654,6 +667,10 @@ memcached_return_t memcached_mget_execute_by_key(memcached_st *ptr, const char *
 {
     NOT_SERVED(memcached_mget_execute_by_key, ptr, group_key, group_key_length, keys, key_length,
                number_of_keys, callback, context, number_of_callbacks);
+    if (!keys_ok(ptr, keys, key_length, number_of_keys))
+        return REAL(memcached_mget_execute_by_key)(ptr, group_key, group_key_length, keys,
+                                                   key_length, number_of_keys, callback, context,
+                                                   number_of_callbacks);
     if (!binary_mode(ptr))
         return MEMCACHED_NOT_SUPPORTED;
     return serve_mget(ptr, keys, key_length, number_of_keys);
@@ -943,4 +960,14 @@ memcached_return_t memcached_stat_execute(memcached_st *memc, const char *args,
     }
     free(text);
     return ret;
+}
+
+/* The servers' versions: every server is Nessie, which is there (the daemon answered). The
+ * instances' version numbers stay as the library keeps them for a server it has not asked
+ * (unknown, which its version checks read as new enough); `memcstat` and the stats calls give
+ * the version string, RECEP_COMPAT_VERSION-nessie. */
+memcached_return_t memcached_version(memcached_st *ptr)
+{
+    NOT_SERVED(memcached_version, ptr);
+    return MEMCACHED_SUCCESS;
 }

@@ -5,7 +5,9 @@
  * ("--SERVER=host:port [--BINARY-PROTOCOL]").
  */
 #include <libmemcached/memcached.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -199,6 +201,46 @@ int main(int argc, char **argv)
         waitpid(pid, &st, 0);
         printf("fork: child %s\n", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "ok" : "failed");
         get("get forked (parent)", "forked");
+    }
+    /* A multi-get of no keys. */
+    show("mget no keys", memcached_mget(m, k3, l3, 0));
+    show("mget_by_key no keys", memcached_mget_by_key(m, "grp", 3, k3, l3, 0));
+    show("mget_execute no keys", memcached_mget_execute(m, k3, l3, 0, cbs, &n, 1));
+    /* A handle without servers. */
+    {
+        memcached_st *e = memcached_create(NULL);
+        printf("no servers: set %s\n", memcached_strerror(e, memcached_set(e, "a", 1, "v", 1, 0, 0)));
+        size_t len = 0;
+        uint32_t fl = 0;
+        char *v = memcached_get(e, "a", 1, &len, &fl, &rc);
+        printf("no servers: get %s %p\n", memcached_strerror(e, rc), (void *)v);
+        free(v);
+        printf("no servers: mget %s\n", memcached_strerror(e, memcached_mget(e, k1, l1, 1)));
+        printf("no servers: delete %s\n", memcached_strerror(e, memcached_delete(e, "a", 1, 0)));
+        rc = memcached_increment(e, "n", 1, 1, &v64);
+        printf("no servers: incr %s\n", memcached_strerror(e, rc));
+        printf("no servers: exist %s\n", memcached_strerror(e, memcached_exist(e, "a", 1)));
+        printf("no servers: touch %s\n", memcached_strerror(e, memcached_touch(e, "a", 1, 1)));
+        printf("no servers: flush %s\n", memcached_strerror(e, memcached_flush(e, 0)));
+        printf("no servers: empty key %s\n",
+               memcached_strerror(e, memcached_set(e, "", 0, "v", 1, 0, 0)));
+        memcached_free(e);
+    }
+    /* Flags at both ends, TTLs zero and negative (already expired). */
+    show("set flags max", memcached_set(m, "fl", 2, "x", 1, 0, UINT32_MAX));
+    get("get flags max", "fl");
+    show("set flags 0", memcached_set(m, "fl", 2, "y", 1, 0, 0));
+    get("get flags 0", "fl");
+    show("set ttl 0", memcached_set(m, "ttl", 3, "z", 1, 0, 0));
+    get("get ttl 0", "ttl");
+    show("set ttl -1", memcached_set(m, "ttl", 3, "z", 1, (time_t)-1, 0));
+    get("get ttl -1", "ttl");
+    /* The server's version, as clients that check a minimum version read it. */
+    show("version", memcached_version(m));
+    {
+        const memcached_instance_st *in = memcached_server_instance_by_position(m, 0);
+        uint8_t maj = memcached_server_major_version(in), min = memcached_server_minor_version(in);
+        printf("version >= 1.4: %s\n", maj > 1 || (maj == 1 && min >= 4) ? "yes" : "no");
     }
     show("flush_buffers", memcached_flush_buffers(m));
     show("flush", memcached_flush(m, 0));
