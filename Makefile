@@ -242,7 +242,16 @@ tsan: deps
 
 PUBLIC_HEADERS := $(wildcard include/nessie/*.h)
 
-install: all
+# The service unit, with the install's paths filled in (systemd also looks in
+# $(PREFIX)/lib/systemd/system for PREFIX=/usr/local).
+SYSTEMD_UNIT := $(BUILD)/nessie-reception@.service
+$(SYSTEMD_UNIT): tools/systemd/nessie-reception@.service.in
+	@mkdir -p $(@D)
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(PREFIX)/etc|g' $< >$@
+
+install: all $(SYSTEMD_UNIT)
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0644 $(SYSTEMD_UNIT) $(DESTDIR)$(PREFIX)/lib/systemd/system/
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(RECEP_BIN) $(DESTDIR)$(PREFIX)/bin/
@@ -252,6 +261,7 @@ install: all
 	$(if $(PUBLIC_HEADERS),install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/)
 
 uninstall:
+	rm -f '$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
 	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/bin/reception \
 	      $(DESTDIR)$(PREFIX)/lib/libdeception.so
 	rm -rf $(DESTDIR)$(PREFIX)/etc/nessie
