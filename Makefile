@@ -242,16 +242,15 @@ tsan: deps
 
 PUBLIC_HEADERS := $(wildcard include/nessie/*.h)
 
-# The service unit, with the install's paths filled in (systemd also looks in
-# $(PREFIX)/lib/systemd/system for PREFIX=/usr/local).
-SYSTEMD_UNIT := $(BUILD)/nessie-reception@.service
-$(SYSTEMD_UNIT): tools/systemd/nessie-reception@.service.in
-	@mkdir -p $(@D)
-	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(PREFIX)/etc|g' $< >$@
-
-install: all $(SYSTEMD_UNIT)
+# The service unit gets the install's paths filled in as it is installed (not a build artifact:
+# it would keep the PREFIX of the install that made it). systemd also looks in
+# $(PREFIX)/lib/systemd/system for PREFIX=/usr/local.
+install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
-	install -m 0644 $(SYSTEMD_UNIT) $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(PREFIX)/etc|g' \
+	    tools/systemd/nessie-reception@.service.in \
+	    >'$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
+	chmod 0644 '$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
 	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(RECEP_BIN) $(DESTDIR)$(PREFIX)/bin/
