@@ -15,12 +15,6 @@ VALUE=${BENCH_VALUE:-16384}
 MAXB=${BENCH_MAX_BURNERS:-4}
 bench_begin contention "3-node Nessie (shim) vs memcached; $VALUE B values; 90% GETs; uniform; 10000 keys; 1 client thread; 0..$MAXB CPU burners (yes >/dev/null) on $(nproc) cpus"
 
-BURNERS=""
-burners_stop() {
-    for p in $BURNERS; do kill -KILL "$p" 2>/dev/null || true; done
-    for p in $BURNERS; do wait "$p" 2>/dev/null || true; done
-    BURNERS=""
-}
 trap 'burners_stop; bench_cleanup' EXIT
 
 mc_start
@@ -28,11 +22,7 @@ nessie_start 3
 COLS_HEADER="burners"
 b=0
 while [ $b -le "$MAXB" ]; do
-    if [ $b -gt 0 ]; then
-        yes >/dev/null &
-        BURNERS="$BURNERS $!"
-        sleep 0.2
-    fi
+    [ $b -gt 0 ] && burners_add 1
     COLS=$b
     bench_log "$b burner(s): memcached, nessie"
     run_memcached memcached -v "$VALUE" -n 10000 -g 0.9

@@ -73,6 +73,25 @@ bench_begin() {
     bench_log "$1: results in $OUT"
 }
 
+# CPU burners (`yes >/dev/null`, each keeps a core busy if it can), competing at the same
+# priority: burners_add N starts N more (and lets them get going), burners_stop kills them all.
+# Scripts that start burners stop them in their EXIT trap too.
+BURNERS=""
+burners_add() {
+    _n=$1
+    while [ "$_n" -gt 0 ]; do
+        yes >/dev/null &
+        BURNERS="$BURNERS $!"
+        _n=$((_n - 1))
+    done
+    sleep 0.2
+}
+burners_stop() {
+    for _p in $BURNERS; do kill -KILL "$_p" 2>/dev/null || true; done
+    for _p in $BURNERS; do wait "$_p" 2>/dev/null || true; done
+    BURNERS=""
+}
+
 # Stop whatever is still running (also on error or ^C).
 bench_cleanup() {
     mc_stop

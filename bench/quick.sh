@@ -45,12 +45,6 @@ HOP=$BUILD/bench/hop
 ENGINE=$BUILD/bench/engine-get
 bench_begin quick "3-node Nessie (shim, shm fabric) vs memcached, same loadgen binary, 90% GETs, uniform, 128 B keys; closed loop, 1 client thread: $SMALL B values over 10000 keys, 4 client threads: $SMALL B, $LARGE B values over 1000 keys, $REPS alternating repetitions; open loop $SMALL B: highest rate with GET p99 < $P99_LIMIT us, $SEARCH runs per system; $MID B values over 10000 keys: closed loop, open loop at $LOW_PCT % of memcached's closed-loop ops/s (CPU), closed loop with $BURNERS_N CPU burners (yes >/dev/null) on $(nproc) cpus"
 
-BURNERS=""
-burners_stop() {
-    for b in $BURNERS; do kill -KILL "$b" 2>/dev/null || true; done
-    for b in $BURNERS; do wait "$b" 2>/dev/null || true; done
-    BURNERS=""
-}
 trap 'burners_stop; bench_cleanup' EXIT
 
 # Median of a column over the rows of one case and label: csv_median CASE LABEL COLUMN
@@ -145,13 +139,7 @@ for sys in memcached nessie; do
     bench_log "16 KiB open loop at $low_rate ops/s ($LOW_PCT % of memcached's closed loop): $sys"
     timed "$LOW_SECONDS" "$BENCH_WARMUP" run_$sys $sys -v $MID -n 10000 -g 0.9 -r "$low_rate" --no-preload
 done
-b=0
-while [ $b -lt $BURNERS_N ]; do
-    yes >/dev/null &
-    BURNERS="$BURNERS $!"
-    b=$((b + 1))
-done
-sleep 0.2
+burners_add $BURNERS_N
 COLS="1,contended"
 for sys in memcached nessie; do
     bench_log "16 KiB closed loop with $BURNERS_N CPU burners: $sys"

@@ -170,8 +170,8 @@ int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct n
  * its own (an entry larger than multi_read_bytes, paper 4.3.2) that fits, and that is not going
  * into the context's cache (the cache is never filled from the caller's memory), is read
  * straight into buf, and out->value is buf; otherwise out->value points into the context's
- * buffer or cache, as for nessie_get (compare out->value with buf). buf's bytes are unspecified on any other outcome.
- * Saves a copy of large values (the daemon passes its channel's arena).
+ * buffer or cache, as for nessie_get (compare out->value with buf). buf's bytes are unspecified
+ * on any other outcome. Saves a copy of large values (the daemon passes its channel's arena).
  */
 int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
                     size_t cap, struct nessie_item *out);

@@ -490,12 +490,9 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
     }
 }
 
-/* Replies that had to wake their client, since the run began (the worker's spin budget counts
- * the client's wake-up then). Per thread: each worker runs its own batches. */
-static __thread bool woke_any;
-
-/* Post r's reply: into its slot, then the state that hands the slot back (wire_sync.h). */
-static void reply(struct recep_req *r)
+/* Post r's reply: into its slot, then the state that hands the slot back (wire_sync.h). Returns
+ * true if it had to wake the client (the worker's spin budget counts the client's wake-up then). */
+static bool reply(struct recep_req *r)
 {
     struct recep_channel *ch = r->ch;
     if (r->rep.status >= WIRE_E_MALFORMED)
@@ -506,7 +503,7 @@ static void reply(struct recep_req *r)
     r->rep.busy_ns = busy > UINT32_MAX ? UINT32_MAX : (uint32_t)busy;
     memcpy(&ch->hdr->slot[r->slot].rep, &r->rep, sizeof(r->rep));
     ch->requests++;
-    woke_any |= wire_reply(ch->hdr, r->slot);
+    return wire_reply(ch->hdr, r->slot);
 }
 
 size_t recep_channel_take(struct recep_channel *ch, struct recep_req *out, size_t max)
@@ -539,39 +536,42 @@ broken:
     return n;
 }
 
-/* The batch's GETs, handed to nessie_get_multi together. */
+/* The batch's GETs, handed to nessie_get_multi together, and whether a reply woke its client. */
 struct get_batch {
     struct recep_req **reqs;
+    bool woke;
 };
 
 static void batch_get_one(void *user, size_t i, int status, const struct nessie_item *it)
 {
     struct get_batch *b = user;
     get_done(b->reqs[i], status, it);
-    reply(b->reqs[i]);
+    b->woke |= reply(b->reqs[i]);
 }
 
-/* Run the GETs gathered so far together, each replied as soon as it is answered. */
-static void run_gets(struct recep_req **gets, const void **kp, size_t *kl, void **bufs,
+/* Run the GETs gathered so far together, each replied as soon as it is answered. Returns true if
+ * a reply woke its client. */
+static bool run_gets(struct recep_req **gets, const void **kp, size_t *kl, void **bufs,
                      size_t *caps, size_t ng, struct nessie_ctx *ctx)
 {
     if (ng == 1) {
         dispatch(gets[0], ctx);
-        reply(gets[0]);
-    } else if (ng > 1) {
-        struct get_batch b = {.reqs = gets};
-        if (nessie_get_multi_into(ctx, ng, kp, kl, bufs, caps, batch_get_one, &b) != NESSIE_OK) {
-            for (size_t i = 0; i < ng; i++) {
-                gets[i]->rep.status = WIRE_INVALID;
-                reply(gets[i]);
-            }
+        return reply(gets[0]);
+    }
+    struct get_batch b = {.reqs = gets};
+    if (ng > 1 &&
+        nessie_get_multi_into(ctx, ng, kp, kl, bufs, caps, batch_get_one, &b) != NESSIE_OK) {
+        for (size_t i = 0; i < ng; i++) {
+            gets[i]->rep.status = WIRE_INVALID;
+            b.woke |= reply(gets[i]);
         }
     }
+    return b.woke;
 }
 
 bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
 {
-    woke_any = false;
+    bool woke = false;
     struct recep_req *gets[n ? n : 1];
     const void *kp[n ? n : 1];
     size_t kl[n ? n : 1];
@@ -581,7 +581,7 @@ bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
     for (size_t i = 0; i < n; i++) {
         struct recep_req *r = &reqs[i];
         if (!request_ok(r)) {
-            reply(r);
+            woke |= reply(r);
             continue;
         }
         if (r->rq.op == WIRE_OP_GET) {
@@ -595,11 +595,10 @@ bool recep_channel_run(struct recep_req *reqs, size_t n, struct nessie_ctx *ctx)
         }
         /* Anything else runs after the GETs posted before it: a channel's requests take effect
          * in the order it posted them, as on one memcached connection. */
-        run_gets(gets, kp, kl, bufs, caps, ng, ctx);
+        woke |= run_gets(gets, kp, kl, bufs, caps, ng, ctx);
         ng = 0;
         dispatch(r, ctx);
-        reply(r);
+        woke |= reply(r);
     }
-    run_gets(gets, kp, kl, bufs, caps, ng, ctx);
-    return woke_any;
+    return run_gets(gets, kp, kl, bufs, caps, ng, ctx) | woke;
 }

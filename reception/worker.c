@@ -6,8 +6,8 @@
  * fabric reads go out as one post (reception/channel.c).
  *
  * Waiting follows include/nessie/wire_sync.h: after a pass that found work the worker spins for
- * the next request only for the budget its estimate of the gaps between requests allows (and at
- * most spin_us), with `pause`, never sched_yield; then it parks. Parking (the daemon's side of
+ * the next request only for the budget its clients' measured think times allow (at most
+ * spin_us), with `pause`, never sched_yield; then it parks. Parking (the daemon's side of
  * the wake-up protocol): it stores worker_parked = 1 in each of its channels (seq_cst), then
  * looks at their rings once more (seq_cst loads); a client stores its ring head (seq_cst) and
  * then loads worker_parked. One of the two sees the other: the worker finds the request, or the
@@ -103,7 +103,6 @@ static void reap(struct recep_worker *w)
         size_t n = recep_channel_take(ch, w->batch, BATCH_MAX);
         if (n)
             recep_channel_run(w->batch, n, w->ctx);
-        ch->broken = true;
         log_debug("worker %u: channel %llu closed (pid %d, %llu requests)", w->index,
                   (unsigned long long)ch->id, (int)ch->pid, (unsigned long long)ch->requests);
         /* Out of the epoll set before the descriptors close: a client that broke its ring still

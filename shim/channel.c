@@ -192,6 +192,7 @@ void shim_ch_kick(struct shim_ch *ch)
     if (write(ch->doorbell, &one, sizeof(one)) < 0)
         ch->dead = true;
 }
+
 unsigned shim_ch_async_busy(const struct shim_ch *ch)
 {
     return (unsigned)__builtin_popcountll(ch->async_busy);

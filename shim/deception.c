@@ -84,10 +84,10 @@ static void unlink_node(struct chan_node *n)
         }
 }
 
-/* Thread exit: close this thread's channel. Its non-blocking operations are not completed: the
- * requests they would write to may be gone with the thread. */
 static bool fini_done; /* under chans_lock: the library's destructor freed every node */
 
+/* Thread exit: close this thread's channel. Its non-blocking operations are not completed: the
+ * requests they would write to may be gone with the thread. */
 static void chan_thread_exit(void *v)
 {
     struct chan_node *n = v;

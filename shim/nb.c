@@ -208,6 +208,23 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     return MEMCACHED_SUCCESS;
 }
 
+/* The get run now, blocking (not served here, or no async slot for it): req completes at once. */
+static memcached_return_t get_now(memcached_st *ptr, const char *key, size_t klen, size_t *vlen,
+                                  uint32_t *flags, memcached_req *req)
+{
+    memcached_return_t rc;
+    size_t len = 0;
+    uint32_t fl = 0;
+    req->value = memcached_get(ptr, key, klen, &len, &fl, &rc);
+    req->value_length = len;
+    req->flags = fl;
+    if (vlen)
+        *vlen = len;
+    if (flags)
+        *flags = fl;
+    return done_now(req, rc);
+}
+
 static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vlen,
                     uint32_t *flags, memcached_req *req, memcached_return_t *error)
 {
@@ -222,17 +239,7 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
     char k[KEY_MAX];
     size_t kl;
     if (!shim_serving() || !ptr || shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS) {
-        memcached_return_t rc;
-        size_t len = 0;
-        uint32_t fl = 0;
-        req->value = memcached_get(ptr, key, klen, &len, &fl, &rc);
-        req->value_length = len;
-        req->flags = fl;
-        if (vlen)
-            *vlen = len;
-        if (flags)
-            *flags = fl;
-        *error = done_now(req, rc);
+        *error = get_now(ptr, key, klen, vlen, flags, req);
         return NULL;
     }
     struct shim_ch *ch;
@@ -244,17 +251,7 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
     int ticket;
     int rc = shim_ch_post_get(ch, k, kl, &ticket);
     if (rc == -E2BIG || rc == -EBUSY) { /* no async slots on this channel: read it now */
-        size_t len = 0;
-        uint32_t fl = 0;
-        memcached_return_t mrc;
-        req->value = memcached_get(ptr, key, klen, &len, &fl, &mrc);
-        req->value_length = len;
-        req->flags = fl;
-        if (vlen)
-            *vlen = len;
-        if (flags)
-            *flags = fl;
-        *error = done_now(req, mrc);
+        *error = get_now(ptr, key, klen, vlen, flags, req);
         return NULL;
     }
     if (rc != 0) {
