@@ -167,8 +167,20 @@ int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out)
         return FAB_ERR_NOMEM;
     ep->fab = fab;
     ep->depth = depth ? depth : FAB_EP_DEPTH_DEFAULT;
+    /* Room for fault injection's completions (at most depth outstanding): small, and allocated
+     * here so that posting never fails for it. */
+    ep->dropped = calloc(ep->depth, sizeof(*ep->dropped));
+    ep->lost = calloc(ep->depth, sizeof(*ep->lost));
+    if (!ep->dropped || !ep->lost) {
+        free(ep->dropped);
+        free(ep->lost);
+        free(ep);
+        return FAB_ERR_NOMEM;
+    }
     int rc = fab->ops->ep_init(ep);
     if (rc != FAB_OK) {
+        free(ep->dropped);
+        free(ep->lost);
         free(ep);
         return rc;
     }
@@ -181,7 +193,51 @@ void fab_ep_destroy(struct fab_ep *ep)
     if (!ep)
         return;
     ep->fab->ops->ep_fini(ep);
+    free(ep->dropped);
+    free(ep->lost);
     free(ep);
+}
+
+void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user)
+{
+    fab->fault_user = user;
+    __atomic_store_n(&fab->fault, fn, __ATOMIC_RELEASE);
+}
+
+uint64_t fab_ep_injected(const struct fab_ep *ep) { return ep->injected; }
+
+/* Post a valid batch that fits the queue through the fault function: each request is judged,
+ * dropped ones complete in error without running, the others are posted one by one (a lost
+ * one is remembered so that its real completion is reported failed). */
+static int post_faulty(struct fab_ep *ep, fab_fault_fn fn, const struct fab_wr *wrs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        enum fab_fault f = fn(ep->fab->fault_user, ep, &wrs[i]);
+        struct fab_wc wc = {.wr_id = wrs[i].wr_id, .opcode = wrs[i].opcode,
+                            .status = FAB_ERR_UNREACH};
+        if (f != FAB_FAULT_NONE)
+            ep->injected++;
+        if (f == FAB_FAULT_DROP) {
+            ep->dropped[ep->ndropped++] = wc; /* bounded: outstanding <= depth */
+            continue;
+        }
+        if (f == FAB_FAULT_LOSE)
+            ep->lost[ep->nlost++] = wc;
+        ep->fab->ops->post(ep, &wrs[i], 1);
+    }
+    return FAB_OK;
+}
+
+/* Report the completions of lost requests as failed (one per remembered request). */
+static void mark_lost(struct fab_ep *ep, struct fab_wc *wcs, int got)
+{
+    for (int i = 0; i < got && ep->nlost; i++)
+        for (uint32_t j = 0; j < ep->nlost; j++)
+            if (ep->lost[j].wr_id == wcs[i].wr_id && ep->lost[j].opcode == wcs[i].opcode) {
+                wcs[i].status = FAB_ERR_UNREACH;
+                ep->lost[j] = ep->lost[--ep->nlost];
+                break;
+            }
 }
 
 /* Judge one request against the cluster's geometry. Touches nothing. */
@@ -245,6 +301,9 @@ int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
             break;
         }
     }
+    fab_fault_fn fault = __atomic_load_n(&ep->fab->fault, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(fault != NULL, 0))
+        return post_faulty(ep, fault, wrs, n);
     ep->fab->ops->post(ep, wrs, n);
     return FAB_OK;
 }
@@ -253,7 +312,15 @@ int fab_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
 {
     if (!ep || !wcs || max <= 0)
         return 0;
-    int got = ep->fab->ops->poll(ep, wcs, max);
+    int got = 0;
+    while (ep->ndropped && got < max)
+        wcs[got++] = ep->dropped[--ep->ndropped];
+    if (got < max) {
+        int k = ep->fab->ops->poll(ep, wcs + got, max - got);
+        if (ep->nlost)
+            mark_lost(ep, wcs + got, k);
+        got += k;
+    }
     for (int i = 0; i < got; i++)
         if (wcs[i].status != FAB_OK)
             ep->stats.errors++;

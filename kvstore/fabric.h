@@ -179,4 +179,21 @@ const struct fab_ep_stats *fab_ep_stats(const struct fab_ep *ep);
 
 const char *fab_strerror(int status);
 
+/*
+ * Fault injection, for tests and nessie-stress: the faults a real fabric has, on any backend.
+ * fn is asked about every request at post time, in the posting thread, and answers:
+ *   FAB_FAULT_NONE: the request runs;
+ *   FAB_FAULT_DROP: it never runs and completes with FAB_ERR_UNREACH (a peer that is down);
+ *   FAB_FAULT_LOSE: it runs, but completes with FAB_ERR_UNREACH (the response was lost: an RC
+ *                   QP that exhausts its retries after the responder executed a CAS or WRITE).
+ * fn may sleep (a delay, or a thread stalled between two steps of an operation) and may post
+ * on other endpoints, but not on ep. Set it before endpoints are busy; NULL removes it. Costs one
+ * predictable branch per post when unset.
+ */
+enum fab_fault { FAB_FAULT_NONE = 0, FAB_FAULT_DROP, FAB_FAULT_LOSE };
+typedef enum fab_fault (*fab_fault_fn)(void *user, struct fab_ep *ep, const struct fab_wr *wr);
+void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user);
+/* Requests answered DROP or LOSE on ep so far. */
+uint64_t fab_ep_injected(const struct fab_ep *ep);
+
 #endif

@@ -36,6 +36,8 @@ struct fab {
     char cluster[FAB_CLUSTER_NAME_MAX + 1];
     struct fab_local_region local[FAB_REGION_COUNT];
     void *priv; /* backend state */
+    fab_fault_fn fault;     /* fab_set_fault() */
+    void *fault_user;
 };
 
 struct fab_ep {
@@ -44,6 +46,13 @@ struct fab_ep {
     uint32_t outstanding; /* posted, not yet polled */
     struct fab_ep_stats stats;
     void *priv;
+    /* Fault injection (fab_set_fault): completions of dropped requests, returned by the next
+     * polls, and requests that run but must complete in error (matched by wr_id and opcode). */
+    struct fab_wc *dropped;
+    uint32_t ndropped;
+    struct fab_wc *lost;
+    uint32_t nlost;
+    uint64_t injected;
 };
 
 extern const struct fab_backend_ops fab_shm_ops;

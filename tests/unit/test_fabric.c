@@ -635,6 +635,67 @@ static void test_bad_configurations(void **state)
     fab_close(fab);
 }
 
+/* --- fault injection ----------------------------------------------------------------------- */
+
+/* Drop READs, lose CASes on offset 8, let the rest through. */
+static enum fab_fault faults(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)ep;
+    ++*(int *)user;
+    if (wr->opcode == FAB_OP_READ)
+        return FAB_FAULT_DROP;
+    if (wr->opcode == FAB_OP_CAS && wr->offset == 8)
+        return FAB_FAULT_LOSE;
+    return FAB_FAULT_NONE;
+}
+
+/* A dropped request never runs and completes in error; a lost one runs and completes in error;
+ * completions keep their ids, and the queue accounting is the same as without faults. */
+static void test_fault_injection(void **state)
+{
+    (void)state;
+    struct fab *fab = open_node(1, 0, NULL);
+    struct fab_ep *ep;
+    assert_int_equal(fab_ep_create(fab, 8, &ep), FAB_OK);
+    int asked = 0;
+    fab_set_fault(fab, faults, &asked);
+    uint64_t one = 1, got = 77, old0 = 0, old8 = 0;
+    assert_int_equal(do_write(ep, 0, FAB_REGION_INDEX, 0, &one, 8), FAB_OK);
+    assert_int_equal(do_read(ep, 0, FAB_REGION_INDEX, 0, &got, 8), FAB_ERR_UNREACH);
+    assert_true(got == 77); /* dropped: nothing was read */
+    struct fab_wr wrs[3] = {
+        {.wr_id = 10, .opcode = FAB_OP_CAS, .node = 0, .region = FAB_REGION_INDEX, .offset = 0,
+         .local = &old0, .length = 8, .compare = 1, .swap = 2},
+        {.wr_id = 11, .opcode = FAB_OP_CAS, .node = 0, .region = FAB_REGION_INDEX, .offset = 8,
+         .local = &old8, .length = 8, .compare = 0, .swap = 5},
+        {.wr_id = 12, .opcode = FAB_OP_READ, .node = 0, .region = FAB_REGION_INDEX, .offset = 0,
+         .local = &got, .length = 8},
+    };
+    assert_int_equal(fab_post(ep, wrs, 3), FAB_OK);
+    int status[13] = {0}, seen = 0;
+    while (seen < 3) {
+        struct fab_wc wc[3];
+        int k = fab_poll(ep, wc, 3);
+        for (int i = 0; i < k; i++)
+            status[wc[i].wr_id] = wc[i].status == FAB_OK ? 1 : 2;
+        seen += k;
+    }
+    assert_int_equal(status[10], 1);
+    assert_int_equal(status[11], 2);
+    assert_int_equal(status[12], 2);
+    assert_int_equal(fab_ep_outstanding(ep), 0);
+    assert_int_equal(fab_ep_injected(ep), 3);
+    assert_int_equal(asked, 5);
+    /* The lost CAS ran: its word holds 5. */
+    uint64_t *words = fab_local_base(fab, FAB_REGION_INDEX);
+    assert_true(words[0] == 2 && words[1] == 5);
+    fab_set_fault(fab, NULL, NULL);
+    assert_int_equal(do_read(ep, 0, FAB_REGION_INDEX, 8, &got, 8), FAB_OK);
+    assert_true(got == 5);
+    fab_ep_destroy(ep);
+    fab_close(fab);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -647,6 +708,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queue_depth_and_completion_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unaligned_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_configurations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
     };
     const char *which = getenv("NESSIE_TEST_FABRIC");
     if (which && strcmp(which, "verbs") == 0) {
