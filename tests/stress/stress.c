@@ -64,6 +64,8 @@ static gint opt_nodes = 3, opt_threads = 4, opt_keys = 32;
 static gint64 opt_ops = 100000;
 static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20, opt_budget = 0;
 static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
+static gdouble opt_inject = 0;
+static gint opt_stall_every = 0, opt_stall_ms = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL;
@@ -88,6 +90,13 @@ static GOptionEntry entries[] = {
      "model states the check may explore per key (default 10 million)", "N"},
     {"crash-every", 0, 0, G_OPTION_ARG_INT, &opt_crash_every,
      "kill -9 a random node process every MS and restart it (default: never)", "MS"},
+    {"inject-errors", 0, 0, G_OPTION_ARG_DOUBLE, &opt_inject,
+     "each fabric request fails with probability P: half never run, half run and report failure "
+     "(a lost completion) (default 0)", "P"},
+    {"stall-every", 0, 0, G_OPTION_ARG_INT, &opt_stall_every,
+     "every MS, each thread stalls one operation between two of its steps (default: never)", "MS"},
+    {"stall-ms", 0, 0, G_OPTION_ARG_INT, &opt_stall_ms,
+     "how long a stall lasts (default: 3 expiration periods)", "MS"},
     {"check", 'c', 0, G_OPTION_ARG_NONE, &opt_check,
      "check every key's history for linearizability", NULL},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "print only the summary", NULL},
@@ -106,6 +115,7 @@ static GOptionEntry entries[] = {
 struct node_report {
     struct nessie_counters ctr;
     int failed; /* the node could not run (logged) */
+    _Atomic uint64_t injected, stalls; /* faults made (survive kills: counted as they happen) */
 };
 
 struct shared {
@@ -181,10 +191,58 @@ static enum lc_outcome outcome_of(int op, int rc)
     case NESSIE_TOO_BIG:
     case NESSIE_NO_MEMORY:
     case NESSIE_INDEX_FULL:
+    case NESSIE_FABRIC_ERROR: /* a definite failure: no effect, ever (nessie.h) */
         return LC_FAILED;
     default:
         return LC_UNKNOWN; /* timeout: may or may not have taken effect */
     }
+}
+
+/*
+ * Faults (--inject-errors, --stall-every): asked about every fabric request of a node process
+ * (fab_set_fault). A stall holds the thread right before one of its requests, so it lands
+ * between two steps of an operation: after a timer check and before the CAS it guarded, or
+ * between a CAS and the next step, which are the windows stalls break.
+ */
+struct fault_state {
+    uint64_t rng;
+    uint64_t next_stall; /* monotonic ns; 0: not yet set */
+    bool armed;          /* a stall is due: it falls on a random one of the next requests */
+};
+static _Thread_local struct fault_state fst;
+static uint32_t fault_node;
+
+static enum fab_fault stress_fault(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user;
+    (void)ep;
+    (void)wr;
+    struct fault_state *f = &fst;
+    if (!f->rng)
+        f->rng = ((uint64_t)opt_seed << 32) ^ (uint64_t)pthread_self() ^ mono_ns();
+    f->rng ^= f->rng << 13;
+    f->rng ^= f->rng >> 7;
+    f->rng ^= f->rng << 17;
+    if (opt_stall_every > 0) {
+        uint64_t now = mono_ns();
+        if (!f->next_stall)
+            f->next_stall = now + (f->rng % (uint64_t)opt_stall_every + 1) * 1000000ULL;
+        if (!f->armed && now >= f->next_stall)
+            f->armed = true;
+        if (f->armed && f->rng % 4 == 0) {
+            f->armed = false;
+            struct timespec ts = {opt_stall_ms / 1000, (long)(opt_stall_ms % 1000) * 1000000L};
+            while (nanosleep(&ts, &ts) != 0)
+                ;
+            f->next_stall = mono_ns() + (uint64_t)opt_stall_every * 1000000ULL;
+            atomic_fetch_add(&sh->node[fault_node].stalls, 1);
+        }
+    }
+    if (opt_inject > 0 && (double)(f->rng >> 11) * 0x1.0p-53 < opt_inject) {
+        atomic_fetch_add(&sh->node[fault_node].injected, 1);
+        return (f->rng >> 7) & 1 ? FAB_FAULT_DROP : FAB_FAULT_LOSE;
+    }
+    return FAB_FAULT_NONE;
 }
 
 /* A multi-get's answer for the recorded key (the last of its keys). */
@@ -342,7 +400,7 @@ static void *recycler_main(void *p)
         nessie_recycle_run(ctx, 4096);
         /* Only runs that kill nodes can leak by design; elsewhere a leak is a bug to report,
          * not to sweep away. The sweep paces itself (one grace period between confirmations). */
-        if (opt_crash_every)
+        if (opt_crash_every || opt_inject > 0 || opt_stall_every > 0)
             nessie_sweep_leaks(ctx);
         struct timespec ts = {0, 500 * 1000};
         nanosleep(&ts, NULL);
@@ -367,6 +425,9 @@ static int node_main(uint32_t id, bool restart)
         atomic_fetch_add(&sh->ready, 1);
     while (!atomic_load(&sh->go))
         usleep(100);
+    fault_node = id;
+    if (opt_inject > 0 || opt_stall_every > 0)
+        fab_set_fault(nessie_node_fabric(node), stress_fault, NULL);
 
     struct recycler rec = {.node = node};
     pthread_t rt;
@@ -612,8 +673,11 @@ int main(int argc, char **argv)
         return 2;
     }
     g_option_context_free(oc);
+    if (opt_stall_ms == 0)
+        opt_stall_ms = 3 * opt_expiration_ms;
     if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 1024 ||
-        opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1) {
+        opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1 || opt_inject < 0 ||
+        opt_inject > 1 || opt_stall_every < 0 || opt_stall_ms < 0) {
         fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
         return 2;
     }
@@ -717,11 +781,14 @@ int main(int argc, char **argv)
     }
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
     uint64_t grace_us = ((uint64_t)opt_expiration_ms * 50 + 2ULL * (uint64_t)opt_expiration_ms + 5) * 1000;
-    if (opt_crash_every)
+    /* Runs with faults leave entries behind by design: those of killed writers, and those of
+     * writers that could not learn whether their CAS ran (taken over, or swept, later). */
+    bool faulty = opt_crash_every || opt_inject > 0 || opt_stall_every > 0;
+    if (faulty)
         usleep((useconds_t)grace_us); /* entries the killed writers left are orphans now */
     uint64_t stuck = final_reads(nodes, extra);
     uint64_t swept = 0;
-    if (opt_crash_every) {
+    if (faulty) {
         /* The leak sweep confirms over two passes a grace period apart. */
         for (int pass = 0; pass < 2; pass++) {
             for (int n = 0; n < opt_nodes; n++) {
@@ -769,11 +836,16 @@ int main(int argc, char **argv)
     ops = 0;
     for (uint64_t i = 0; i < total; i++)
         ops += hist[i].call_ns != 0;
+    uint64_t injected = 0, stalls = 0;
+    for (int n = 0; n < opt_nodes; n++) {
+        injected += atomic_load(&sh->node[n].injected);
+        stalls += atomic_load(&sh->node[n].stalls);
+    }
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
-           "\n",
+           " injected=%" PRIu64 " stalls=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
-           undecided);
+           undecided, injected, stalls);
 
     for (int n = 0; n < opt_nodes; n++) {
         nessie_node_close(nodes[n]);
@@ -782,5 +854,5 @@ int main(int argc, char **argv)
     g_array_free(extra, TRUE);
     free(nodes);
     free(pids);
-    return (failed || violations || stuck || leaked || (undecided && !opt_crash_every)) ? 1 : 0;
+    return (failed || violations || stuck || leaked || (undecided && !faulty)) ? 1 : 0;
 }
