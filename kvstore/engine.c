@@ -146,7 +146,9 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     }
     nd->data = fab_local_base(nd->fab, FAB_REGION_DATA);
     nd->hdr = (struct data_hdr *)nd->data;
-    if (slab_open(&nd->slab, nd->data, cfg->data_bytes, cfg->max_item_size, created) != 0) {
+    /* Quarantine: one expiration period, plus the millisecond the scan's clock rounds away. */
+    if (slab_open(&nd->slab, nd->data, cfg->data_bytes, cfg->max_item_size, created,
+                  (uint64_t)cfg->expiration_ms + 1) != 0) {
         fab_close(nd->fab);
         free(nd);
         return NESSIE_INVALID;
@@ -155,6 +157,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     for (uint32_t c = 0; c < nd->nclasses; c++)
         nd->class_size[c] = nd->slab.cls[c].slot_bytes;
     nd->incarnation = __atomic_add_fetch(&nd->hdr->incarnation, 1, __ATOMIC_RELAXED);
+    nessie_clock_publish(nd);
     pthread_mutex_init(&nd->stage_lock, NULL);
     pthread_mutex_init(&nd->ctx_lock, NULL);
     pthread_mutex_init(&nd->sweep_lock, NULL);
@@ -278,72 +281,112 @@ unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len)
     return ctx->buf[b];
 }
 
-/* Mark a DTE recycled: the recycle bit and its expiry in one word (A.1.3 step 7). Its owner
- * returns it to a free list once the expiry has passed. */
-static void mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
+void nessie_clock_publish(struct nessie_node *nd)
+{
+    /* Stores only when the published value is a millisecond old: every operation calls this,
+     * and a line written by every thread would bounce between their cores. */
+    uint64_t now = nessie_mono_ns();
+    if (now - __atomic_load_n(&nd->hdr->clock_ns, __ATOMIC_RELAXED) >= 1000000ULL)
+        __atomic_store_n(&nd->hdr->clock_ns, now, __ATOMIC_RELAXED);
+}
+
+int nessie_state_cas(struct fab_ep *ep, uint64_t ite, uint64_t expect, uint64_t swap,
+                     uint64_t *old)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_CAS, .node = ite_node(ite), .region = FAB_REGION_DATA,
+                        .offset = ite_offset(ite) + DTE_OFF_STATE, .local = old, .length = 8,
+                        .compare = expect, .swap = swap};
+    return fab_exec(ep, &wr) == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
+/*
+ * Mark the DTE ite names recycled (A.1.3 step 7): set RECYCLED in its state word with a CAS that
+ * names the life ite names, so a late or repeated mark can never end a later life of the slot.
+ * Its owner starts its quarantine when it sees the mark. Returns true when the entry is marked
+ * now (by this call or before it) or is no longer in that life; false on a fabric error (the
+ * caller tries again later).
+ */
+static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
+{
+    /* The usual case first: a committed entry that an operation replaced. */
+    uint64_t expect = dte_state(ite_gen(ite), DTE_BUSY | DTE_COMMITTED);
+    /* Our own entry: the mark carries its time on our clock, so its quarantine starts now
+     * rather than when the scan first sees it (a scan sooner). */
+    uint64_t when = ite_node(ite) == ctx->node->cfg.self ? (slab_now_ms() + 1) << DTE_MARK_SHIFT
+                                                         : 0;
+    for (int tries = 0; tries < 8; tries++) {
+        uint64_t old = 0;
+        if (nessie_state_cas(ctx->ep, ite, expect, expect | DTE_RECYCLED | when, &old) !=
+            NESSIE_OK)
+            return false;
+        if (old == expect) {
+            CTR_ADD(ctx->ctr.marked, 1);
+            return true;
+        }
+        if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY) || (old & DTE_RECYCLED))
+            return true; /* marked already, or that life is over */
+        expect = old;    /* another state of the same life (uncommitted, abandoned): mark it */
+    }
+    return true; /* its state keeps changing: it is not ours to end (the leak sweep decides) */
+}
+
+/* Put ite on the stage (the recycler marks it). Returns false if it could not be staged. */
+static bool stage(struct nessie_ctx *ctx, uint64_t ite)
 {
     struct nessie_node *nd = ctx->node;
-    /* Rounded up by a millisecond: the word holds whole milliseconds, and a slot reused even a
-     * fraction of a period early breaks the guarantee caches and slow readers rely on. */
-    uint64_t expiry_ms = nessie_real_ns() / 1000000ULL + nd->cfg.expiration_ms + 1;
-    uint64_t word = DTE_RECYCLED | (expiry_ms & DTE_RECYCLE_MS_MASK);
-    uint64_t off = ite_offset(ite) + DTE_OFF_RECYCLE;
-    if (ite_node(ite) == nd->cfg.self) {
-        fab_local_write(nd->fab, FAB_REGION_DATA, off, &word, sizeof(word));
-    } else {
-        struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = ite_node(ite),
-                            .region = FAB_REGION_DATA, .offset = off, .local = &word, .length = 8};
-        int rc = fab_exec(ctx->ep, &wr);
-        if (rc != FAB_OK)
-            log_warn("engine: cannot mark DTE %016llx recycled: %s", (unsigned long long)ite,
-                     fab_strerror(rc));
+    pthread_mutex_lock(&nd->stage_lock);
+    if (nd->nstage == nd->stage_cap) {
+        size_t cap = nd->stage_cap ? nd->stage_cap * 2 : 1024;
+        uint64_t *p = realloc(nd->stage, cap * sizeof(*p));
+        if (p) {
+            nd->stage = p;
+            nd->stage_cap = cap;
+        }
     }
-    CTR_ADD(ctx->ctr.marked, 1);
+    bool staged = nd->nstage < nd->stage_cap;
+    if (staged)
+        nd->stage[nd->nstage++] = ite;
+    pthread_mutex_unlock(&nd->stage_lock);
+    return staged;
 }
 
 void nessie_recycle(struct nessie_ctx *ctx, uint64_t ite)
 {
-    struct nessie_node *nd = ctx->node;
     if (ite_empty(ite))
         return;
-    if (nd->cfg.background_recycle) {
-        pthread_mutex_lock(&nd->stage_lock);
-        if (nd->nstage == nd->stage_cap) {
-            size_t cap = nd->stage_cap ? nd->stage_cap * 2 : 1024;
-            uint64_t *p = realloc(nd->stage, cap * sizeof(*p));
-            if (p) {
-                nd->stage = p;
-                nd->stage_cap = cap;
-            }
-        }
-        bool staged = nd->nstage < nd->stage_cap;
-        if (staged)
-            nd->stage[nd->nstage++] = ite;
-        pthread_mutex_unlock(&nd->stage_lock);
-        if (staged) {
-            CTR_ADD(ctx->ctr.staged, 1);
-            return;
-        }
+    if (ctx->node->cfg.background_recycle && stage(ctx, ite)) {
+        CTR_ADD(ctx->ctr.staged, 1);
+        return;
     }
-    mark_recycled(ctx, ite);
+    /* A mark that cannot be made now (a peer unreachable) is staged for the recycler to retry;
+     * if even that fails the entry is left to the leak sweep. */
+    if (!mark_recycled(ctx, ite) && !stage(ctx, ite))
+        log_warn("engine: cannot mark DTE %016llx recycled; left to the leak sweep",
+                 (unsigned long long)ite);
 }
 
 size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots)
 {
     struct nessie_node *nd = ctx->node;
     size_t done = 0;
-    /* Take the whole staged batch under the lock, mark it outside (marks may be fabric WRITEs). */
+    nessie_clock_publish(nd);
+    /* Take the whole staged batch under the lock, mark it outside (marks may be fabric CASes).
+     * Marks that fail (their node unreachable) go back on the stage for the next run. */
     pthread_mutex_lock(&nd->stage_lock);
     uint64_t *batch = nd->stage;
     size_t n = nd->nstage;
     nd->stage = NULL;
     nd->nstage = nd->stage_cap = 0;
     pthread_mutex_unlock(&nd->stage_lock);
-    for (size_t i = 0; i < n; i++)
-        mark_recycled(ctx, batch[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (mark_recycled(ctx, batch[i]))
+            done++;
+        else if (!stage(ctx, batch[i]))
+            log_warn("engine: cannot stage DTE %016llx again; left to the leak sweep",
+                     (unsigned long long)batch[i]);
+    }
     free(batch);
-    done += n;
-    size_t freed = slab_scan(&nd->slab, scan_slots, nessie_real_ns() / 1000000ULL);
+    size_t freed = slab_scan(&nd->slab, scan_slots, slab_now_ms());
     CTR_ADD(ctx->ctr.freed, freed);
     return done + freed;
 }
@@ -379,33 +422,65 @@ int nessie_flush(struct nessie_ctx *ctx)
     struct nessie_node *nd = ctx->node;
     /* The flush time must be at least every node's version clock, so that everything already
      * written anywhere is older than it; each node's later writes then get versions above it
-     * (nessie_version_next reads the flush word of its own node). */
+     * (nessie_version_next reads the flush word of its own node). A node that cannot be reached
+     * is skipped: its clock is read again, and the flush learnt, when it comes back
+     * (nessie_node_open), before it serves. */
     uint64_t t = VERSION_TIME(nessie_real_ns());
+    bool reach[ITE_MAX_NODES];
+    uint32_t reached = 0;
     for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
         uint64_t lv;
         struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
                             .offset = __builtin_offsetof(struct data_hdr, last_version),
                             .local = &lv, .length = 8};
-        if (fab_exec(ctx->ep, &wr) != FAB_OK)
-            return NESSIE_FABRIC_ERROR;
+        reach[n] = fab_exec(ctx->ep, &wr) == FAB_OK;
+        if (!reach[n])
+            continue;
         if (VERSION_TIME(lv) + 0xFFF > t)
             t = VERSION_TIME(lv) + 0xFFF;
     }
     for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
         uint64_t cur = 0;
-        for (;;) {
+        for (int tries = 0; reach[n] && tries < 64; tries++) {
             uint64_t old;
             struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = n, .region = FAB_REGION_DATA,
                                  .offset = DATA_HDR_OFF_FLUSH, .local = &old, .length = 8,
                                  .compare = cur, .swap = t};
-            if (fab_exec(ctx->ep, &cas) != FAB_OK)
-                return NESSIE_FABRIC_ERROR;
+            if (fab_exec(ctx->ep, &cas) != FAB_OK) {
+                reach[n] = false;
+                break;
+            }
             if (old == cur || old >= t)
                 break;
             cur = old;
         }
+        reached += reach[n];
     }
-    return NESSIE_OK;
+    if (reached < nd->cfg.nodes)
+        log_warn("engine: flush_all reached %u of %u nodes; the others learn it when they return",
+                 reached, nd->cfg.nodes);
+    /* Reaching no node at all (not even this one) did nothing: a definite failure. Otherwise
+     * the flush has happened for every item a live node can serve. */
+    return reached ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
+void nessie_flush_catch_up(struct nessie_ctx *ctx)
+{
+    struct nessie_node *nd = ctx->node;
+    uint64_t mine = nessie_flush_ns(nd);
+    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+        uint64_t f;
+        struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
+                            .offset = DATA_HDR_OFF_FLUSH, .local = &f, .length = 8};
+        if (n != nd->cfg.self && fab_exec(ctx->ep, &wr) == FAB_OK && f > mine)
+            mine = f;
+    }
+    /* Only ever raised, by CAS, as nessie_flush does on every node. */
+    uint64_t cur = nessie_flush_ns(nd);
+    while (cur < mine &&
+           !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &cur, mine, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
 }
 
 /* --- leak sweep ------------------------------------------------------------------------------ */
@@ -418,107 +493,104 @@ static int cmp_u64(const void *a, const void *b)
 
 struct sweep_scan {
     struct nessie_node *nd;
-    GHashTable *referenced; /* offsets in this node's region that something still needs */
-    GArray *candidates;     /* offsets that look leaked now */
+    GArray *candidates; /* ITE words naming entries that look unreferenced */
     uint64_t now_ns;
 };
 
+/* A slot that is in use, not marked, and older than the grace period: a candidate. */
 static void sweep_slot(void *arg, uint32_t cls, uint64_t off)
 {
     struct sweep_scan *sc = arg;
     struct dte_hdr h;
-    (void)cls;
-    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off, &h, 32); /* state, recycle, prev, version */
-    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off + 40, &h.created_ns, 8);
-    if (h.state == 0 && h.recycle == 0)
-        return; /* free */
-    if (h.recycle & DTE_RECYCLED)
-        return; /* on its way back already */
+    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
+    if (!(h.state & DTE_BUSY) || (h.state & DTE_RECYCLED))
+        return; /* free, or on its way back */
     if (h.created_ns + sc->nd->grace_ns > sc->now_ns)
         return; /* may belong to an operation still running */
-    if (g_hash_table_contains(sc->referenced, &off))
-        return;
-    g_array_append_val(sc->candidates, off);
+    uint64_t ite = ite_make(sc->nd->cfg.self, cls, off, dte_gen(h.state), 0);
+    g_array_append_val(sc->candidates, ite);
 }
 
-/* Read every node's index; note which of this node's DTEs are referenced, directly or as the
- * previous version of an entry that is not committed yet (its readers still use it). */
-static int sweep_references(struct nessie_ctx *ctx, GHashTable *referenced)
+static bool same_entry(uint64_t a, uint64_t b)
+{
+    return (a & ~(uint64_t)((1u << ITE_FILTER_BITS_MAX) - 1)) ==
+           (b & ~(uint64_t)((1u << ITE_FILTER_BITS_MAX) - 1));
+}
+
+/*
+ * Whether anything may still use the entry ite names: an ITE at one of its key's positions (every
+ * entry of a key is linked only there: PUTs, DELETEs and MIGRATE copies alike) names it, or names
+ * an uncommitted entry whose previous version it is. Reads only those N positions (and their
+ * entries), so a sweep needs only the nodes that hold them: returns 1 (referenced), 0 (not), or
+ * -1 when a node it needs is unreachable (undecided: it stays, and is looked at next time).
+ */
+static int sweep_referenced(struct nessie_ctx *ctx, uint64_t ite)
 {
     struct nessie_node *nd = ctx->node;
-    const size_t chunk = 8192; /* ITEs per READ */
-    uint64_t *buf = malloc(chunk * 8);
-    if (!buf)
-        return -1;
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
-        for (uint64_t s0 = 0; s0 < nd->cfg.index_slots; s0 += chunk) {
-            uint64_t cnt = nd->cfg.index_slots - s0 < chunk ? nd->cfg.index_slots - s0 : chunk;
-            struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_INDEX,
-                                .offset = s0 * 8, .local = buf, .length = (uint32_t)(cnt * 8)};
-            if (fab_exec(ctx->ep, &wr) != FAB_OK) {
-                free(buf);
-                return -1;
-            }
-            for (uint64_t i = 0; i < cnt; i++) {
-                uint64_t ite = buf[i];
-                if (ite_empty(ite) || ite_class(ite) >= nd->nclasses)
-                    continue;
-                if (ite_node(ite) == nd->cfg.self) {
-                    uint64_t *off = g_new(uint64_t, 1);
-                    *off = ite_offset(ite);
-                    g_hash_table_add(referenced, off);
-                }
-                uint64_t hdr[3]; /* state, recycle, prev ITE */
-                struct fab_wr rd = {.opcode = FAB_OP_READ, .node = ite_node(ite),
-                                    .region = FAB_REGION_DATA, .offset = ite_offset(ite),
-                                    .local = hdr, .length = sizeof(hdr)};
-                if (fab_exec(ctx->ep, &rd) != FAB_OK) {
-                    free(buf);
-                    return -1;
-                }
-                if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) &&
-                    ite_node(hdr[2]) == nd->cfg.self) {
-                    uint64_t *off = g_new(uint64_t, 1);
-                    *off = ite_offset(hdr[2]);
-                    g_hash_table_add(referenced, off);
-                }
-            }
-        }
+    unsigned char hk[DTE_HDR_SIZE + NESSIE_KEY_MAX];
+    fab_local_read(nd->fab, FAB_REGION_DATA, ite_offset(ite), hk, sizeof(struct dte_hdr));
+    struct dte_hdr h;
+    memcpy(&h, hk, sizeof(h));
+    if (h.key_len == 0 || h.key_len > NESSIE_KEY_MAX ||
+        ite_offset(ite) + DTE_HDR_SIZE + h.key_len > nd->cfg.data_bytes)
+        return 0; /* no key: it was never published whole */
+    fab_local_read(nd->fab, FAB_REGION_DATA, ite_offset(ite) + DTE_HDR_SIZE, hk + DTE_HDR_SIZE,
+                   h.key_len);
+    uint64_t pos[NESSIE_MAX_WAYS];
+    nessie_key_positions(nd, hk + DTE_HDR_SIZE, h.key_len, pos);
+    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+        uint64_t w;
+        struct fab_wr rd = {.opcode = FAB_OP_READ, .node = (uint32_t)(pos[i] / nd->cfg.index_slots),
+                            .region = FAB_REGION_INDEX, .offset = (pos[i] % nd->cfg.index_slots) * 8,
+                            .local = &w, .length = 8};
+        if (fab_exec(ctx->ep, &rd) != FAB_OK)
+            return -1;
+        if (ite_empty(w))
+            continue;
+        if (same_entry(w, ite))
+            return 1;
+        if (ite_class(w) >= nd->nclasses)
+            continue;
+        uint64_t hdr[3]; /* state, quarantine, prev ITE */
+        struct fab_wr rh = {.opcode = FAB_OP_READ, .node = ite_node(w), .region = FAB_REGION_DATA,
+                            .offset = ite_offset(w), .local = hdr, .length = sizeof(hdr)};
+        if (fab_exec(ctx->ep, &rh) != FAB_OK)
+            return -1;
+        if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) && same_entry(hdr[2], ite))
+            return 1;
     }
-    free(buf);
     return 0;
 }
 
 long nessie_sweep_leaks(struct nessie_ctx *ctx)
 {
     struct nessie_node *nd = ctx->node;
-    uint64_t now = nessie_real_ns();
+    uint64_t now = nessie_mono_ns();
     pthread_mutex_lock(&nd->sweep_lock);
     if (nd->sweep_prev_ns && now - nd->sweep_prev_ns < nd->grace_ns) {
         pthread_mutex_unlock(&nd->sweep_lock);
         return 0; /* too soon to confirm anything */
     }
-    GHashTable *referenced = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
     GArray *cand = g_array_new(FALSE, FALSE, sizeof(uint64_t));
-    long marked = 0;
-    if (sweep_references(ctx, referenced) != 0) {
-        marked = -1;
-        goto out;
-    }
-    struct sweep_scan sc = {.nd = nd, .referenced = referenced, .candidates = cand, .now_ns = now};
+    struct sweep_scan sc = {.nd = nd, .candidates = cand, .now_ns = now};
     slab_for_each_slot(&nd->slab, sweep_slot, &sc);
-    /* Confirm: leaked now, and already at the previous sweep, a grace period ago. */
+    /* Confirm: unreferenced now, and already at the previous sweep, a grace period ago (the same
+     * life of the slot: the generation is in the word). */
     GArray *keep = g_array_new(FALSE, FALSE, sizeof(uint64_t));
+    long marked = 0, undecided = 0;
     for (guint i = 0; i < cand->len; i++) {
-        uint64_t off = g_array_index(cand, uint64_t, i);
+        uint64_t ite = g_array_index(cand, uint64_t, i);
+        int ref = sweep_referenced(ctx, ite);
+        if (ref != 0) {
+            undecided += ref < 0;
+            continue;
+        }
         if (nd->sweep_prev &&
-            bsearch(&off, nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64)) {
-            uint64_t word = DTE_RECYCLED |
-                            ((now / 1000000ULL + nd->cfg.expiration_ms + 1) & DTE_RECYCLE_MS_MASK);
-            fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_OFF_RECYCLE, &word, 8);
-            marked++;
+            bsearch(&ite, nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64)) {
+            if (mark_recycled(ctx, ite))
+                marked++;
         } else {
-            g_array_append_val(keep, off);
+            g_array_append_val(keep, ite);
         }
     }
     g_free(nd->sweep_prev);
@@ -530,9 +602,10 @@ long nessie_sweep_leaks(struct nessie_ctx *ctx)
     CTR_ADD(ctx->ctr.swept, (uint64_t)marked);
     if (marked)
         log_info("engine: node %u: recycled %ld leaked data table entries", nd->cfg.self, marked);
-out:
+    if (undecided)
+        log_info("engine: node %u: %ld entries left for the next sweep (a node they need is "
+                 "unreachable)", nd->cfg.self, undecided);
     g_array_free(cand, TRUE);
-    g_hash_table_destroy(referenced);
     pthread_mutex_unlock(&nd->sweep_lock);
     return marked;
 }

@@ -92,4 +92,13 @@ unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len);
 /* Step 7: stage (background) or mark now the DTE that ite referred to. */
 void nessie_recycle(struct nessie_ctx *ctx, uint64_t ite);
 
+/* CAS the state word of the DTE ite names (through the fabric, also on this node: the NIC's
+ * atomics and the CPU's need not be atomic with each other on verbs). Sets *old. Returns
+ * NESSIE_OK or NESSIE_FABRIC_ERROR (then whether it ran is unknown). */
+int nessie_state_cas(struct fab_ep *ep, uint64_t ite, uint64_t expect, uint64_t swap,
+                     uint64_t *old);
+
+/* Publish this node's monotonic clock in its data header (orphan ages are judged on it). */
+void nessie_clock_publish(struct nessie_node *node);
+
 #endif

@@ -7,41 +7,53 @@
  * Index table entry: one 64-bit word in the INDEX region, changed only by CAS. 0 is empty (a new
  * region is zero-filled, so a new index is empty).
  *
- *   63 62          51 50     45 44                                   13 12            0
- *  +--+-------------+---------+---------------------------------------+---------------+
- *  |P |  node (12)  |class (6)|   DTE offset in the data region / 64  | filter (13)   |
- *  +--+-------------+---------+---------------------------------------+---------------+
- *   P: present (1 = refers to a DTE). node: 4096 nodes. class: the DTE's size class, so a reader
- *   knows the slot size and can read a small entry whole in one READ. offset: 32 bits of 64-byte
- *   units = 256 GiB of data per node. filter: low bits of the key hash (the configured number of
+ *   63 62        53 52     47 46                               17 16          7 6        0
+ *  +--+-----------+---------+-----------------------------------+-------------+----------+
+ *  |P | node (10) |class (6)| DTE offset in the data region / 64|   gen (10)  |filter (7)|
+ *  +--+-----------+---------+-----------------------------------+-------------+----------+
+ *   P: present (1 = refers to a DTE). node: 1024 nodes. class: the DTE's size class, so a reader
+ *   knows the slot size and can read a small entry whole in one READ. offset: 30 bits of 64-byte
+ *   units = 64 GiB of data per node. gen: the life of the slot this word names (the slot's reuse
+ *   count, modulo 1024; see below). filter: low bits of the key hash (the configured number of
  *   them, default 7; the rest are 0), so most non-matching DTEs are never read (paper 4.3.2).
  *
- *   An ITE word names one DTE, and a DTE is never reused within an expiration period of being
- *   unlinked, so an ITE value is unique in time: re-reading an ITE and finding the same word means
- *   nothing happened to it (no ABA, paper 4.3.1), and it can key the local cache.
+ *   Lives (issue 14, DESIGN.md "Stalls and reuse"): a slot is reused one expiration period at the
+ *   earliest after it was unlinked, so the paper's argument (an ITE value is unique in time)
+ *   holds only for threads that never stall longer than that. A thread descheduled, or a verbs
+ *   request retransmitted, between its last timer check and its CAS can outlive it; so every ITE
+ *   word and every DTE state word carry the slot's generation, bumped on every reuse. A CAS then
+ *   names one life of a slot, and an ABA needs a stall across 1024 lives of one slot, each at
+ *   least one expiration period long (and free slots are reused oldest first, slab.c).
  *
  * Data table entry: in the DATA region of the node that wrote it (only the owner allocates),
  * at a 64-byte aligned offset, in a slot of its size class.
  *
  *   0       8       16       24       32       40        48      52     56       60   61   62
  *  +-------+-------+--------+--------+--------+---------+-------+------+--------+----+----+--+
- *  | state |recycle|prev ITE|version |creator |created  |val len|flags |exptime |klen|kind|F |
+ *  | state |quarant|prev ITE|version |creator |created  |val len|flags |exptime |klen|kind|F |
  *  +-------+-------+--------+--------+--------+---------+-------+------+--------+----+----+--+
  *  64: key (klen bytes) | value (val len bytes)
  *
- *   state:   BUSY (allocated), COMMITTED (the operation that wrote it finished: for a VALUE it
- *            is then valid and readable; a TOMBSTONE, a DELETE's blank entry, is never readable),
- *            ABANDONED (its writer retried with another entry: it must never be committed).
- *            Changed only by CAS: the writer's final step and an orphan takeover race on it.
- *   recycle: RECYCLED bit + expiry (ms, CLOCK_REALTIME) in one word, so the bit can never be seen
- *            with half a timestamp (paper A.1.3 step 7 orders the bytes for the same reason).
- *            Written by whoever unlinked the DTE; read by the owner's recycler.
- *   prev ITE: the ITE word the writer's CAS replaced (previous versions, paper 4.3.2).
+ *   state:   gen (bits 16..25, as in the ITE), the owner's own mark time (bits 26..63, see
+ *            DTE_MARK_SHIFT) and flags: BUSY (allocated), COMMITTED (the
+ *            operation that wrote it finished: for a VALUE it is then valid and readable; a
+ *            TOMBSTONE, a DELETE's blank entry, is never readable), ABANDONED (its writer gave
+ *            it up: it must never be committed), RECYCLED (unlinked for good: the owner frees it
+ *            once its quarantine is over). Changed only by CAS, and every CAS expects the gen:
+ *            the writer's last step, an orphan takeover and a recycle mark race on it.
+ *   quarant: the end of the slot's quarantine, in ms of the OWNER's CLOCK_MONOTONIC, written only
+ *            by the owner's recycle scan when it first sees the RECYCLED flag (0 until then),
+ *            from the mark time in the state word if the owner made the mark, else from then.
+ *            Time that guards reuse is measured on one clock and never compared across hosts.
+ *   prev ITE: the ITE word the writer's CAS replaced (previous versions, paper 4.3.2), or a
+ *            duplicate it unlinked; always a version the writer itself unlinked, because a
+ *            rollback or an orphan takeover of an ABANDONED entry links it again.
  *   version: the memcached CAS token; its high bits are the write time (see engine.c), so it also
  *            orders items against flush_all.
  *   creator: the operation that wrote it (node, context, operation number): a retried PUT may take
  *            over its own earlier attempt's entry (A.1.3 step 2.3).
- *   created: CLOCK_REALTIME ns of the allocation; orphan takeover waits a grace period from it.
+ *   created: the owner's CLOCK_MONOTONIC ns at the allocation; an orphan takeover waits a grace
+ *            period from it, judged against the owner's clock (data_hdr.clock_ns).
  * The header and key can be read without the value (multiple reads, paper 4.3.2).
  */
 #ifndef NESSIE_KVSTORE_LAYOUT_H
@@ -50,28 +62,37 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DATA_LAYOUT_VERSION 1
+#define DATA_LAYOUT_VERSION 2
 
 /* --- ITE ------------------------------------------------------------------------------------- */
 
 #define ITE_PRESENT (1ULL << 63)
-#define ITE_NODE_SHIFT 51
-#define ITE_NODE_BITS 12
-#define ITE_CLASS_SHIFT 45
+#define ITE_NODE_SHIFT 53
+#define ITE_NODE_BITS 10
+#define ITE_CLASS_SHIFT 47
 #define ITE_CLASS_BITS 6
-#define ITE_OFF_SHIFT 13
-#define ITE_OFF_BITS 32
-#define ITE_FILTER_BITS_MAX 13
+#define ITE_OFF_SHIFT 17
+#define ITE_OFF_BITS 30
+#define ITE_GEN_SHIFT 7
+#define ITE_GEN_BITS 10
+#define ITE_FILTER_BITS_MAX 7
 #define ITE_UNIT 64 /* DTE offsets are in 64-byte units */
+#define GEN_MASK ((1u << ITE_GEN_BITS) - 1)
 
 #define ITE_MAX_NODES (1u << ITE_NODE_BITS)
 #define ITE_MAX_CLASSES (1u << ITE_CLASS_BITS)
 #define ITE_MAX_DATA_BYTES ((uint64_t)ITE_UNIT << ITE_OFF_BITS)
+_Static_assert(ITE_NODE_SHIFT + ITE_NODE_BITS == 63 && ITE_CLASS_SHIFT + ITE_CLASS_BITS == ITE_NODE_SHIFT &&
+               ITE_OFF_SHIFT + ITE_OFF_BITS == ITE_CLASS_SHIFT &&
+               ITE_GEN_SHIFT + ITE_GEN_BITS == ITE_OFF_SHIFT && ITE_FILTER_BITS_MAX == ITE_GEN_SHIFT,
+               "ITE fields tile the word");
 
-static inline uint64_t ite_make(uint32_t node, uint32_t cls, uint64_t offset, uint32_t filter)
+static inline uint64_t ite_make(uint32_t node, uint32_t cls, uint64_t offset, uint32_t gen,
+                                uint32_t filter)
 {
     return ITE_PRESENT | ((uint64_t)node << ITE_NODE_SHIFT) | ((uint64_t)cls << ITE_CLASS_SHIFT) |
-           ((offset / ITE_UNIT) << ITE_OFF_SHIFT) | (uint64_t)filter;
+           ((offset / ITE_UNIT) << ITE_OFF_SHIFT) | ((uint64_t)(gen & GEN_MASK) << ITE_GEN_SHIFT) |
+           (uint64_t)filter;
 }
 static inline bool ite_empty(uint64_t ite) { return ite == 0; }
 static inline uint32_t ite_node(uint64_t ite)
@@ -86,6 +107,10 @@ static inline uint64_t ite_offset(uint64_t ite)
 {
     return ((ite >> ITE_OFF_SHIFT) & ((1ULL << ITE_OFF_BITS) - 1)) * ITE_UNIT;
 }
+static inline uint32_t ite_gen(uint64_t ite)
+{
+    return (uint32_t)((ite >> ITE_GEN_SHIFT) & GEN_MASK);
+}
 static inline uint32_t ite_filter(uint64_t ite)
 {
     return (uint32_t)(ite & ((1u << ITE_FILTER_BITS_MAX) - 1));
@@ -96,8 +121,21 @@ static inline uint32_t ite_filter(uint64_t ite)
 #define DTE_BUSY (1ULL << 0)      /* allocated */
 #define DTE_COMMITTED (1ULL << 1) /* its operation finished (by its writer or a takeover) */
 #define DTE_ABANDONED (1ULL << 2) /* its writer gave it up: it will never be committed */
-#define DTE_RECYCLED (1ULL << 63)
-#define DTE_RECYCLE_MS_MASK ((1ULL << 48) - 1)
+#define DTE_RECYCLED (1ULL << 3)  /* unlinked for good: freed after its quarantine */
+#define DTE_FLAGS_MASK 0xFFFFULL  /* all flags; a free slot has none (its gen stays) */
+#define DTE_GEN_SHIFT 16
+/* A mark made by the owner itself carries its time (owner's CLOCK_MONOTONIC ms + 1) above the
+ * gen, set by the same CAS as RECYCLED, so the quarantine can start at the mark; 0: a peer's
+ * mark, whose quarantine starts when the owner's scan first sees it. */
+#define DTE_MARK_SHIFT 26
+
+static inline uint64_t dte_marked_ms(uint64_t state) { return state >> DTE_MARK_SHIFT; }
+
+static inline uint32_t dte_gen(uint64_t state) { return (uint32_t)(state >> DTE_GEN_SHIFT) & GEN_MASK; }
+static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
+{
+    return ((uint64_t)(gen & GEN_MASK) << DTE_GEN_SHIFT) | flags;
+}
 
 /* A MIGRATE's copy: its previous version is its source, which stays in the index until the
  * migration ends, so undoing the copy empties its ITE instead of restoring the source there. */
@@ -110,7 +148,7 @@ enum dte_kind {
 
 struct dte_hdr {
     uint64_t state;
-    uint64_t recycle;
+    uint64_t quarantine_ms;
     uint64_t prev_ite;
     uint64_t version;
     uint64_t creator;
@@ -127,7 +165,7 @@ _Static_assert(sizeof(struct dte_hdr) == 64, "DTE header is one cache line, 8-by
 
 #define DTE_HDR_SIZE ((uint32_t)sizeof(struct dte_hdr))
 #define DTE_OFF_STATE 0
-#define DTE_OFF_RECYCLE 8
+#define DTE_OFF_QUARANTINE 8
 #define NESSIE_KEY_MAX 250
 
 static inline bool dte_readable(const struct dte_hdr *h)
@@ -164,10 +202,13 @@ struct data_hdr {
     uint64_t last_version;   /* owner's CAS-token clock (atomic), survives restarts */
     uint64_t flush_ns;       /* items with version time <= this are gone (flush_all) */
     uint64_t incarnation;    /* bumped at every (re)start of the owner */
+    uint64_t clock_ns;       /* the owner's CLOCK_MONOTONIC, published now and then: the clock
+                                its DTEs' created_ns are on (orphan ages are judged on it) */
     uint32_t class_size[ITE_MAX_CLASSES];
 };
 _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its page");
 
 #define DATA_HDR_OFF_FLUSH ((uint64_t)__builtin_offsetof(struct data_hdr, flush_ns))
+#define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
 
 #endif

@@ -12,8 +12,15 @@
  *
  * Every operation returns a final outcome. Concurrent-operation aborts are retried inside the
  * engine with exponential back-off; an attempt that runs longer than one expiration period is
- * abandoned, and a call whose attempts have used up op_timeout_ms returns NESSIE_TIMEOUT (its
- * effect is then unknown: it may still have taken effect, or be completed by a takeover).
+ * abandoned, and a call whose attempts have used up op_timeout_ms returns NESSIE_TIMEOUT.
+ *
+ * Outcomes are honest, under faults too: NESSIE_TIMEOUT is the only outcome whose effect is
+ * unknown (the call may have taken effect, or may still be completed later by an orphan
+ * takeover). Every other outcome is definite: NESSIE_OK took effect once; every error had no
+ * effect, ever. In particular NESSIE_FABRIC_ERROR (a node the call needed could not be reached,
+ * or a request to it failed) means the call changed nothing: a write that had already published
+ * its entry took it back out (abandoned it, so that no takeover can complete it) before
+ * returning it, and returns NESSIE_TIMEOUT instead when it could not make sure of that.
  */
 #ifndef NESSIE_KVSTORE_NESSIE_H
 #define NESSIE_KVSTORE_NESSIE_H
@@ -33,10 +40,10 @@ enum nessie_status {
     NESSIE_TOO_BIG,      /* the item exceeds max_item_size; nothing changed */
     NESSIE_NO_MEMORY,    /* this node's data region has no free entry of the needed size */
     NESSIE_INDEX_FULL,   /* no index entry could be freed, even by migrating */
-    NESSIE_TIMEOUT,      /* op_timeout_ms elapsed; the effect is unknown */
+    NESSIE_TIMEOUT,      /* op_timeout_ms elapsed, or a fault hid the outcome: effect unknown */
     NESSIE_BAD_KEY,      /* key length not in 1..250 */
     NESSIE_INVALID,      /* bad argument */
-    NESSIE_FABRIC_ERROR, /* a peer is unreachable */
+    NESSIE_FABRIC_ERROR, /* a node it needed is unreachable; no effect */
 };
 #define NESSIE_STATUS_COUNT (NESSIE_FABRIC_ERROR + 1)
 
@@ -50,9 +57,9 @@ struct nessie_config {
     uint32_t nodes;             /* nodes in the cluster */
     uint32_t self;              /* the node this process plays */
     uint64_t index_slots;       /* ITEs per node */
-    uint64_t data_bytes;        /* data region bytes per node */
+    uint64_t data_bytes;        /* data region bytes per node (at most 64 GiB) */
     uint32_t ways;              /* N of N-way cuckoo hashing, 2..8 (default 3) */
-    uint32_t filter_bits;       /* 0..13 (default 7); 0 disables filter bits */
+    uint32_t filter_bits;       /* 0..7 (default 7); 0 disables filter bits */
     uint32_t max_item_size;     /* header + key + value (default 1 MiB, up to 64 MiB and more) */
     uint32_t expiration_ms;     /* expiration period (default 1000) */
     uint32_t op_timeout_ms;     /* budget of one call, all retries included (default: expiration) */
@@ -204,8 +211,13 @@ int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool i
 
 int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime);
 
-/* flush_all: every item written before this call reads as absent afterwards, on every node. */
+/* flush_all: every item written before this call reads as absent afterwards, on every node.
+ * Nodes that cannot be reached learn it when they return (nessie_flush_catch_up), before they
+ * serve. Returns NESSIE_OK, or NESSIE_FABRIC_ERROR if no node at all could be reached. */
 int nessie_flush(struct nessie_ctx *ctx);
+
+/* A (re)started node adopts the latest flush any reachable peer knows of. Call before serving. */
+void nessie_flush_catch_up(struct nessie_ctx *ctx);
 
 /*
  * Recycling, off the critical path (the daemon's recycler threads call this in a loop):
@@ -220,9 +232,10 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  * recycling (a daemon killed mid-operation), or a takeover completed an operation whose
  * recycling list died with it. Such a DTE is recycled only once it has stayed unreferenced and
  * unmarked across two sweeps at least one grace period apart, so a live operation, which marks
- * what it unlinked well within that time, is never raced. Reads every node's index: run it now
- * and then (a recycler thread), not per operation. Returns how many DTEs it recycled, or -1 if a
- * peer was unreachable (nothing is recycled then).
+ * what it unlinked well within that time, is never raced. An entry is judged by reading the
+ * index entries at its key's positions (and the entries they name), so a node that is down only
+ * leaves undecided the entries that need it; the rest are recycled. Run it now and then (a
+ * recycler thread), not per operation. Returns how many DTEs it recycled.
  */
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
 

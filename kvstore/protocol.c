@@ -13,8 +13,19 @@
  *     does); the retry of the same call adopts it (A.1.3 step 2.3) instead of writing another, so
  *     a call's value is published under one version only.
  *   - Orphans (an entry whose writer died or gave up between its CAS and its last step) are taken
- *     over once they are older than the grace period: the writer's last step and the takeover are
- *     the same CAS on the DTE's state word, so exactly one of them happens.
+ *     over once they are older than the grace period, on their owner's clock: the writer's last
+ *     step and the takeover are the same CAS on the DTE's state word, so exactly one happens.
+ *
+ * Faults (issue 14; the appendix assumes none):
+ *   - Every CAS names one life of a slot: ITE words and DTE state words carry the slot's
+ *     generation (layout.h), so a thread stalled past the expiration period between its last
+ *     check and its CAS fails instead of acting on a reused slot; recycle marks are such CASes.
+ *   - A CAS whose completion reports an error may have run (RDMA loses completions): the entry
+ *     is read again to learn it (ite_cas_resolve), and an entry that may be linked is never
+ *     freed without quarantine.
+ *   - Honest outcomes: once a write has published its entry, a fabric error makes it abandon
+ *     the entry (abandon_mine) before it returns NESSIE_FABRIC_ERROR, so the failure is
+ *     definite; only when it cannot even do that does it return NESSIE_TIMEOUT (unknown).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -52,8 +63,10 @@ struct op {
     uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
     uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
     uint32_t nrec;
-    uint64_t mine;                  /* ITE of this call's published, uncommitted DTE, or 0 */
+    uint64_t mine;                  /* ITE of this call's published (or possibly published: its
+                                       CAS's outcome was lost), uncommitted DTE, or 0 */
     uint32_t mine_pos;              /* its position among pos[] */
+    uint64_t mine_replaced;         /* the ITE word its CAS replaced (what a rollback restores) */
     bool mine_prev_live;            /* its previous version is the value readers see */
     uint64_t mine_version;          /* its version */
     /* Multi-get: I_1 read ahead in a batch with other keys' (pre_ite), at pre_t (monotonic ns,
@@ -75,6 +88,8 @@ struct dte_view {
     struct dte_hdr h;
     const unsigned char *key;
     const unsigned char *value; /* NULL if the value was not read */
+    bool stale;                 /* the slot is in another life than the ITE named: the view of
+                                   the index it came from is older than one expiration period */
 };
 
 /* What a write call asks for and gets back. */
@@ -244,7 +259,8 @@ static int ite_read(struct op *op, uint64_t pos, uint64_t *val)
     return fabric_status(fab_exec(op->ctx->ep, &wr));
 }
 
-/* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. */
+/* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. On NESSIE_FABRIC_ERROR
+ * whether it ran is unknown (a lost completion): see ite_cas_resolve. */
 static int ite_cas(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok)
 {
     uint64_t old = 0;
@@ -259,16 +275,38 @@ static int ite_cas(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, 
     return rc;
 }
 
-/* CAS a DTE's state word (the writer's last step, or a takeover). Sets *old to what it held. */
+/*
+ * ite_cas, and when its completion reports an error, learn whether it ran by reading the entry
+ * again: it is taken to have run if the entry holds swap. A swap that ran and was overwritten
+ * since counts as not run: what the caller unlinked is then somebody else's to recycle, or left
+ * to the leak sweep, never recycled while linked. Returns NESSIE_OK and *ok (*clean: the CAS
+ * itself completed), or NESSIE_FABRIC_ERROR when even the read fails (unknown).
+ */
+static int ite_cas_resolve(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok,
+                           bool *clean)
+{
+    int rc = ite_cas(op, pos, expect, swap, ok);
+    *clean = rc == NESSIE_OK;
+    if (rc == NESSIE_OK)
+        return rc;
+    uint64_t now;
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = (uint32_t)ite_node_of_pos(op->node, pos),
+                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
+                        .local = &now, .length = 8};
+    CTR_ADD(OPC(op->ctx).ite_reads, 1);
+    if (fab_exec(op->ctx->ep, &wr) != FAB_OK)
+        return NESSIE_FABRIC_ERROR;
+    (void)expect;
+    *ok = now == swap;
+    return NESSIE_OK;
+}
+
+/* CAS a DTE's state word (the writer's last step, a rollback, or a takeover). Sets *old. */
 static int dte_state_cas(struct op *op, uint64_t ite, uint64_t expect, uint64_t swap,
                          uint64_t *old)
 {
-    struct fab_wr wr = {.opcode = FAB_OP_CAS, .node = ite_node(ite), .region = FAB_REGION_DATA,
-                        .offset = ite_offset(ite) + DTE_OFF_STATE, .local = old, .length = 8,
-                        .compare = expect, .swap = swap};
     CTR_ADD(OPC(op->ctx).dte_cas, 1);
-    int rc = fabric_status(fab_exec(op->ctx->ep, &wr));
-    return rc;
+    return nessie_state_cas(op->ctx->ep, ite, expect, swap, old);
 }
 
 /* Read bytes of a DTE: from this node's memory directly, or with a fabric READ. */
@@ -320,6 +358,7 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
     uint32_t slot = nd->class_size[cls];
     bool local = ite_node(ite) == nd->cfg.self;
     uint64_t expiry = ite_read_ns + (uint64_t)nd->cfg.expiration_ms * 1000000ULL;
+    v->stale = false;
 
     if (!local && ctx->cache) {
         uint32_t len;
@@ -346,6 +385,12 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
     if (rc != NESSIE_OK)
         return rc;
     view_parse(v, buf, false);
+    /* Another life of the slot (or a free one): the ITE was read before the entry it named was
+     * unlinked, recycled and its quarantine ended, so the caller's attempt has expired. */
+    if (!(v->h.state & DTE_BUSY) || dte_gen(v->h.state) != ite_gen(ite)) {
+        v->stale = true;
+        return NESSIE_OK;
+    }
     if (!view_sane(nd, v, slot))
         return NESSIE_OK;
     if (klen && (v->h.key_len != klen || memcmp(v->key, key, klen) != 0))
@@ -390,9 +435,30 @@ static bool item_dead(struct nessie_node *nd, const struct dte_hdr *h)
     return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
 }
 
-static bool is_orphan(const struct op *op, const struct dte_hdr *h)
+/* The monotonic clock of the node that owns ite's entry, as it last published it (this node's
+ * own, read directly). Returns false if it cannot be read. */
+static bool owner_clock(struct op *op, uint64_t ite, uint64_t *now)
 {
-    return !(h->state & DTE_COMMITTED) && h->created_ns + op->node->grace_ns < nessie_real_ns();
+    if (ite_node(ite) == op->node->cfg.self) {
+        *now = nessie_mono_ns();
+        return true;
+    }
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = ite_node(ite), .region = FAB_REGION_DATA,
+                        .offset = DATA_HDR_OFF_CLOCK, .local = now, .length = 8};
+    CTR_ADD(OPC(op->ctx).dte_reads, 1);
+    return fab_exec(op->ctx->ep, &wr) == FAB_OK;
+}
+
+/* An uncommitted entry older than the grace period: its writer is gone or gave up. Its age is
+ * judged on its owner's clock alone (created_ns is on it too), never against ours: the hosts'
+ * clocks may differ by any amount. A published clock lags the owner's real one, which only makes
+ * entries look younger. */
+static bool is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
+{
+    uint64_t now;
+    if (h->state & DTE_COMMITTED)
+        return false;
+    return owner_clock(op, ite, &now) && h->created_ns + op->node->grace_ns < now;
 }
 
 /*
@@ -410,6 +476,9 @@ static int takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_
     bool ok = false;
     int rc;
     if (v->h.state & DTE_ABANDONED) {
+        /* Its writer set its previous version to one it unlinked itself before abandoning it
+         * (abandon_mine), so linking that again undoes exactly what the writer did. The CAS names
+         * the abandoned entry's life. */
         rc = ite_cas(op, pos, ite, (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite, &ok);
         if (rc == NESSIE_OK && ok) {
             nessie_recycle(ctx, ite);
@@ -538,6 +607,10 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         /* Step 2.3: the DTE, from memory, the cache, or remotely. */
         if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, true, t, &v, &match)) != NESSIE_OK)
             return A_DONE;
+        if (v.stale) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
         if (!match)
             continue;
         /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
@@ -555,7 +628,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             *status = NESSIE_NOT_FOUND; /* a finished DELETE whose last CAS is on its way */
             return A_DONE;
         }
-        if (is_orphan(op, &v.h)) {
+        if (is_orphan(op, ite, &v.h)) {
             if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
                 return A_DONE;
             return A_RETRY_NOW;
@@ -569,7 +642,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
                                      &pmatch)) != NESSIE_OK)
                 return A_DONE;
             EXPIRED_RETRY(op);
-            if (pmatch && dte_readable(&pv.h)) {
+            if (pmatch && !pv.stale && dte_readable(&pv.h)) {
                 CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
                 if (item_dead(nd, &pv.h)) {
                     *status = NESSIE_NOT_FOUND;
@@ -609,8 +682,9 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
 
 static int finish(struct op *op, int status)
 {
-    /* A call that ran out of time waiting for memory failed for lack of memory. */
-    if (status == NESSIE_TIMEOUT && op->memory_wait)
+    /* A call that ran out of time waiting for memory failed for lack of memory, unless an
+     * attempt of it published an entry that a takeover may still commit. */
+    if (status == NESSIE_TIMEOUT && op->memory_wait && !op->mine)
         status = NESSIE_NO_MEMORY;
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
@@ -766,12 +840,16 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
         return NESSIE_TOO_BIG;
     if (slab_alloc(&nd->slab, (uint32_t)cls, &off) != 0)
         return NESSIE_NO_MEMORY;
+    /* A new life of the slot: its generation is one more than its last life's. */
+    uint64_t last;
+    fab_local_read(nd->fab, FAB_REGION_DATA, off + DTE_OFF_STATE, &last, sizeof(last));
+    uint32_t gen = (dte_gen(last) + 1) & GEN_MASK;
     struct dte_hdr h = *tmpl;
-    h.state = DTE_BUSY;
-    h.recycle = 0;
+    h.state = dte_state(gen, DTE_BUSY);
+    h.quarantine_ms = 0;
     h.value_len = l1 + l2;
     h.creator = creator;
-    h.created_ns = nessie_real_ns();
+    h.created_ns = nessie_mono_ns(); /* on this owner's clock, as is data_hdr.clock_ns */
     /* Body first, header last: the slot may still be read by a slow reader of its previous life
      * only until that life's expiry, which has passed (slab), so the order is for clarity. */
     fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE, key, h.key_len);
@@ -780,7 +858,7 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     if (l2)
         fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE + h.key_len + l1, v2, l2);
     fab_local_write(nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
-    *ite_out = ite_make(nd->cfg.self, (uint32_t)cls, off, filter);
+    *ite_out = ite_make(nd->cfg.self, (uint32_t)cls, off, gen, filter);
     return NESSIE_OK;
 }
 
@@ -789,14 +867,38 @@ static void dte_free_unpublished(struct op *op, uint64_t ite)
     slab_free_unpublished(&op->node->slab, ite_class(ite), ite_offset(ite));
 }
 
-/* The writer's last step (A.1.3 step 6, A.1.4 step 8): BUSY -> COMMITTED on our own DTE. Returns
- * true if the entry is committed now (by us, or by a takeover that beat us to it). */
-static int commit_own(struct op *op, uint64_t ite, uint64_t state, bool *committed)
+/*
+ * The writer's last step (A.1.3 step 6, A.1.4 step 8): BUSY -> COMMITTED on our own DTE, naming
+ * its life. Sets *committed when the entry is committed: by us, or by a takeover that beat us to
+ * it. Nobody unlinks an entry in progress while its writer runs (step 4 never clears one, and
+ * only its writer abandons it), so if the slot is in another life already, this call stalled
+ * past the grace period, a takeover committed the entry and it was replaced since: committed
+ * too. *committed stays false only for an entry abandoned or recycled uncommitted, which cannot
+ * happen. A lost completion is resolved by reading the word (it is in this node's memory).
+ * Returns NESSIE_FABRIC_ERROR if the CAS cannot be made.
+ */
+static int commit_own(struct op *op, uint64_t ite, bool *committed)
 {
-    uint64_t old = 0;
-    int rc = dte_state_cas(op, ite, state, state | DTE_COMMITTED, &old);
-    *committed = rc == NESSIE_OK && (old == state || (old & DTE_COMMITTED));
-    return rc;
+    uint64_t expect = dte_state(ite_gen(ite), DTE_BUSY);
+    *committed = false;
+    for (int tries = 0; tries < 8; tries++) {
+        uint64_t old = 0;
+        if (dte_state_cas(op, ite, expect, expect | DTE_COMMITTED, &old) != NESSIE_OK)
+            fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(ite) + DTE_OFF_STATE, &old,
+                           sizeof(old));
+        else if (old == expect) {
+            *committed = true;
+            return NESSIE_OK;
+        }
+        if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY) || (old & DTE_COMMITTED)) {
+            *committed = true; /* a takeover, or our own CAS whose completion was lost */
+            return NESSIE_OK;
+        }
+        if (old & (DTE_ABANDONED | DTE_RECYCLED))
+            return NESSIE_OK; /* cannot happen (see above): *committed stays false */
+        expect = old;         /* unchanged: the CAS was dropped; try again */
+    }
+    return NESSIE_FABRIC_ERROR;
 }
 
 /*
@@ -839,7 +941,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         goto out;
     }
     if (!match) {
-        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        count_abort(op, v.stale ? NESSIE_ABORT_TIMEOUT : NESSIE_ABORT_INVALID_DTE);
         goto out;
     }
     /* Step 2.3: the key that needs room got here meanwhile. */
@@ -850,7 +952,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     }
     /* Step 2.4: never move an entry an operation is writing. */
     if (!dte_readable(&v.h)) {
-        if (is_orphan(op, &v.h)) {
+        if (is_orphan(op, sv, &v.h)) {
             *status = takeover(op, src, sv, &v);
             result = *status == NESSIE_OK ? A_RETRY_NOW : A_DONE;
         } else {
@@ -907,8 +1009,8 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         result = A_DONE;
         goto out;
     }
-    if (!match || !dte_readable(&full.h)) {
-        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+    if (!match || full.stale || !dte_readable(&full.h)) {
+        count_abort(op, full.stale ? NESSIE_ABORT_TIMEOUT : NESSIE_ABORT_INVALID_DTE);
         goto out;
     }
     struct dte_hdr tmpl = full.h;
@@ -925,14 +1027,27 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     }
     /* Step 6: point the (empty) destination at the copy. */
     HOOK(op, NESSIE_HOOK_MIGRATE_BEFORE_DST, 0);
-    bool ok = false;
+    bool ok = false, clean;
     if (attempt_expired(op)) {
         dte_free_unpublished(op, copy);
         count_abort(op, NESSIE_ABORT_TIMEOUT);
         goto out;
     }
-    if ((*status = ite_cas(op, dst, 0, copy, &ok)) != NESSIE_OK || !ok) {
-        dte_free_unpublished(op, copy);
+    *status = ite_cas_resolve(op, dst, 0, copy, &ok, &clean);
+    if (*status != NESSIE_OK || !ok) {
+        if (clean) {
+            dte_free_unpublished(op, copy); /* never visible: free at once */
+        } else {
+            /* Perhaps linked (the outcome was lost and the entry could not be read again), or
+             * linked and cleared since: abandon it, so that a takeover empties its ITE instead
+             * of committing it, and let it through quarantine; if it is linked, whoever takes
+             * it over recycles it once more, which a mark naming its life makes harmless. */
+            uint64_t old;
+            dte_state_cas(op, copy, dte_state(ite_gen(copy), DTE_BUSY),
+                          dte_state(ite_gen(copy), DTE_BUSY | DTE_ABANDONED), &old);
+            if (*status == NESSIE_OK)
+                nessie_recycle(ctx, copy);
+        }
         if (*status != NESSIE_OK) {
             result = A_DONE;
         } else {
@@ -943,23 +1058,33 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     HOOK(op, NESSIE_HOOK_MIGRATE_AFTER_DST, 0);
     /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1, "aborting
      * migration"): the copy was visible, so it is recycled, not freed. */
-    if ((*status = ite_cas(op, src, sv, 0, &ok)) != NESSIE_OK || !ok) {
+    *status = ite_cas_resolve(op, src, sv, 0, &ok, &clean);
+    if (*status != NESSIE_OK) {
+        /* Whether the source is empty is unknown: the copy stays as it is, uncommitted. A
+         * takeover commits it after the grace period, which completes the move if the source
+         * was emptied and otherwise leaves a second committed entry of the same item, which
+         * the key's next write clears (A.1.3 step 4). The source stays: readers of the copy
+         * read it as its previous version meanwhile. */
+        result = A_DONE;
+        goto out;
+    }
+    if (!ok) {
         bool cleared;
         uint64_t old;
         /* Abandon the copy first so no takeover can commit it once it is unlinked. */
-        dte_state_cas(op, copy, DTE_BUSY, DTE_BUSY | DTE_ABANDONED, &old);
-        if (ite_cas(op, dst, copy, 0, &cleared) == NESSIE_OK && cleared)
+        dte_state_cas(op, copy, dte_state(ite_gen(copy), DTE_BUSY),
+                      dte_state(ite_gen(copy), DTE_BUSY | DTE_ABANDONED), &old);
+        if (ite_cas_resolve(op, dst, copy, 0, &cleared, &clean) == NESSIE_OK && cleared)
             nessie_recycle(ctx, copy);
-        if (*status != NESSIE_OK) {
-            result = A_DONE;
-        } else {
-            count_abort(op, NESSIE_ABORT_CAS_FAILED);
-        }
+        count_abort(op, NESSIE_ABORT_CAS_FAILED);
         goto out;
     }
     /* Step 8: the copy is valid. Step 9: the source's DTE is recycled. */
     bool committed;
-    if ((*status = commit_own(op, copy, DTE_BUSY, &committed)) != NESSIE_OK) {
+    if ((*status = commit_own(op, copy, &committed)) != NESSIE_OK) {
+        /* The source is out of the index, so the copy must be committed; a takeover does it
+         * after the grace period. The source is its previous version until then (the leak
+         * sweep recycles it after). */
         result = A_DONE;
         goto out;
     }
@@ -1107,44 +1232,84 @@ static void mine_hdr(struct op *op, uint64_t ite, struct dte_hdr *h)
     fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(ite), h, sizeof(*h));
 }
 
-/*
- * Take this call's uncommitted entry back out of the index: abandon it first (so that no takeover
- * can commit it any more), then put its previous version back in its ITE. Sets *done when a
- * takeover had committed it already: the call has taken effect then, with that entry's version.
- */
-static int rollback_mine(struct op *op, bool *done, uint64_t *version)
+static bool rec_has(const struct op *op, uint64_t ite)
 {
-    uint64_t e = op->mine, old = 0;
+    for (uint32_t i = 0; i < op->nrec; i++)
+        if (op->rec[i] == ite)
+            return true;
+    return false;
+}
+
+/*
+ * Take this call's uncommitted entry back out of the index, so that the call has no effect:
+ *   1. its previous version is made one that this call unlinked itself (the candidate's old
+ *      entry, or a duplicate step 4 cleared): whoever links it again (this call, or a takeover
+ *      of the abandoned entry) must not link an entry somebody else is recycling;
+ *   2. abandon it: a CAS naming its life, after which no takeover can commit it, ever: from
+ *      here on the call has no effect, whatever happens to the rest;
+ *   3. link the previous version again in its place; if that cannot be done now, the takeover
+ *      of the abandoned entry does it after the grace period.
+ * Sets *done when the entry had been committed already (a takeover, or a lost completion of
+ * our own commit): the call took effect then, with *version. Returns NESSIE_FABRIC_ERROR when
+ * step 2 cannot be made (op->mine stays: the effect is unknown).
+ */
+static int abandon_mine(struct op *op, bool *done, uint64_t *version)
+{
+    uint64_t e = op->mine;
     *done = false;
     if (!e)
         return NESSIE_OK;
-    int rc = dte_state_cas(op, e, DTE_BUSY, DTE_BUSY | DTE_ABANDONED, &old);
-    if (rc != NESSIE_OK)
-        return rc;
     struct dte_hdr h;
     mine_hdr(op, e, &h);
-    if (old & DTE_COMMITTED) {
-        *done = true;
-        *version = h.version;
-        op->mine = 0;
-        return NESSIE_OK;
+    uint64_t back = !ite_empty(h.prev_ite) && rec_has(op, h.prev_ite) ? h.prev_ite
+                                                                       : op->mine_replaced;
+    if (back != h.prev_ite) /* step 1: our own memory, published by the CAS below */
+        fab_local_write(op->node->fab, FAB_REGION_DATA,
+                        ite_offset(e) + __builtin_offsetof(struct dte_hdr, prev_ite), &back,
+                        sizeof(back));
+    /* Step 2. */
+    uint64_t expect = dte_state(ite_gen(e), DTE_BUSY), old = 0;
+    bool abandoned = false;
+    for (int tries = 0; tries < 8 && !abandoned; tries++) {
+        if (dte_state_cas(op, e, expect, expect | DTE_ABANDONED, &old) != NESSIE_OK)
+            fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(e) + DTE_OFF_STATE, &old,
+                           sizeof(old)); /* a lost completion: what is the word now? */
+        else if (old == expect)
+            old |= DTE_ABANDONED;
+        if (dte_gen(old) != ite_gen(e) || !(old & DTE_BUSY) || (old & DTE_COMMITTED)) {
+            /* Committed (a takeover, or our commit whose completion was lost), or unlinked by
+             * a later write's step 4 (and maybe reused since): the write took effect. */
+            *done = true;
+            *version = op->mine_version;
+            op->mine = 0;
+            return NESSIE_OK;
+        }
+        abandoned = (old & DTE_ABANDONED) != 0;
+        expect = old; /* unchanged (the CAS was dropped), or RECYCLED added: abandon that */
     }
-    bool ok;
-    uint64_t pos = op->pos[op->mine_pos];
-    if ((rc = ite_cas(op, pos, e, h.prev_ite, &ok)) != NESSIE_OK)
-        return rc;
-    if (ok) {
+    if (!abandoned)
+        return NESSIE_FABRIC_ERROR;
+    /* Step 3. A CAS that did not run leaves e linked: try again, a few times. */
+    bool ok = false, clean;
+    uint64_t pos = op->pos[op->mine_pos], now = e;
+    int rc = NESSIE_OK;
+    for (int tries = 0; tries < 4 && rc == NESSIE_OK && !ok && now == e; tries++) {
+        rc = ite_cas_resolve(op, pos, e, back, &ok, &clean);
+        if (rc == NESSIE_OK && !ok && ite_read(op, pos, &now) != NESSIE_OK)
+            rc = NESSIE_FABRIC_ERROR;
+    }
+    if (rc == NESSIE_OK && !ok && now == e)
+        rc = NESSIE_FABRIC_ERROR; /* still linked: the takeover of the abandoned entry ends it */
+    if (rc != NESSIE_OK || ok || (now == back && !ite_empty(back))) {
+        /* Linked again, by us or by a takeover (or, unknown, by the takeover to come): not ours
+         * to recycle any more. */
+        rec_remove(op, back);
+    }
+    /* Not linked where it was: never published, or linked again over, or unlinked by somebody
+     * else (who recycles it too: a second mark of the same life is harmless, and nobody else
+     * would if it never was published). Unknown: the takeover of the abandoned entry will. */
+    if (rc == NESSIE_OK)
         nessie_recycle(op->ctx, e);
-        rec_remove(op, h.prev_ite); /* linked again: not ours to recycle */
-    } else {
-        /* Someone unlinked it (and recycles it); if a takeover rolled it back for us, the
-         * previous version is linked again all the same. */
-        uint64_t now;
-        if ((rc = ite_read(op, pos, &now)) != NESSIE_OK)
-            return rc;
-        if (now == h.prev_ite && !ite_empty(now))
-            rec_remove(op, h.prev_ite);
-    }
     op->mine = 0;
     return NESSIE_OK;
 }
@@ -1199,12 +1364,16 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, needs_old_value(w->mode), t, &v,
                                  &match)) != NESSIE_OK)
             return A_DONE;
+        if (v.stale) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
         if (!match)
             continue;
         if (is_mine(op, &v) && (v.h.state & DTE_COMMITTED)) /* a takeover finished this call */
             return write_done(op, w, v.h.version, status);
         if (!(v.h.state & DTE_COMMITTED)) {
-            if (is_orphan(op, &v.h)) {
+            if (is_orphan(op, ite, &v.h)) {
                 if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
                     return A_DONE;
                 return A_RETRY_NOW;
@@ -1215,7 +1384,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         if (op->mine) {
             /* The key is committed in front of our own entry (moved there meanwhile): our entry
              * would be hidden behind it. Take ours back out and start over. */
-            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+            if ((*status = abandon_mine(op, &done, &version)) != NESSIE_OK)
                 return A_DONE;
             if (done)
                 return write_done(op, w, version, status);
@@ -1228,12 +1397,14 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     }
 
     if (cand < 0 && op->mine) {
-        /* Our entry is gone from the index: someone cleared it (and recycles it), or a takeover
-         * committed it before it was replaced. */
+        /* Our entry is gone from the index: a takeover committed it and it was replaced since
+         * (the call took effect), or it was taken out uncommitted (it never took effect, and
+         * nobody can link it again): try again. */
         struct dte_hdr h;
         mine_hdr(op, op->mine, &h);
-        if (h.state & DTE_COMMITTED)
-            return write_done(op, w, h.version, status);
+        if (dte_gen(h.state) == ite_gen(op->mine) && (h.state & DTE_BUSY) &&
+            (h.state & DTE_COMMITTED))
+            return write_done(op, w, op->mine_version, status);
         op->mine = 0;
         return A_RETRY_NOW;
     }
@@ -1288,24 +1459,30 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             count_abort(op, NESSIE_ABORT_TIMEOUT);
             return A_RETRY;
         }
-        if ((*status = ite_cas(op, op->pos[cand], op->seen[cand], mine, &ok)) != NESSIE_OK) {
-            dte_free_unpublished(op, mine);
-            return A_DONE;
-        }
-        if (!ok) {
+        bool clean;
+        *status = ite_cas_resolve(op, op->pos[cand], op->seen[cand], mine, &ok, &clean);
+        if (clean && !ok) {
             dte_free_unpublished(op, mine); /* never visible: free at once */
             count_abort(op, NESSIE_ABORT_CAS_FAILED);
             return A_RETRY;
+        }
+        /* Published, or perhaps (the CAS's outcome was lost): from here on the entry is the
+         * call's to commit or to abandon (abandon_mine); it is never freed without quarantine. */
+        op->mine = mine;
+        op->mine_pos = (uint32_t)cand;
+        op->mine_replaced = op->seen[cand];
+        op->mine_prev_live = live;
+        op->mine_version = h.version;
+        if (*status != NESSIE_OK || !ok) {
+            if (*status == NESSIE_OK)
+                *status = NESSIE_FABRIC_ERROR; /* not linked now: run_write abandons it */
+            return A_DONE;
         }
         /* Step 3.2: the replaced DTE is recycled once the call is done (it serves as the
          * previous version meanwhile). */
         if (!ite_empty(op->seen[cand]))
             rec_push(op, op->seen[cand]);
         op->seen[cand] = mine;
-        op->mine = mine;
-        op->mine_pos = (uint32_t)cand;
-        op->mine_prev_live = live;
-        op->mine_version = h.version;
         HOOK(op, NESSIE_HOOK_PUT_AFTER_CAS, cand);
     }
 
@@ -1319,16 +1496,28 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             continue;
         if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, false, t, &v, &match)) != NESSIE_OK)
             return A_DONE;
+        if (v.stale) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
         if (!match)
             continue;
         bool dup_live = dte_readable(&v.h) && !item_dead(nd, &v.h);
-        if (w->mode == W_ADD && !(v.h.state & DTE_COMMITTED)) {
-            /* An entry in progress may stand for a live item (a migration's copy, a write whose
-             * previous version is live): add cannot tell whether the key is absent, so it does
-             * not clear it as the thesis's step 4.4 would. It takes its own entry back out
-             * (holding it would block that other operation, which meets ours first) and tries
-             * again once the other has finished. */
-            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+        if (!(v.h.state & DTE_COMMITTED)) {
+            /* An entry in progress behind ours (another write of the key, or a migration's
+             * copy). The thesis's step 4.4 clears it, but its writer may then commit it without
+             * knowing it is unlinked, and report success for a value nobody will read if this
+             * call later abandons its own entry (a fabric error, or the key found committed in
+             * front of it); for add it may also stand for a live item. So it is never cleared:
+             * this call takes its own entry back out (holding it would block the other, which
+             * meets ours first) and tries again once the other has finished, or takes it over
+             * if its writer is gone. */
+            if (is_orphan(op, ite, &v.h)) {
+                if ((*status = takeover(op, op->pos[j], ite, &v)) != NESSIE_OK)
+                    return A_DONE;
+                return A_RETRY_NOW;
+            }
+            if ((*status = abandon_mine(op, &done, &version)) != NESSIE_OK)
                 return A_DONE;
             if (done)
                 return write_done(op, w, version, status);
@@ -1337,7 +1526,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         if (dup_live && w->mode == W_ADD) {
             /* add finds the key present after all: take our entry back out. */
-            if ((*status = rollback_mine(op, &done, &version)) != NESSIE_OK)
+            if ((*status = abandon_mine(op, &done, &version)) != NESSIE_OK)
                 return A_DONE;
             if (done)
                 return write_done(op, w, version, status);
@@ -1356,7 +1545,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         /* Step 4.4 */
         EXPIRED_RETRY(op);
-        if ((*status = ite_cas(op, op->pos[j], ite, 0, &ok)) != NESSIE_OK)
+        bool clean;
+        if ((*status = ite_cas_resolve(op, op->pos[j], ite, 0, &ok, &clean)) != NESSIE_OK)
             return A_DONE;
         if (!ok) {
             count_abort(op, NESSIE_ABORT_CAS_FAILED);
@@ -1384,16 +1574,22 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     /* Step 6: commit: the same CAS a takeover would make, so only one of them happens. PUT: the
      * entry becomes valid. DELETE (A.1.5 step 6): the tombstone is committed, then unlinked. */
     bool committed;
-    if ((*status = commit_own(op, mine, DTE_BUSY, &committed)) != NESSIE_OK)
+    if ((*status = commit_own(op, mine, &committed)) != NESSIE_OK)
         return A_DONE;
     if (!committed) {
-        /* Only this call abandons its own entry, and it has not: cannot happen. */
+        /* Only this call abandons its own entry, and it has not: cannot happen. Say so, and
+         * report the outcome as what it is: unknown. */
         log_error("protocol: own entry %016llx could not be committed", (unsigned long long)mine);
-        *status = NESSIE_INVALID;
+        *status = NESSIE_TIMEOUT;
+        op->mine = 0;
         return A_DONE;
     }
+    op->mine = 0; /* committed: nothing to abandon any more, whatever happens below */
     if (w->mode == W_DELETE) {
-        if (ite_cas(op, op->pos[cand], mine, 0, &ok) == NESSIE_OK && ok)
+        /* The DELETE took effect at its commit; unlinking the committed tombstone is
+         * housekeeping (if it fails, the key's next write replaces it and recycles it). */
+        bool clean;
+        if (ite_cas_resolve(op, op->pos[cand], mine, 0, &ok, &clean) == NESSIE_OK && ok)
             rec_push(op, mine);
     }
     /* Step 7: recycle what the call replaced. */
@@ -1421,6 +1617,18 @@ static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void
     op_init(&op, ctx, kind, key, klen);
     int status = NESSIE_OK;
     RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
+    if (status != NESSIE_OK && status != NESSIE_TIMEOUT && op.mine) {
+        /* A definite failure must have no effect, ever (nessie.h): take our published entry
+         * back out, or report the effect unknown if even that cannot be made sure of. */
+        bool done;
+        uint64_t version;
+        if (abandon_mine(&op, &done, &version) != NESSIE_OK) {
+            status = NESSIE_TIMEOUT;
+        } else if (done) {
+            w->version_out = version;
+            status = NESSIE_OK;
+        }
+    }
     if (status != NESSIE_TIMEOUT) {
         /* A call that ends refused (exists, not stored, ...) after an earlier attempt of it
          * unlinked entries still owes their recycling: its own entry is out of the index by then

@@ -71,27 +71,38 @@ static uint64_t page_of(const struct slab *s, uint64_t off)
     return (off - s->hdr->pages_offset) / s->hdr->page_bytes;
 }
 
-/* Put a slot on its class's free list, and count it free in its page (for rebalancing). */
+/* The i-th free slot of class c, oldest first. */
+static uint64_t *free_at(struct slab_class *c, size_t i) { return &c->free[(c->head + i) % c->cap]; }
+
+/* Put a slot at the tail of its class's free ring, and count it free in its page (for
+ * rebalancing). Returns -1 on out of memory (the slot is then found again by a scan). */
 static int push_free(struct slab *s, uint32_t cls, uint64_t off)
 {
     struct slab_class *c = &s->cls[cls];
     if (c->nfree == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 256;
-        uint64_t *p = realloc(c->free, cap * sizeof(*p));
+        uint64_t *p = malloc(cap * sizeof(*p));
         if (!p)
             return -1;
+        for (size_t i = 0; i < c->nfree; i++)
+            p[i] = *free_at(c, i);
+        free(c->free);
         c->free = p;
         c->cap = cap;
+        c->head = 0;
     }
-    c->free[c->nfree++] = off;
+    *free_at(c, c->nfree++) = off;
     s->page_free[page_of(s, off)]++;
     return 0;
 }
 
-/* Take the last free slot of class cls (there is one). */
+/* Take the oldest free slot of class cls (there is one). */
 static uint64_t pop_free(struct slab *s, uint32_t cls)
 {
-    uint64_t off = s->cls[cls].free[--s->cls[cls].nfree];
+    struct slab_class *c = &s->cls[cls];
+    uint64_t off = *free_at(c, 0);
+    c->head = (c->head + 1) % c->cap;
+    c->nfree--;
     s->page_free[page_of(s, off)]--;
     return off;
 }
@@ -106,14 +117,24 @@ static uint64_t slots_per_page(const struct slab *s, uint32_t cls)
     return s->hdr->page_bytes / s->cls[cls].slot_bytes;
 }
 
-/* A slot is free when both of its first words are zero: never used, or reset by the scan. */
+/* A slot is free when its state has no flag (never used, or reset by the scan; its generation
+ * stays) and no quarantine is running. */
 static bool slot_free(struct slab *s, uint64_t off)
 {
-    return atomic_load_explicit(word_at(s->base, off + DTE_OFF_STATE), memory_order_acquire) == 0 &&
-           atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire) == 0;
+    uint64_t st = atomic_load_explicit(word_at(s->base, off + DTE_OFF_STATE), memory_order_acquire);
+    return (st & DTE_FLAGS_MASK) == 0 &&
+           atomic_load_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), memory_order_acquire) == 0;
 }
 
-int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh)
+uint64_t slab_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh,
+              uint64_t quarantine_ms)
 {
     uint32_t sizes[ITE_MAX_CLASSES];
     uint64_t page_bytes, page_count, pages_offset;
@@ -127,6 +148,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
     s->hdr = region;
     s->page_class = s->base + DATA_HDR_BYTES;
     s->nclasses = n;
+    s->quarantine_ms = quarantine_ms;
     pthread_mutex_init(&s->lock, NULL);
 
     struct data_hdr *h = s->hdr;
@@ -180,6 +202,10 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
         s->cls[c].slots += per;
         for (uint64_t i = 0; i < per; i++) {
             uint64_t off = page_offset(s, p) + i * sizes[c];
+            /* A quarantine started by a previous process restarts: its clock is not ours to
+             * trust (another boot, for all this process knows). */
+            atomic_store_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), 0,
+                                  memory_order_relaxed);
             if (slot_free(s, off) && push_free(s, c, off) != 0) {
                 slab_close(s);
                 return -1;
@@ -217,27 +243,42 @@ static int grow_class(struct slab *s, uint32_t cls)
      * written slot also finds the page's class. */
     atomic_store_explicit((_Atomic uint8_t *)&s->page_class[p], (uint8_t)cls, memory_order_release);
     s->cls[cls].slots += per;
-    /* Push in reverse so slots are handed out in address order. */
-    for (uint64_t i = per; i-- > 0;)
+    for (uint64_t i = 0; i < per; i++)
         if (push_free(s, cls, page_offset(s, p) + i * s->cls[cls].slot_bytes) != 0)
             return -1;
     return 0;
 }
 
-/* Free an expired recycled slot. Called with the lock held. */
+/* Start the quarantine of a slot newly marked recycled, or free it once the quarantine is over.
+ * Called with the lock held. */
 static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint64_t now_ms)
 {
-    uint64_t r = atomic_load_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), memory_order_acquire);
-    if (!(r & DTE_RECYCLED))
+    _Atomic uint64_t *state = word_at(s->base, off + DTE_OFF_STATE);
+    _Atomic uint64_t *quarantine = word_at(s->base, off + DTE_OFF_QUARANTINE);
+    uint64_t st = atomic_load_explicit(state, memory_order_acquire);
+    if (!(st & DTE_RECYCLED))
         return false;
-    if ((r & DTE_RECYCLE_MS_MASK) >= now_ms) {
+    uint64_t q = atomic_load_explicit(quarantine, memory_order_relaxed);
+    if (q == 0) {
+        /* First sight of the mark: the period starts at the mark if this owner made it (its
+         * time is in the state word, set by the marking CAS itself), else now, on this owner's
+         * clock. Either is after the unlink, so every reader that read the ITE before the unlink
+         * started its attempt earlier still, and times out first (rates of monotonic clocks
+         * agree; their values are never compared). Only this scan writes the word, under the
+         * lock, before it frees the slot: a late writer could otherwise stamp a later life. */
+        uint64_t marked = dte_marked_ms(st);
+        q = (marked ? marked - 1 : now_ms) + s->quarantine_ms;
+        atomic_store_explicit(quarantine, q, memory_order_relaxed);
+    }
+    if (q > now_ms) {
         s->cls[cls].recycled_pass++;
         return false;
     }
-    /* Expired: no operation that could still hold its ITE is alive (they all time out within one
-     * expiration period), so the slot can be reset and reused. */
-    atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
-    atomic_store_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), 0, memory_order_release);
+    /* Over: no operation that could still hold its ITE is alive (they all time out within one
+     * expiration period), so the slot can be reset and reused. The flags go, the generation of
+     * its last life stays for the next allocation to bump. A late CAS naming that life fails. */
+    atomic_store_explicit(quarantine, 0, memory_order_relaxed);
+    atomic_store_explicit(state, dte_state(dte_gen(st), 0), memory_order_release);
     return push_free(s, cls, off) == 0;
 }
 
@@ -296,13 +337,6 @@ static uint64_t total_slots(const struct slab *s)
     return n;
 }
 
-static uint64_t realtime_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Give class cls a page that another class holds entirely free (memcached's slab reassignment):
  * without it, pages stay with whichever class took them first, and a workload whose item sizes
@@ -332,23 +366,30 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
     uint8_t d = s->page_class[best];
     struct slab_class *dc = &s->cls[d];
     size_t kept = 0;
-    for (size_t i = 0; i < dc->nfree; i++)
-        if (page_of(s, dc->free[i]) != best)
-            dc->free[kept++] = dc->free[i];
+    for (size_t i = 0; i < dc->nfree; i++) {
+        uint64_t off = *free_at(dc, i);
+        if (page_of(s, off) != best)
+            *free_at(dc, kept++) = off;
+    }
     dc->nfree = kept;
     dc->slots -= slots_per_page(s, d);
     s->page_free[best] = 0;
     uint64_t per = slots_per_page(s, cls);
     for (uint64_t i = 0; i < per; i++) {
         uint64_t off = page_offset(s, best) + i * s->cls[cls].slot_bytes;
-        atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), 0, memory_order_relaxed);
-        atomic_store_explicit(word_at(s->base, off + DTE_OFF_RECYCLE), 0, memory_order_relaxed);
+        /* The new slots have no life of their own to count from; one of the page's old slots
+         * of the same class and offset may have (a page that comes back), so each starts at a
+         * generation drawn from its offset and the rebalance count, not at 0. */
+        uint32_t gen = (uint32_t)((off / ITE_UNIT) * 2654435761u + s->rebalanced * 40503u);
+        atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), dte_state(gen, 0),
+                              memory_order_relaxed);
+        atomic_store_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), 0, memory_order_relaxed);
     }
     atomic_store_explicit((_Atomic uint8_t *)&s->page_class[best], (uint8_t)cls,
                           memory_order_release);
     s->cls[cls].slots += per;
     s->rebalanced++;
-    for (uint64_t i = per; i-- > 0;)
+    for (uint64_t i = 0; i < per; i++)
         if (push_free(s, cls, page_offset(s, best) + i * s->cls[cls].slot_bytes) != 0)
             return -1;
     return 0;
@@ -379,7 +420,7 @@ int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset)
          * for expiry (the caller waits for them: slab_pending), one full pass otherwise. */
         uint64_t all = total_slots(s);
         bool pending = c->recycled + c->recycled_pass > 0;
-        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, realtime_ms(),
+        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
                     (int)cls);
         if (c->nfree == 0)
             rebalance_locked(s, cls);
@@ -395,8 +436,10 @@ int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset)
 
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
 {
-    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_STATE), 0, memory_order_relaxed);
-    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_RECYCLE), 0, memory_order_release);
+    _Atomic uint64_t *state = word_at(s->base, offset + DTE_OFF_STATE);
+    uint64_t st = atomic_load_explicit(state, memory_order_relaxed);
+    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_QUARANTINE), 0, memory_order_relaxed);
+    atomic_store_explicit(state, dte_state(dte_gen(st), 0), memory_order_release);
     pthread_mutex_lock(&s->lock);
     if (push_free(s, cls, offset) != 0)
         log_warn("slab: out of memory returning a slot; it is found again by the next scan");

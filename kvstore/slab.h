@@ -17,8 +17,11 @@
 
 struct slab_class {
     uint32_t slot_bytes;
-    uint64_t *free;       /* stack of free slot offsets */
-    size_t nfree, cap;
+    /* Free slot offsets, a FIFO ring (free[head], then the next nfree - 1 modulo cap): the slot
+     * freed longest ago is reused first, so a slot's lives are as far apart as the free slots
+     * allow, not one quarantine apart as a stack would make them (layout.h, "Lives"). */
+    uint64_t *free;
+    size_t head, nfree, cap;
     uint64_t slots;       /* slots in pages assigned to this class */
     /* Marked recycled and not yet expired: counted by the recycle scan as it passes, published
      * when a pass over all pages completes (a stat, possibly one pass old). */
@@ -38,6 +41,7 @@ struct slab {
     uint64_t scan_page, scan_slot; /* cursor of the incremental recycle scan */
     uint32_t *page_free;  /* per page: its slots on a free list (process memory, rebuilt) */
     uint64_t rebalanced;  /* pages moved from one class to another */
+    uint64_t quarantine_ms; /* a recycled slot is freed this long after the scan first sees it */
 };
 
 /* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
@@ -46,28 +50,37 @@ uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class
                        uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset);
 
 /* Format a new region (fresh=true) or re-attach an existing one and rebuild the free lists.
- * Returns 0, or -1 (logged) if the region's header does not match the configuration. */
-int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh);
+ * quarantine_ms: how long a slot marked recycled stays out of use, from the moment this owner's
+ * scan first sees the mark (on this owner's monotonic clock; a re-attach starts every pending
+ * quarantine again). Returns 0, or -1 (logged) if the region's header does not match the
+ * configuration. */
+int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh,
+              uint64_t quarantine_ms);
 void slab_close(struct slab *s);
 
 /* Smallest class whose slots hold `bytes`, or -1 if none (too big). */
 int slab_class_for(const struct slab *s, uint64_t bytes);
 
-/* Take a free slot of class cls: free list, else a new page, else a scan for expired recycled
- * slots, else a page another class holds entirely free. Returns 0 and *offset, or -1 when the
- * region has nothing of that size (out of memory). */
+/* Take a free slot of class cls: free list (oldest first), else a new page, else a scan for
+ * recycled slots whose quarantine is over, else a page another class holds entirely free.
+ * Returns 0 and *offset, or -1 when the region has nothing of that size (out of memory). The
+ * slot's state word still holds the generation of its last life (the caller bumps it). */
 int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
 
 /* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw
  * them: an allocation that failed may succeed once they expire (within one period). */
 bool slab_pending(struct slab *s, uint32_t cls);
 
-/* Give back a slot that was never made visible (its CAS failed): no expiry needed. */
+/* Give back a slot that was never made visible (its CAS failed for sure): no quarantine. */
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
 
-/* Scan up to max_slots slots from the cursor; return to the free lists every slot marked
- * recycled whose expiry (ms, CLOCK_REALTIME) is before now_ms. Returns how many it freed. */
+/* Scan up to max_slots slots from the cursor: start the quarantine of slots newly marked
+ * recycled, and return to the free lists those whose quarantine ended before now_ms (this
+ * owner's CLOCK_MONOTONIC, ms). Returns how many it freed. */
 size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
+
+/* This owner's CLOCK_MONOTONIC in ms: the clock of quarantines. */
+uint64_t slab_now_ms(void);
 
 /* Call fn on every slot of every assigned page (for the leak sweep and tests). */
 void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),

@@ -157,6 +157,12 @@ int main(int argc, char **argv)
     struct nessie_node *nd;
     if (nessie_node_open(&cfg.engine, &nd) != NESSIE_OK)
         goto out_config;
+    /* A node that comes back learns any flush_all it missed before it serves (nessie.h). */
+    struct nessie_ctx *first;
+    if (nessie_ctx_create(nd, &first) == NESSIE_OK) {
+        nessie_flush_catch_up(first);
+        nessie_ctx_destroy(first);
+    }
     struct recep_recycler *rec;
     if (recep_recycler_start(nd, cfg.recyclers, cfg.sweep_every_s, &rec) != 0)
         goto out_node;

@@ -72,8 +72,13 @@ memcached_return_t shim_status(int rc)
     case WIRE_TOO_BIG: return MEMCACHED_E2BIG;
     case WIRE_NO_MEMORY:
     case WIRE_INDEX_FULL: return MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE;
+    /* Unknown outcome: the call may have taken effect, or may still (nessie.h). A memcached
+     * client reads MEMCACHED_TIMEOUT the same way. */
     case WIRE_TIMEOUT: return MEMCACHED_TIMEOUT;
     case WIRE_BAD_KEY: return MEMCACHED_BAD_KEY_PROVIDED;
+    /* A node the call needed is unreachable, and the call had no effect: what libmemcached
+     * answers for a server it did not send the request to, being in its retry timeout. */
+    case WIRE_FABRIC_ERROR: return MEMCACHED_SERVER_TEMPORARILY_DISABLED;
     default: return transport(rc);
     }
 }

@@ -463,6 +463,31 @@ static int node_main(uint32_t id, bool restart)
 
 /* --- after the run: stuck keys, leaks, linearizability ------------------------------------- */
 
+/* What the index holds for a key: each of its positions, and the entry each names. */
+static void describe_key(struct nessie_node **nodes, const char *key)
+{
+    uint64_t pos[8];
+    const struct nessie_config *cfg = nessie_node_config(nodes[0]);
+    nessie_key_positions(nodes[0], key, strlen(key), pos);
+    for (uint32_t i = 0; i < cfg->ways; i++) {
+        uint32_t n = (uint32_t)(pos[i] / cfg->index_slots);
+        const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_INDEX);
+        uint64_t ite = idx[pos[i] % cfg->index_slots];
+        fprintf(stderr, "  I_%u node %u slot %" PRIu64 ": %016" PRIx64, i + 1, n,
+                pos[i] % cfg->index_slots, ite);
+        if (ite && ite_node(ite) < (uint32_t)opt_nodes) {
+            const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[ite_node(ite)]),
+                                                       FAB_REGION_DATA);
+            const struct dte_hdr *h = (const struct dte_hdr *)(data + ite_offset(ite));
+            fprintf(stderr, " -> gen %u state %" PRIx64 " quarantine %" PRIu64 " prev %016" PRIx64
+                            " key '%.*s' kind %u flags8 %u creator %" PRIx64 " created %" PRIu64,
+                    ite_gen(ite), h->state, h->quarantine_ms, h->prev_ite, (int)h->key_len,
+                    (const char *)(h + 1), h->kind, h->flags8, h->creator, h->created_ns);
+        }
+        fputc('\n', stderr);
+    }
+}
+
 /* Read every key from every node once more; record the reads in the history too (they are
  * checked like any other), and count keys that cannot be read. */
 static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
@@ -489,8 +514,10 @@ static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
                 e.flags_out = it.flags;
                 e.version_out = it.version;
             } else if (rc != NESSIE_NOT_FOUND) {
-                if (!opt_quiet)
+                if (!opt_quiet) {
                     fprintf(stderr, "stuck: %s on node %d: %s\n", key, n, nessie_strerror(rc));
+                    describe_key(nodes, key);
+                }
                 stuck++;
                 continue;
             }
@@ -547,10 +574,10 @@ static uint64_t count_leaks(struct nessie_node **nodes)
             for (uint64_t off = dh->pages_offset + p * dh->page_bytes;
                  off + slot <= dh->pages_offset + (p + 1) * dh->page_bytes; off += slot) {
                 const struct dte_hdr *h = (const struct dte_hdr *)(data + off);
-                if (h->state == 0 && h->recycle == 0)
+                if (!(h->state & DTE_BUSY))
                     continue; /* free */
-                if (h->recycle & DTE_RECYCLED)
-                    continue; /* waiting for its expiry */
+                if (h->state & DTE_RECYCLED)
+                    continue; /* waiting for its quarantine to end */
                 gint64 loc = (gint64)(((uint64_t)n << 40) | off);
                 if (g_hash_table_contains(ref, &loc))
                     continue;
@@ -784,8 +811,18 @@ int main(int argc, char **argv)
     /* Runs with faults leave entries behind by design: those of killed writers, and those of
      * writers that could not learn whether their CAS ran (taken over, or swept, later). */
     bool faulty = opt_crash_every || opt_inject > 0 || opt_stall_every > 0;
-    if (faulty)
+    if (faulty) {
         usleep((useconds_t)grace_us); /* entries the killed writers left are orphans now */
+        /* Orphan ages are judged on their owner's published clock: publish each node's, as its
+         * recycler thread does in a daemon. */
+        for (int n = 0; n < opt_nodes; n++) {
+            struct nessie_ctx *ctx;
+            if (nessie_ctx_create(nodes[n], &ctx) != NESSIE_OK)
+                return 2;
+            nessie_recycle_run(ctx, 0);
+            nessie_ctx_destroy(ctx);
+        }
+    }
     uint64_t stuck = final_reads(nodes, extra);
     uint64_t swept = 0;
     if (faulty) {
