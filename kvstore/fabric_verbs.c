@@ -20,8 +20,14 @@
  *
  * Failures. A connection that cannot be set up, or a QP that went to error (peer gone, retries
  * exhausted), makes its requests complete with FAB_ERR_UNREACH, never a hang: requests that
- * could not be posted get a completion made here, and the NIC flushes the others. The next
- * request to that peer, once nothing is in flight to it, connects again.
+ * could not be posted get a completion made here, and the NIC flushes the others.
+ *
+ * Dead nodes. The first such failure marks the node down for the whole process: from then on
+ * every request to it, from every endpoint, fails at once (no endpoint connects to it, so no
+ * worker waits for a connect to a host that is gone), and the prober thread alone tries to
+ * reach it, with a connection of its own, at growing intervals. When a probe connects, the node
+ * is up again and endpoints reconnect their QPs on their next request to it (a connect to a live
+ * node takes milliseconds).
  */
 #include "fabric_int.h"
 
@@ -61,6 +67,17 @@
  * starts over once a connect succeeds; the first is short so a restarted peer is found soon. */
 #define VERBS_RETRY_FIRST_MS 100
 #define VERBS_RETRY_MAX_MS 5000
+/* The prober tries a down node after these waits, doubling: soon enough that a restarted node
+ * serves again within a fraction of a second, rarely enough that a node gone for good costs
+ * nothing (each probe of a gone host blocks only the prober, for up to 3 connect steps). */
+#define VERBS_PROBE_FIRST_MS 50
+#define VERBS_PROBE_MAX_MS 2000
+/* A request outstanding this long is to a node that is gone: its QP is moved to the error state,
+ * which completes everything in flight on it with an error, and the node is marked down. The
+ * NIC's own retries (VERBS_ACK_TIMEOUT) should end it sooner, but rxe does not always: a
+ * request to a killed process was seen outstanding for minutes. Longer than a live peer under
+ * load ever takes (milliseconds, even in a TCG guest), shorter than any operation's budget. */
+#define VERBS_REQUEST_TIMEOUT_MS 1500
 #define VERBS_HELLO_MAGIC 0x4E565242u /* "NVRB" */
 
 /* Connection private data, both ways: who is asking (request) and where the regions are (reply).
@@ -91,6 +108,13 @@ struct verbs_fab {
      * use. Only the listener thread touches this, and close after joining it. */
     struct rdma_cm_id **accepted;
     size_t naccepted, accepted_cap;
+    /* Per node: since when (monotonic ns) it is believed down, 0 if not. Set by any endpoint
+     * that fails to reach it, cleared by the prober only. */
+    _Atomic uint64_t *down_since;
+    pthread_t prober;
+    pthread_mutex_t probe_lock;
+    pthread_cond_t probe_cond;    /* a node went down, or close: the prober looks again */
+    bool probe_stop;
 };
 
 struct verbs_conn {
@@ -99,6 +123,7 @@ struct verbs_conn {
     struct verbs_hello peer;             /* its regions */
     bool up;
     bool broken;                         /* QP in error or never connected: reconnect when idle */
+    bool flushed;                        /* moved to the error state by us: completions follow */
     uint32_t inflight;
     uint64_t retry_ns;                   /* no connect attempt before this (monotonic) */
     uint32_t backoff_ms;                 /* the wait after the next failed attempt */
@@ -112,6 +137,7 @@ struct verbs_req {                       /* a request in flight, indexed by its 
     uint32_t node;
     struct ibv_mr *tmp_mr;               /* registered caller buffer, or NULL (bounce slot) */
     bool used;
+    uint64_t posted_ns;                  /* monotonic, for VERBS_REQUEST_TIMEOUT_MS */
 };
 
 struct verbs_ep {
@@ -123,6 +149,7 @@ struct verbs_ep {
     struct verbs_conn *conn;             /* per node */
     struct fab_wc *synth;                /* completions made here (requests never posted) */
     uint32_t nsynth;
+    uint64_t next_check_ns;              /* when an idle poll next looks for stuck requests */
 };
 
 static uint64_t mono_ns(void)
@@ -130,6 +157,23 @@ static uint64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Note that node is unreachable: every endpoint fails its requests to it at once from now on,
+ * and the prober starts trying it. */
+static void mark_down(struct fab *fab, uint32_t node)
+{
+    struct verbs_fab *v = fab->priv;
+    uint64_t zero = 0;
+    if (node == fab->cfg.self)
+        return; /* our own regions: never down while we run */
+    if (atomic_compare_exchange_strong(&v->down_since[node], &zero, mono_ns())) {
+        log_warn("fabric verbs: node %u (%s) is down: its requests fail at once until a probe "
+                 "reaches it", node, fab->cfg.addrs[node]);
+        pthread_mutex_lock(&v->probe_lock);
+        pthread_cond_signal(&v->probe_cond);
+        pthread_mutex_unlock(&v->probe_lock);
+    }
 }
 
 /* Remember an accepted connection. Returns 0, or -1 (out of memory: the caller rejects it). */
@@ -237,6 +281,8 @@ static int allow_remote(struct ibv_qp *qp)
                                                IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC};
     return ibv_modify_qp(qp, &a, IBV_QP_ACCESS_FLAGS);
 }
+
+static void *prober_main(void *arg);
 
 /* The listener: accepts peers' connections with a QP that answers their requests. */
 static void *listener_main(void *arg)
@@ -417,8 +463,26 @@ static int verbs_open(struct fab *fab, bool *created)
         log_error("fabric verbs: cannot start the listener");
         goto fail_pipe;
     }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the prober waits on monotonic time */
+    pthread_cond_init(&v->probe_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&v->probe_lock, NULL);
+    if (!(v->down_since = calloc(cfg->nodes, sizeof(*v->down_since))) ||
+        pthread_create(&v->prober, NULL, prober_main, fab) != 0) {
+        log_error("fabric verbs: cannot start the prober");
+        goto fail_listener;
+    }
     return FAB_OK;
 
+fail_listener:
+    free(v->down_since);
+    pthread_cond_destroy(&v->probe_cond);
+    pthread_mutex_destroy(&v->probe_lock);
+    if (write(v->stop_pipe[1], "x", 1) != 1)
+        log_warn("fabric verbs: cannot stop the listener: %s", strerror(errno));
+    pthread_join(v->listener, NULL);
 fail_pipe:
     close(v->stop_pipe[0]);
     close(v->stop_pipe[1]);
@@ -449,6 +513,14 @@ fail_free:
 static void verbs_close(struct fab *fab)
 {
     struct verbs_fab *v = fab->priv;
+    pthread_mutex_lock(&v->probe_lock);
+    v->probe_stop = true;
+    pthread_cond_signal(&v->probe_cond);
+    pthread_mutex_unlock(&v->probe_lock);
+    pthread_join(v->prober, NULL);
+    pthread_cond_destroy(&v->probe_cond);
+    pthread_mutex_destroy(&v->probe_lock);
+    free(v->down_since);
     if (write(v->stop_pipe[1], "x", 1) != 1)
         log_warn("fabric verbs: cannot stop the listener: %s", strerror(errno));
     pthread_join(v->listener, NULL);
@@ -498,15 +570,16 @@ static void conn_drop(struct verbs_conn *c)
     c->id = NULL;
     c->ec = NULL;
     c->up = false;
+    c->flushed = false;
 }
 
-/* Connect ep's QP to node. Returns 0, or -1 (logged) with nothing left behind. */
-static int conn_open(struct fab_ep *ep, uint32_t node)
+/* Connect c to node with a QP on cq able to hold depth requests. Returns 0, or -1 (logged) with
+ * nothing left behind. Blocks for up to 3 connect steps of VERBS_CONNECT_MS on a host that is
+ * gone: endpoints call it only for nodes not known down, the prober for the others. */
+static int conn_connect(struct fab *fab, struct verbs_conn *c, uint32_t node, struct ibv_cq *cq,
+                        uint32_t depth)
 {
-    struct fab *fab = ep->fab;
     struct verbs_fab *v = fab->priv;
-    struct verbs_ep *e = ep->priv;
-    struct verbs_conn *c = &e->conn[node];
     struct sockaddr_storage sa;
     socklen_t salen;
     struct rdma_cm_event *ev;
@@ -536,8 +609,8 @@ static int conn_open(struct fab_ep *ep, uint32_t node)
         goto fail;
     }
     struct ibv_qp_init_attr qa = {
-        .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 1,
-        .cap = {.max_send_wr = ep->depth, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+        .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 1,
+        .cap = {.max_send_wr = depth, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
     if (rdma_create_qp(c->id, v->pd, &qa) != 0 || allow_remote(c->id->qp) != 0) {
         log_warn("fabric verbs: cannot create a QP to node %u: %s", node, strerror(errno));
         goto fail;
@@ -571,6 +644,85 @@ static int conn_open(struct fab_ep *ep, uint32_t node)
 fail:
     conn_drop(c);
     return -1;
+}
+
+/* Connect ep's QP to node. Returns 0, or -1 (logged) with nothing left behind. */
+static int conn_open(struct fab_ep *ep, uint32_t node)
+{
+    struct verbs_ep *e = ep->priv;
+    return conn_connect(ep->fab, &e->conn[node], node, e->cq, ep->depth);
+}
+
+/*
+ * The prober: the only thread that tries to reach nodes believed down. A probe is a whole
+ * connection (address, route, connect, the peer's hello checked), then closed: a node that
+ * answers it as itself serves again. Tries each down node after VERBS_PROBE_FIRST_MS, doubling
+ * to VERBS_PROBE_MAX_MS.
+ */
+static void *prober_main(void *arg)
+{
+    struct fab *fab = arg;
+    struct verbs_fab *v = fab->priv;
+    uint32_t n = fab->cfg.nodes;
+    uint64_t *next = calloc(n, sizeof(*next));
+    uint32_t *wait_ms = calloc(n, sizeof(*wait_ms));
+    if (!next || !wait_ms) {
+        log_error("fabric verbs: out of memory for the prober; down nodes stay down");
+        free(next);
+        free(wait_ms);
+        return NULL;
+    }
+    pthread_mutex_lock(&v->probe_lock);
+    while (!v->probe_stop) {
+        uint64_t now = mono_ns(), soonest = UINT64_MAX;
+        for (uint32_t i = 0; i < n && !v->probe_stop; i++) {
+            if (atomic_load(&v->down_since[i]) == 0) {
+                next[i] = 0;
+                wait_ms[i] = 0;
+                continue;
+            }
+            if (next[i] == 0) { /* newly down */
+                wait_ms[i] = VERBS_PROBE_FIRST_MS;
+                next[i] = now + (uint64_t)wait_ms[i] * 1000000ULL;
+            }
+            if (next[i] <= now) {
+                pthread_mutex_unlock(&v->probe_lock);
+                struct verbs_conn c = {0};
+                int rc = conn_connect(fab, &c, i, v->passive_cq, 1);
+                conn_drop(&c);
+                pthread_mutex_lock(&v->probe_lock);
+                now = mono_ns();
+                if (rc == 0) {
+                    log_info("fabric verbs: node %u (%s) is reachable again, after %.1f s", i,
+                             fab->cfg.addrs[i], (double)(now - atomic_load(&v->down_since[i])) / 1e9);
+                    atomic_store(&v->down_since[i], 0);
+                    next[i] = 0;
+                    continue;
+                }
+                wait_ms[i] = wait_ms[i] * 2 > VERBS_PROBE_MAX_MS ? VERBS_PROBE_MAX_MS : wait_ms[i] * 2;
+                next[i] = now + (uint64_t)wait_ms[i] * 1000000ULL;
+            }
+            if (next[i] < soonest)
+                soonest = next[i];
+        }
+        if (v->probe_stop)
+            break;
+        if (soonest == UINT64_MAX) {
+            pthread_cond_wait(&v->probe_cond, &v->probe_lock);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t until = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec +
+                             (soonest > now ? soonest - now : 0);
+            ts.tv_sec = (time_t)(until / 1000000000ULL);
+            ts.tv_nsec = (long)(until % 1000000000ULL);
+            pthread_cond_timedwait(&v->probe_cond, &v->probe_lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&v->probe_lock);
+    free(next);
+    free(wait_ms);
+    return NULL;
 }
 
 static int verbs_ep_init(struct fab_ep *ep)
@@ -663,13 +815,18 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
             continue;
         uint32_t node = wrs[i].node;
         struct verbs_conn *c = &e->conn[node];
-        if ((!c->up || c->broken) && c->inflight == 0) {
+        bool down = atomic_load_explicit(&v->down_since[node], memory_order_relaxed) != 0;
+        if (down && c->up && !c->broken && c->inflight == 0) {
+            conn_drop(c); /* a QP to a node gone: its next connect comes after a probe */
+        }
+        if (!down && (!c->up || c->broken) && c->inflight == 0) {
             uint64_t now = mono_ns();
             if (now >= c->retry_ns) {
                 conn_drop(c);
                 if (conn_open(ep, node) == 0) {
                     c->backoff_ms = 0;
                 } else {
+                    mark_down(ep->fab, node);
                     if (c->backoff_ms == 0)
                         c->backoff_ms = VERBS_RETRY_FIRST_MS;
                     c->retry_ns = mono_ns() + (uint64_t)c->backoff_ms * 1000000ULL;
@@ -684,14 +841,15 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
                 continue;
             done[j] = true;
             const struct fab_wr *w = &wrs[j];
-            if (!c->up || c->broken) {
-                synth_fail(e, w);
+            if (!c->up || c->broken || down) {
+                synth_fail(e, w); /* fails at once: no wait for a node known down */
                 continue;
             }
             uint32_t s = e->free_slots[--e->nfree];
             struct verbs_req *rq = &e->req[s];
             *rq = (struct verbs_req){.wr_id = w->wr_id, .opcode = w->opcode, .local = w->local,
-                                     .length = w->length, .node = node, .used = true};
+                                     .length = w->length, .node = node, .used = true,
+                                     .posted_ns = mono_ns()};
             void *buf = e->bounce + (size_t)s * VERBS_BOUNCE_SLOT;
             uint32_t lkey = e->bounce_mr->lkey;
             if (w->length > VERBS_BOUNCE_SLOT) {
@@ -776,6 +934,39 @@ static enum fab_status status_of(enum ibv_wc_status st)
     }
 }
 
+/*
+ * Requests that will not complete by themselves: to a node marked down (by any endpoint), or
+ * outstanding longer than VERBS_REQUEST_TIMEOUT_MS (then the node is marked down). Their QP is
+ * moved to the error state, so the NIC completes all it holds with a flush error now; whether
+ * such a request ran is unknown to the caller, as for any failed completion (fabric.h).
+ */
+static void flush_stuck(struct fab_ep *ep, uint64_t now)
+{
+    struct verbs_ep *e = ep->priv;
+    struct verbs_fab *v = ep->fab->priv;
+    for (uint32_t s = 0; s < ep->depth; s++) {
+        struct verbs_req *rq = &e->req[s];
+        if (!rq->used)
+            continue;
+        struct verbs_conn *c = &e->conn[rq->node];
+        bool down = atomic_load_explicit(&v->down_since[rq->node], memory_order_relaxed) != 0;
+        bool late = now - rq->posted_ns > (uint64_t)VERBS_REQUEST_TIMEOUT_MS * 1000000ULL;
+        if (c->flushed || !c->id || !c->id->qp || !(down || late))
+            continue;
+        if (late && !down) {
+            log_warn("fabric verbs: a request to node %u is outstanding after %d ms",
+                     rq->node, VERBS_REQUEST_TIMEOUT_MS);
+            mark_down(ep->fab, rq->node);
+        }
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        if (ibv_modify_qp(c->id->qp, &a, IBV_QP_STATE) != 0)
+            log_warn("fabric verbs: cannot move the QP to node %u to the error state: %s",
+                     rq->node, strerror(errno));
+        c->flushed = true;
+        c->broken = true;
+    }
+}
+
 static int verbs_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
 {
     struct verbs_ep *e = ep->priv;
@@ -792,6 +983,15 @@ static int verbs_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
         log_error("fabric verbs: ibv_poll_cq failed");
         return got;
     }
+    if (k == 0 && got == 0) {
+        /* Nothing came: now and then (an idle poll is a spin), look for requests that never
+         * will. */
+        uint64_t now = mono_ns();
+        if (now >= e->next_check_ns) {
+            e->next_check_ns = now + 1000000ULL;
+            flush_stuck(ep, now);
+        }
+    }
     for (int i = 0; i < k; i++) {
         uint32_t s = (uint32_t)wc[i].wr_id;
         struct verbs_req *rq = &e->req[s];
@@ -799,9 +999,12 @@ static int verbs_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
         if (st == FAB_OK && !rq->tmp_mr && rq->opcode != FAB_OP_WRITE)
             memcpy(rq->local, e->bounce + (size_t)s * VERBS_BOUNCE_SLOT, rq->length);
         if (st != FAB_OK) {
-            if (wc[i].status != IBV_WC_WR_FLUSH_ERR)
+            if (wc[i].status != IBV_WC_WR_FLUSH_ERR) {
                 log_warn("fabric verbs: request to node %u: %s", rq->node,
                          ibv_wc_status_str(wc[i].status));
+                if (st == FAB_ERR_UNREACH)
+                    mark_down(ep->fab, rq->node);
+            }
             e->conn[rq->node].broken = true;
         }
         e->conn[rq->node].inflight--;

@@ -5,12 +5,14 @@
 #   stress   nessie-stress --check on 3 node processes with --fabric verbs
 #   crash    the same while a random node is killed (kill -9) and restarted every 3 s: its
 #            peers' requests fail and reconnect, and nothing is lost, stuck or leaked
+#   dead     a node killed for good for 4 s while the others run checked: what they answered
+#            and how fast they failed meanwhile (the dead-node: line), then it comes back
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
-# Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), RXE_STEPS (default
-# "fabric stress crash shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
+# RXE_STEPS (default "fabric stress crash dead shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -58,6 +60,17 @@ crash() {
         --crash-every 3000 --check --quiet
 }
 
+# dead: the last node is killed for good (kill -9) 1.5 s into the run and stays down 4 s while
+# the others go on; its peers learn it is down from their first failed request and fail every
+# later one to it at once, their prober alone tries it until it is back. Prints the dead-node:
+# line (calls answered and failed meanwhile, and how fast the failures came), then the usual
+# check: no violation, nothing stuck or leaked once it is back.
+dead() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7440 --nodes 3 --threads 2 \
+        --keys 64 --index-slots 32 --ops "${DEAD_OPS:-20000}" --expiration-ms 100 \
+        --kill-node-at 1500 --dead-for 4000 --check --quiet
+}
+
 shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
@@ -100,7 +113,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"

@@ -53,6 +53,7 @@ struct event {
     uint8_t op;               /* enum lc_op */
     uint8_t outcome;          /* enum lc_outcome */
     uint8_t done;             /* the response was recorded */
+    uint8_t status;           /* the engine's status (enum nessie_status) */
     uint32_t vlen, outlen, flags_in, flags_out;
     uint64_t delta, cas_in, num_out, version_out;
     char val[VAL_MAX];
@@ -66,6 +67,7 @@ static gint64 opt_index_slots = 64, opt_data_bytes = 1 << 20, opt_budget = 0;
 static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
 static gdouble opt_inject = 0;
 static gint opt_stall_every = 0, opt_stall_ms = 0;
+static gint opt_kill_at = 0, opt_dead_for = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL;
@@ -97,6 +99,12 @@ static GOptionEntry entries[] = {
      "every MS, each thread stalls one operation between two of its steps (default: never)", "MS"},
     {"stall-ms", 0, 0, G_OPTION_ARG_INT, &opt_stall_ms,
      "how long a stall lasts (default: 3 expiration periods)", "MS"},
+    {"kill-node-at", 0, 0, G_OPTION_ARG_INT, &opt_kill_at,
+     "kill the last node (kill -9) MS after the start, once, and keep it down --dead-for MS; "
+     "prints a dead-node: line on what the live nodes' calls did meanwhile", "MS"},
+    {"dead-for", 0, 0, G_OPTION_ARG_INT, &opt_dead_for,
+     "how long the node killed by --kill-node-at stays down before it restarts (default 3000)",
+     "MS"},
     {"check", 'c', 0, G_OPTION_ARG_NONE, &opt_check,
      "check every key's history for linearizability", NULL},
     {"quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "print only the summary", NULL},
@@ -355,6 +363,7 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
         break;
     }
     e->ret_ns = mono_ns();
+    e->status = (uint8_t)rc;
     e->outcome = (uint8_t)outcome_of(e->op, rc);
     if (e->outcome == LC_UNKNOWN)
         e->version_out = 0;
@@ -596,6 +605,70 @@ static uint64_t count_leaks(struct nessie_node **nodes)
     return leaked;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * --kill-node-at: what the live nodes' calls did while the victim was down, by whether the key's
+ * index positions are all on live nodes ("clear": nothing of the key's index is on the dead
+ * node; its value may still be, if it was written there before the kill) or not. Definite
+ * failures are timed: once the node is known down they should come back at once.
+ */
+static void dead_node_report(struct nessie_node **nodes, uint64_t total, int victim,
+                             uint64_t kill_ns, uint64_t back_ns)
+{
+    const struct nessie_config *cfg = nessie_node_config(nodes[0]);
+    bool clear[1024];
+    for (int k = 0; k < opt_keys; k++) {
+        char key[32];
+        uint64_t pos[8];
+        key_name(key, sizeof(key), k);
+        nessie_key_positions(nodes[0], key, strlen(key), pos);
+        clear[k] = true;
+        for (uint32_t i = 0; i < cfg->ways; i++)
+            clear[k] = clear[k] && (int)(pos[i] / cfg->index_slots) != victim;
+    }
+    uint64_t n[2] = {0}, ok[2] = {0}, failed[2] = {0}, unknown[2] = {0}, nfail = 0;
+    uint64_t *lat = malloc((total + 1) * sizeof(*lat));
+    uint64_t per_node = per_thread * (uint64_t)opt_threads;
+    for (uint64_t i = 0; i < total && lat; i++) {
+        const struct event *e = &hist[i];
+        if ((int)(i / per_node) == victim || !e->call_ns || !e->done || e->call_ns < kill_ns ||
+            (back_ns && e->call_ns >= back_ns))
+            continue;
+        int c = clear[e->key] ? 0 : 1;
+        n[c]++;
+        if (e->status == NESSIE_FABRIC_ERROR) {
+            failed[c]++;
+            lat[nfail++] = e->ret_ns - e->call_ns;
+        } else if (e->outcome == LC_UNKNOWN) {
+            unknown[c]++;
+        } else {
+            ok[c]++; /* a definite answer: hit, miss, stored, not stored... */
+        }
+    }
+    double p50 = 0, p99 = 0, max = 0;
+    if (nfail) {
+        qsort(lat, nfail, sizeof(*lat), cmp_u64);
+        p50 = (double)lat[nfail / 2] / 1e6;
+        p99 = (double)lat[nfail * 99 / 100] / 1e6;
+        max = (double)lat[nfail - 1] / 1e6;
+    }
+    free(lat);
+    int nclear = 0;
+    for (int k = 0; k < opt_keys; k++)
+        nclear += clear[k];
+    printf("dead-node: node %d down %.2f s; calls of the live nodes meanwhile: keys clear of it "
+           "(%d of %d keys): %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " unknown; "
+           "keys that need it: %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " unknown; "
+           "failures took p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+           victim, back_ns ? (double)(back_ns - kill_ns) / 1e9 : 0.0, nclear, opt_keys, ok[0],
+           failed[0], unknown[0], ok[1], failed[1], unknown[1], p50, p99, max);
+}
+
 static int by_call(gconstpointer a, gconstpointer b)
 {
     const struct lc_event *x = a, *y = b;
@@ -702,6 +775,8 @@ int main(int argc, char **argv)
     g_option_context_free(oc);
     if (opt_stall_ms == 0)
         opt_stall_ms = 3 * opt_expiration_ms;
+    if (opt_dead_for == 0)
+        opt_dead_for = 3000;
     if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 1024 ||
         opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1 || opt_inject < 0 ||
         opt_inject > 1 || opt_stall_every < 0 || opt_stall_ms < 0) {
@@ -758,9 +833,31 @@ int main(int argc, char **argv)
     int failed = 0, running = opt_nodes;
     uint64_t restarts = 0, crash_rng = (uint64_t)opt_seed * 2654435761u + 7;
     uint64_t next_crash = mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
+    /* --kill-node-at: the last node dies once, stays down, comes back. */
+    const int victim = opt_nodes - 1;
+    uint64_t kill_ns = opt_kill_at ? t0 + (uint64_t)opt_kill_at * 1000000ULL : 0, back_ns = 0;
+    bool dead = false;
     while (running > 0) {
         int st;
-        pid_t pid = waitpid(-1, &st, opt_crash_every ? WNOHANG : 0);
+        if (kill_ns && !dead && !back_ns && mono_ns() >= kill_ns && pids[victim] > 0) {
+            kill(pids[victim], SIGKILL);
+            waitpid(pids[victim], &st, 0);
+            kill_ns = mono_ns();
+            dead = true;
+            if (!opt_quiet)
+                fprintf(stderr, "nessie-stress: killed node %d; it stays down %d ms\n", victim,
+                        opt_dead_for);
+        }
+        if (dead && mono_ns() >= kill_ns + (uint64_t)opt_dead_for * 1000000ULL) {
+            back_ns = mono_ns();
+            dead = false;
+            if (!opt_quiet)
+                fprintf(stderr, "nessie-stress: node %d starts again\n", victim);
+            pids[victim] = fork();
+            if (pids[victim] == 0)
+                _exit(node_main((uint32_t)victim, true));
+        }
+        pid_t pid = waitpid(-1, &st, opt_crash_every || opt_kill_at ? WNOHANG : 0);
         if (pid > 0) {
             for (int n = 0; n < opt_nodes; n++) {
                 if (pids[n] != pid)
@@ -776,8 +873,11 @@ int main(int argc, char **argv)
             }
             continue;
         }
-        if (!opt_crash_every)
+        if (!opt_crash_every) {
+            if (opt_kill_at)
+                usleep(1000);
             continue;
+        }
         if (mono_ns() < next_crash) {
             usleep(1000);
             continue;
@@ -810,7 +910,7 @@ int main(int argc, char **argv)
     uint64_t grace_us = ((uint64_t)opt_expiration_ms * 50 + 2ULL * (uint64_t)opt_expiration_ms + 5) * 1000;
     /* Runs with faults leave entries behind by design: those of killed writers, and those of
      * writers that could not learn whether their CAS ran (taken over, or swept, later). */
-    bool faulty = opt_crash_every || opt_inject > 0 || opt_stall_every > 0;
+    bool faulty = opt_crash_every || opt_inject > 0 || opt_stall_every > 0 || opt_kill_at;
     if (faulty) {
         usleep((useconds_t)grace_us); /* entries the killed writers left are orphans now */
         /* Orphan ages are judged on their owner's published clock: publish each node's, as its
@@ -873,6 +973,11 @@ int main(int argc, char **argv)
     ops = 0;
     for (uint64_t i = 0; i < total; i++)
         ops += hist[i].call_ns != 0;
+    bool never_killed = opt_kill_at && !back_ns;
+    if (never_killed)
+        fprintf(stderr, "nessie-stress: the run ended before --kill-node-at: give it more --ops\n");
+    else if (opt_kill_at)
+        dead_node_report(nodes, total, victim, kill_ns, back_ns);
     uint64_t injected = 0, stalls = 0;
     for (int n = 0; n < opt_nodes; n++) {
         injected += atomic_load(&sh->node[n].injected);
@@ -891,5 +996,6 @@ int main(int argc, char **argv)
     g_array_free(extra, TRUE);
     free(nodes);
     free(pids);
-    return (failed || violations || stuck || leaked || (undecided && !faulty)) ? 1 : 0;
+    return (failed || violations || stuck || leaked || (undecided && !faulty) || never_killed) ? 1
+                                                                                             : 0;
 }

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine_int.h" /* nessie_recycle: a late mark, as the recycler would make it */
 #include "layout.h"
 #include "nessie.h"
 
@@ -1341,6 +1342,86 @@ static void test_stall_past_expiration_no_aba(void **state)
     check_value(C.ctx[2], "k", "v3");
 }
 
+/* Hole 3 of issue 14: a recycle mark that arrives late (a second mark of an entry already
+ * recycled, freed and reused: a staged mark retried after a lost completion, a recycler stalled
+ * past the quarantine) must not end the slot's next life. Marks are CASes naming the life. */
+static void one_node_fast(struct nessie_config *c)
+{
+    c->expiration_ms = 10;
+    c->background_recycle = false;
+}
+
+static uint64_t linked_word(const char *k, uint64_t slots)
+{
+    uint64_t p[8];
+    nessie_key_positions(C.node[0], k, strlen(k), p);
+    for (int i = 0; i < 3; i++)
+        if (ite_at(p[i], slots))
+            return ite_at(p[i], slots);
+    return 0;
+}
+
+static void test_late_recycle_mark_is_harmless(void **state)
+{
+    (void)state;
+    const uint64_t slots = 256;
+    cluster_open(1, slots, 1 << 20, one_node_fast);
+    assert_int_equal(set(C.ctx[0], "k", "v1"), NESSIE_OK);
+    uint64_t old = linked_word("k", slots);
+    assert_true(old != 0);
+    assert_int_equal(set(C.ctx[0], "k", "v2"), NESSIE_OK); /* old is marked recycled */
+    sleep_ms(30);
+    nessie_recycle_run(C.ctx[0], 1 << 20); /* its quarantine is over: freed */
+    char key[16];
+    for (int i = 0; i < 64; i++) { /* one of these takes old's slot */
+        snprintf(key, sizeof(key), "z%d", i);
+        assert_int_equal(set(C.ctx[0], key, "zz"), NESSIE_OK);
+    }
+    nessie_recycle(C.ctx[0], old); /* the late mark */
+    sleep_ms(30);
+    nessie_recycle_run(C.ctx[0], 1 << 20);
+    for (int i = 0; i < 64; i++) { /* reuse whatever was freed */
+        snprintf(key, sizeof(key), "y%d", i);
+        assert_int_equal(set(C.ctx[0], key, "yyyy"), NESSIE_OK);
+    }
+    for (int i = 0; i < 64; i++) {
+        snprintf(key, sizeof(key), "z%d", i);
+        check_value(C.ctx[0], key, "zz");
+    }
+    check_value(C.ctx[0], "k", "v2");
+}
+
+/* Hole 5 of issue 14 (dead nodes): flush_all stopped at the first unreachable node, so nodes
+ * disagreed about it. Now it reaches every live node, and a node that was down learns it
+ * (nessie_flush_catch_up, which a daemon runs before it serves) when it returns. */
+static void test_flush_with_a_node_down(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, NULL);
+    char k[32];
+    for (int i = 0; i < 30; i++) {
+        snprintf(k, sizeof(k), "f%d", i);
+        assert_int_equal(set(C.ctx[i % 3], k, "old"), NESSIE_OK);
+    }
+    faults_on(0, (struct fault_script){.down = 2 + 1}); /* node 0 cannot reach node 2 */
+    assert_int_equal(nessie_flush(C.ctx[0]), NESSIE_OK);
+    faults_off(0);
+    /* Node 1 serves the flush already; node 2 does not know it yet. */
+    for (int i = 0; i < 30; i++) {
+        snprintf(k, sizeof(k), "f%d", i);
+        struct nessie_item it;
+        int rc = nessie_get(C.ctx[1], k, strlen(k), &it);
+        assert_true(rc == NESSIE_NOT_FOUND);
+    }
+    nessie_flush_catch_up(C.ctx[2]); /* node 2 comes back */
+    for (int i = 0; i < 30; i++) {
+        snprintf(k, sizeof(k), "f%d", i);
+        check_value(C.ctx[2], k, NULL);
+    }
+    assert_int_equal(set(C.ctx[2], "after", "new"), NESSIE_OK);
+    check_value(C.ctx[0], "after", "new");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1376,6 +1457,8 @@ int main(void)
         cmocka_unit_test_teardown(test_fabric_error_after_publish_has_no_effect, teardown),
         cmocka_unit_test_teardown(test_lost_cas_completion, teardown),
         cmocka_unit_test_teardown(test_stall_past_expiration_no_aba, teardown),
+        cmocka_unit_test_teardown(test_late_recycle_mark_is_harmless, teardown),
+        cmocka_unit_test_teardown(test_flush_with_a_node_down, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
