@@ -199,7 +199,9 @@ int nessie_ctx_create(struct nessie_node *nd, struct nessie_ctx **out)
     if (!ctx)
         return NESSIE_NO_MEMORY;
     ctx->node = nd;
-    if (fab_ep_create(nd->fab, 0, &ctx->ep) != FAB_OK) {
+    ctx->clock_seen = calloc(nd->cfg.nodes, sizeof(*ctx->clock_seen));
+    if (!ctx->clock_seen || fab_ep_create(nd->fab, 0, &ctx->ep) != FAB_OK) {
+        free(ctx->clock_seen);
         free(ctx);
         return NESSIE_NO_MEMORY;
     }
@@ -207,6 +209,7 @@ int nessie_ctx_create(struct nessie_node *nd, struct nessie_ctx **out)
         ctx->cache = cache_create(nd->cfg.cache_bytes, nd->cfg.cache_entries);
         if (!ctx->cache) {
             fab_ep_destroy(ctx->ep);
+            free(ctx->clock_seen);
             free(ctx);
             return NESSIE_NO_MEMORY;
         }
@@ -248,6 +251,7 @@ void nessie_ctx_destroy(struct nessie_ctx *ctx)
         free(ctx->buf[b]);
     cache_destroy(ctx->cache);
     fab_ep_destroy(ctx->ep);
+    free(ctx->clock_seen);
     free(ctx);
 }
 

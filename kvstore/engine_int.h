@@ -70,6 +70,12 @@ struct nessie_ctx {
      * source, [2] a value being built (append, incr). */
     unsigned char *buf[3];
     size_t cap[3];
+    /* Per node: the clock it last published, and when (our monotonic ns) we first read that
+     * value: a clock that stops advancing (its owner dead, or its recycler stalled) still ages
+     * its entries by the time we have watched it stand still (protocol.c, owner_clock). */
+    struct nessie_clock_seen {
+        uint64_t published, first_seen;
+    } *clock_seen;
 };
 
 #define CTR_ADD(field, n) \

@@ -435,18 +435,35 @@ static bool item_dead(struct nessie_node *nd, const struct dte_hdr *h)
     return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
 }
 
-/* The monotonic clock of the node that owns ite's entry, as it last published it (this node's
- * own, read directly). Returns false if it cannot be read. */
+/*
+ * The monotonic clock of the node that owns ite's entry (this node's own, read directly), as a
+ * lower bound: the value it last published, plus the time we have seen that same value stand
+ * (the owner's clock has advanced at least that much since, as clocks' rates agree; an owner
+ * that died, or whose recycler stalled, still lets its entries age). Only durations of our own
+ * clock are added to a value of its: values of two clocks are never compared. Returns false if
+ * the clock cannot be read.
+ */
 static bool owner_clock(struct op *op, uint64_t ite, uint64_t *now)
 {
-    if (ite_node(ite) == op->node->cfg.self) {
+    uint32_t node = ite_node(ite);
+    if (node == op->node->cfg.self) {
         *now = nessie_mono_ns();
         return true;
     }
-    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = ite_node(ite), .region = FAB_REGION_DATA,
-                        .offset = DATA_HDR_OFF_CLOCK, .local = now, .length = 8};
+    uint64_t published;
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = node, .region = FAB_REGION_DATA,
+                        .offset = DATA_HDR_OFF_CLOCK, .local = &published, .length = 8};
     CTR_ADD(OPC(op->ctx).dte_reads, 1);
-    return fab_exec(op->ctx->ep, &wr) == FAB_OK;
+    if (node >= op->node->cfg.nodes || fab_exec(op->ctx->ep, &wr) != FAB_OK)
+        return false;
+    struct nessie_clock_seen *seen = &op->ctx->clock_seen[node];
+    uint64_t mine = nessie_mono_ns();
+    if (seen->published != published || seen->first_seen == 0) {
+        seen->published = published;
+        seen->first_seen = mine;
+    }
+    *now = published + (mine - seen->first_seen);
+    return true;
 }
 
 /* An uncommitted entry older than the grace period: its writer is gone or gave up. Its age is

@@ -1422,6 +1422,40 @@ static void test_flush_with_a_node_down(void **state)
     check_value(C.ctx[0], "after", "new");
 }
 
+/* Orphan ages are judged on the owner's clock (hole 4 of issue 14: never compare two hosts'
+ * clocks). An owner that publishes nothing while its writer is held (no recycler, or dead) must
+ * still let its orphans age: the observer adds the time it has watched the published value
+ * stand. Node 1's writer is held before its commit; node 2 writes the key until a takeover lets
+ * it through. */
+static void silent_owner_cfg(struct nessie_config *c)
+{
+    c->expiration_ms = 10;
+    c->op_timeout_ms = 300; /* grace: 320 ms */
+}
+
+static int silent_tries;
+static void write_until_taken_over(void)
+{
+    int rc;
+    do
+        rc = set(C.ctx[2], "k", "v3");
+    while (rc == NESSIE_TIMEOUT && ++silent_tries < 10);
+    assert_int_equal(rc, NESSIE_OK);
+}
+
+static void test_orphan_of_a_silent_owner_ages(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, silent_owner_cfg);
+    assert_int_equal(set(C.ctx[0], "k", "v1"), NESSIE_OK);
+    script(C.ctx[1], NESSIE_HOOK_PUT_BEFORE_COMMIT, -1, write_until_taken_over);
+    int rc = set(C.ctx[1], "k", "v2");
+    assert_true(S.fired);
+    assert_true(rc == NESSIE_OK || rc == NESSIE_TIMEOUT);
+    assert_true(nessie_ctx_counters(C.ctx[2])->takeovers >= 1);
+    check_value(C.ctx[0], "k", "v3");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1459,6 +1493,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stall_past_expiration_no_aba, teardown),
         cmocka_unit_test_teardown(test_late_recycle_mark_is_harmless, teardown),
         cmocka_unit_test_teardown(test_flush_with_a_node_down, teardown),
+        cmocka_unit_test_teardown(test_orphan_of_a_silent_owner_ages, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
