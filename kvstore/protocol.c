@@ -887,12 +887,12 @@ static void dte_free_unpublished(struct op *op, uint64_t ite)
 /*
  * The writer's last step (A.1.3 step 6, A.1.4 step 8): BUSY -> COMMITTED on our own DTE, naming
  * its life. Sets *committed when the entry is committed: by us, or by a takeover that beat us to
- * it. Nobody unlinks an entry in progress while its writer runs (step 4 never clears one, and
- * only its writer abandons it), so if the slot is in another life already, this call stalled
- * past the grace period, a takeover committed the entry and it was replaced since: committed
- * too. *committed stays false only for an entry abandoned or recycled uncommitted, which cannot
- * happen. A lost completion is resolved by reading the word (it is in this node's memory).
- * Returns NESSIE_FABRIC_ERROR if the CAS cannot be made.
+ * it. *committed stays false only for an entry abandoned or recycled uncommitted, which cannot
+ * happen (step 4 never clears an entry in progress, and only its writer abandons it). A lost
+ * completion is resolved by reading the word (it is in this node's memory). Returns
+ * NESSIE_FABRIC_ERROR if the CAS cannot be made, NESSIE_TIMEOUT if the slot is in another life
+ * already: this call stalled past the grace period and the outcome is unknown (a takeover
+ * committed it, most likely; the leak sweep may have taken an entry never linked).
  */
 static int commit_own(struct op *op, uint64_t ite, bool *committed)
 {
@@ -907,7 +907,9 @@ static int commit_own(struct op *op, uint64_t ite, bool *committed)
             *committed = true;
             return NESSIE_OK;
         }
-        if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY) || (old & DTE_COMMITTED)) {
+        if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY))
+            return NESSIE_TIMEOUT; /* another life already: unknown (model N5) */
+        if (old & DTE_COMMITTED) {
             *committed = true; /* a takeover, or our own CAS whose completion was lost */
             return NESSIE_OK;
         }
@@ -1258,6 +1260,35 @@ static bool rec_has(const struct op *op, uint64_t ite)
 }
 
 /*
+ * Point our own entry e's previous version at prev, if e is still in the life we wrote it in,
+ * uncommitted and not recycled (only then is the slot ours to write; a call stalled past the
+ * grace period may find it committed by a takeover, replaced and reused since). Returns whether
+ * it wrote. The window between the check and the write is a few instructions, not a step.
+ */
+static bool set_prev(struct op *op, uint64_t e, uint64_t prev)
+{
+    uint64_t st;
+    fab_local_read(op->node->fab, FAB_REGION_DATA, ite_offset(e) + DTE_OFF_STATE, &st, sizeof(st));
+    if (dte_gen(st) != ite_gen(e) || (st & (DTE_COMMITTED | DTE_RECYCLED)) || !(st & DTE_BUSY))
+        return false;
+    fab_local_write(op->node->fab, FAB_REGION_DATA,
+                    ite_offset(e) + __builtin_offsetof(struct dte_hdr, prev_ite), &prev,
+                    sizeof(prev));
+    return true;
+}
+
+/* This call's entry is in another life already: it stalled past the grace period, and a
+ * takeover committed the entry, which was replaced and recycled since; or it was never linked
+ * and the leak sweep took it back. Whether the call took effect is unknown. What it unlinked is
+ * left to the leak sweep (its previous version may be linked again). */
+static int lost_track(struct op *op)
+{
+    op->mine = 0;
+    op->nrec = 0;
+    return NESSIE_TIMEOUT;
+}
+
+/*
  * Take this call's uncommitted entry back out of the index, so that the call has no effect:
  *   1. its previous version is made one that this call unlinked itself (the candidate's old
  *      entry, or a duplicate step 4 cleared): whoever links it again (this call, or a takeover
@@ -1268,7 +1299,10 @@ static bool rec_has(const struct op *op, uint64_t ite)
  *      of the abandoned entry does it after the grace period.
  * Sets *done when the entry had been committed already (a takeover, or a lost completion of
  * our own commit): the call took effect then, with *version. Returns NESSIE_FABRIC_ERROR when
- * step 2 cannot be made (op->mine stays: the effect is unknown).
+ * step 2 cannot be made (op->mine stays: the effect is unknown), NESSIE_TIMEOUT when the entry is
+ * in another life already (lost_track). The previous version is never recycled by this call
+ * once it has been offered for linking again: if step 3 fails, it may be linked by a takeover
+ * and replaced since, somebody else's to recycle (model N3); the leak sweep takes it otherwise.
  */
 static int abandon_mine(struct op *op, bool *done, uint64_t *version)
 {
@@ -1278,12 +1312,13 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
         return NESSIE_OK;
     struct dte_hdr h;
     mine_hdr(op, e, &h);
+    if (dte_gen(h.state) != ite_gen(e) || !(h.state & DTE_BUSY))
+        return lost_track(op);
     uint64_t back = !ite_empty(h.prev_ite) && rec_has(op, h.prev_ite) ? h.prev_ite
                                                                        : op->mine_replaced;
-    if (back != h.prev_ite) /* step 1: our own memory, published by the CAS below */
-        fab_local_write(op->node->fab, FAB_REGION_DATA,
-                        ite_offset(e) + __builtin_offsetof(struct dte_hdr, prev_ite), &back,
-                        sizeof(back));
+    /* Step 1: our own memory, published by the CAS below. */
+    if (back != h.prev_ite && !(h.state & DTE_COMMITTED) && !set_prev(op, e, back))
+        return lost_track(op);
     /* Step 2. */
     uint64_t expect = dte_state(ite_gen(e), DTE_BUSY), old = 0;
     bool abandoned = false;
@@ -1293,9 +1328,10 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
                            sizeof(old)); /* a lost completion: what is the word now? */
         else if (old == expect)
             old |= DTE_ABANDONED;
-        if (dte_gen(old) != ite_gen(e) || !(old & DTE_BUSY) || (old & DTE_COMMITTED)) {
-            /* Committed (a takeover, or our commit whose completion was lost), or unlinked by
-             * a later write's step 4 (and maybe reused since): the write took effect. */
+        if (dte_gen(old) != ite_gen(e) || !(old & DTE_BUSY))
+            return lost_track(op); /* model N1 */
+        if (old & DTE_COMMITTED) {
+            /* Committed: by a takeover, or by our own commit whose completion was lost. */
             *done = true;
             *version = op->mine_version;
             op->mine = 0;
@@ -1317,11 +1353,7 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
     }
     if (rc == NESSIE_OK && !ok && now == e)
         rc = NESSIE_FABRIC_ERROR; /* still linked: the takeover of the abandoned entry ends it */
-    if (rc != NESSIE_OK || ok || (now == back && !ite_empty(back))) {
-        /* Linked again, by us or by a takeover (or, unknown, by the takeover to come): not ours
-         * to recycle any more. */
-        rec_remove(op, back);
-    }
+    rec_remove(op, back); /* linked again, or offered to be: see above */
     /* Not linked where it was: never published, or linked again over, or unlinked by somebody
      * else (who recycles it too: a second mark of the same life is harmless, and nobody else
      * would if it never was published). Unknown: the takeover of the abandoned entry will. */
@@ -1329,6 +1361,17 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
         nessie_recycle(op->ctx, e);
     op->mine = 0;
     return NESSIE_OK;
+}
+
+/* A duplicate made our entry's previous version (step 4) was not unlinked after all: point the
+ * previous version back at the candidate's old entry, which we did unlink (model N7). */
+static void unadopt_dup(struct op *op, uint64_t mine, uint64_t *dup)
+{
+    if (!*dup)
+        return;
+    if (set_prev(op, mine, op->mine_replaced))
+        op->mine_prev_live = false;
+    *dup = 0;
 }
 
 /* The call is finished (it took effect): recycle what it replaced. */
@@ -1504,6 +1547,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     }
 
     /* Step 4: clear duplicates of the key in I_{cnd+1}..I_n, in order. */
+    uint64_t adopted_dup = 0; /* made our previous version, not yet unlinked */
     for (uint32_t j = (uint32_t)cand + 1; j < op->n; j++) {
         uint64_t ite, t = nessie_mono_ns();
         if ((*status = ite_read(op, op->pos[j], &ite)) != NESSIE_OK)
@@ -1555,20 +1599,33 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             /* The duplicate is the value readers see (the candidate was empty or dead): make it
              * our entry's previous version before unlinking it, so that readers meeting our
              * entry, and a rollback of it, still find that value. */
-            fab_local_write(nd->fab, FAB_REGION_DATA,
-                            ite_offset(mine) + __builtin_offsetof(struct dte_hdr, prev_ite), &ite,
-                            sizeof(ite));
+            if (!set_prev(op, mine, ite)) {
+                *status = lost_track(op);
+                return A_DONE;
+            }
             op->mine_prev_live = true;
+            adopted_dup = ite;
         }
         /* Step 4.4 */
-        EXPIRED_RETRY(op);
+        if (attempt_expired(op)) {
+            unadopt_dup(op, mine, &adopted_dup);
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
         bool clean;
-        if ((*status = ite_cas_resolve(op, op->pos[j], ite, 0, &ok, &clean)) != NESSIE_OK)
+        if ((*status = ite_cas_resolve(op, op->pos[j], ite, 0, &ok, &clean)) != NESSIE_OK) {
+            /* Whether the duplicate is still linked is unknown, and our entry names it: neither
+             * abandoning (its restore could lose the duplicate, or link it twice) nor
+             * recycling it is safe. Leave the entry for a takeover to commit (model N7). */
+            *status = NESSIE_TIMEOUT;
             return A_DONE;
+        }
         if (!ok) {
+            unadopt_dup(op, mine, &adopted_dup);
             count_abort(op, NESSIE_ABORT_CAS_FAILED);
             return A_RETRY;
         }
+        adopted_dup = 0;
         rec_push(op, ite);
         op->seen[j] = 0;
     }
@@ -1591,8 +1648,11 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     /* Step 6: commit: the same CAS a takeover would make, so only one of them happens. PUT: the
      * entry becomes valid. DELETE (A.1.5 step 6): the tombstone is committed, then unlinked. */
     bool committed;
-    if ((*status = commit_own(op, mine, &committed)) != NESSIE_OK)
+    if ((*status = commit_own(op, mine, &committed)) != NESSIE_OK) {
+        if (*status == NESSIE_TIMEOUT)
+            lost_track(op);
         return A_DONE;
+    }
     if (!committed) {
         /* Only this call abandons its own entry, and it has not: cannot happen. Say so, and
          * report the outcome as what it is: unknown. */
