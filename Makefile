@@ -79,7 +79,7 @@ STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
 .PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick rxe-selftest \
-	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan
+	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
@@ -195,6 +195,11 @@ check: all $(UNIT_BIN)
 bench-quick: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/quick.sh
+
+# The protocol's SPIN model (model/README.md): the new design must pass every scenario, today's
+# old design must fail.
+model: deps
+	@model/run.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all
