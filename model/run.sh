@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# run.sh - model-check the Nessie protocol model (model/nessie.pml) with SPIN.
+#
+#   model/run.sh            the new design must pass every scenario, the old (today's) design
+#                           must fail; exit 0 only if both hold
+#   model/run.sh --quick    scenarios 1 and 2 only (about 40 s)
+#   model/run.sh --holes    also show that each refinement of the new design is needed: the new
+#                           design with one refinement switched off must fail (about 1 min more)
+#   model/run.sh --keep     keep the work directory (trails: spin -t <defines> nessie.pml there)
+#
+# Installs nothing: needs spin (Debian package "spin") and a C compiler. Works in a temporary
+# directory. Runs at most two verifications at once, under nice; each is exhaustive (-DCOLLAPSE:
+# lossless state compression), capped at MEMLIM MB and TIMEOUT seconds.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+quick=0; holes=0; keep=0
+for a in "$@"; do
+    case $a in
+    --quick) quick=1 ;;
+    --holes) holes=1 ;;
+    --keep) keep=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $a" >&2; exit 2 ;;
+    esac
+done
+
+for tool in spin gcc timeout; do
+    command -v $tool >/dev/null 2>&1 || { echo "run.sh: $tool not found (spin: apt-get install spin)" >&2; exit 2; }
+done
+
+JOBS=${JOBS:-2}
+MEMLIM=${MEMLIM:-3500}
+TIMEOUT=${TIMEOUT:-600}
+work=$(mktemp -d "${TMPDIR:-/tmp}/nessie-model.XXXXXX")
+[ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
+cp "$here/nessie.pml" "$here/hunt_c.never" "$work/"
+
+# variant NAME EXPECT "spin -D flags" [claim]   (EXPECT: pass | fail)
+variant() {
+    local name=$1 expect=$2 defs=$3 claim=${4:-}
+    local d="$work/$name" t0 t1 rc
+    mkdir -p "$d"; cp "$work/nessie.pml" "$work/hunt_c.never" "$d/"
+    (
+        cd "$d" || exit 1
+        t0=$(date +%s.%N)
+        cflags="-O2 -DSAFETY -DCOLLAPSE -DMEMLIM=$MEMLIM -DVECTORSZ=2048"
+        nflag=""
+        if [ -n "$claim" ]; then nflag="-N $claim"; cflags="$cflags -DNOREDUCE"; fi
+        if ! spin $defs -a $nflag nessie.pml >spin.out 2>&1; then
+            echo "$name|$expect|ERROR|spin -a failed|0" >result; exit 0
+        fi
+        if ! gcc $cflags -o pan pan.c >gcc.out 2>&1; then
+            echo "$name|$expect|ERROR|gcc failed|0" >result; exit 0
+        fi
+        nice -n 10 timeout "$TIMEOUT" ./pan -m300000 -w26 >pan.out 2>&1; rc=$?
+        t1=$(date +%s.%N)
+        local secs states errors what
+        secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+        states=$(awk '/states, stored/{print $1; exit}' pan.out)
+        errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.out | head -1)
+        what=$(grep -m1 -oE '^pan:[0-9]+: .{0,70}' pan.out | sed 's/^pan:[0-9]*: //' | tr '|' '/')
+        if [ $rc = 124 ]; then what="time limit"; errors=""; fi
+        # an incomplete search proves nothing: memory cap, depth limit, time limit
+        if grep -qE "Search not completed|max search depth too small|reached -DMEMLIM" pan.out && [ "${errors:-0}" = 0 ]; then
+            errors=""; what="search not completed (raise MEMLIM)"
+        fi
+        echo "$name|$expect|${errors:-?}|${what:-}|${states:-?}|$secs|$defs" >result
+    )
+}
+
+# queue: run at most JOBS variants at once
+pids=()
+queue() {
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n 2>/dev/null || sleep 1; done
+    variant "$@" &
+}
+
+# --- what runs -------------------------------------------------------------------------------
+# scenarios (see README.md): 1 faults, 2 stall/ABA, 3 cuckoo (3 clients), 4 two writers + faults,
+# 5 DELETE + two PUTs on the owner node (memory waits, rollback); 6 hole-c hunting ground
+if [ $quick = 1 ]; then scen="1 2"; else scen="1 2 3 4 5"; fi
+for s in $scen; do queue "new-scen$s" pass "-DSCEN=$s"; done
+for s in $scen; do
+    # scenario 3 has no fault and one epoch: none of the old holes fits in it (information only)
+    if [ $s = 3 ]; then queue "old-scen$s" info "-DSCEN=$s -DOLD_DESIGN"; else queue "old-scen$s" fail "-DSCEN=$s -DOLD_DESIGN"; fi
+done
+[ $quick = 1 ] || queue "old-hunt-c" fail "-DSCEN=6 -DOLD_DESIGN -DHUNT_C" hunt_c.never
+if [ $holes = 1 ]; then
+    queue "new-without-abandon-rule"   fail "-DSCEN=1 -DNAIVE_ABANDON"
+    queue "new-without-reread-rule"    fail "-DSCEN=1 -DREREAD_FREES"
+    queue "new-without-prev-to-sweep"  fail "-DSCEN=1 -DROLLBACK_RECYCLES_PREV"
+    queue "new-without-memwait-rule"   fail "-DSCEN=5 -DMEMWAIT_NOMEM"
+    queue "new-without-commit-rule"    fail "-DSCEN=2 -DMAXE=3 -DCOMMIT_FAIL_INVALID"
+    queue "new-without-step4-rule"     fail "-DSCEN=5 -DMAXF=1 -DMAXC=1 -DSTEP4_CLEARS_BUSY"
+    queue "new-without-step4-prev"     fail "-DSCEN=5 -DMAXF=1 -DSTEP4_PREV_UNRESOLVED"
+    queue "new-without-generations"    fail "-DSCEN=2 -DGENS=1"
+fi
+wait
+
+# --- report ----------------------------------------------------------------------------------
+ok=1; newpass=1; oldfail=0
+printf '%-28s %-6s %-10s %10s %8s  %s\n' variant expect result states seconds "first violation"
+for r in "$work"/*/result; do
+    IFS='|' read -r name expect errors what states secs defs <"$r"
+    if [ "$errors" = "0" ]; then res=PASS; elif [ "$errors" = "?" ] || [ "$errors" = "ERROR" ]; then res=INCOMPLETE; else res=FAIL; fi
+    printf '%-28s %-6s %-10s %10s %8s  %s\n' "$name" "$expect" "$res" "$states" "$secs" "$what"
+    case "$name:$res" in
+    new-scen*:PASS) ;;
+    new-scen*:*) newpass=0 ;;
+    old-*:FAIL) oldfail=1 ;;
+    esac
+    if [ "$expect" = fail ] && [ "$res" != FAIL ] && [ "${name#new-}" != "$name" ]; then ok=0; fi
+done
+[ $keep = 1 ] && echo "work directory kept: $work (replay a trail: cd there/<variant> && spin -t <its -D flags> nessie.pml)"
+if [ $newpass = 1 ] && [ $oldfail = 1 ] && [ $ok = 1 ]; then
+    echo "model: OK (new design: no violation in any scenario; old design: violations found)"
+    exit 0
+fi
+echo "model: FAILED (new design passes: $newpass, old design fails: $oldfail)"
+exit 1
