@@ -59,7 +59,22 @@ variant() {
         secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
         states=$(awk '/states, stored/{print $1; exit}' pan.out)
         errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.out | head -1)
-        what=$(grep -m1 -oE '^pan:[0-9]+: .{0,70}' pan.out | sed 's/^pan:[0-9]*: //' | tr '|' '/')
+        what=$(grep -m1 -oE '^pan:[0-9]+: .*' pan.out | sed 's/^pan:[0-9]*: //')
+        case "$what" in
+        "") ;;
+        *"assert"*linok*) what="not linearizable (1)" ;;
+        *"ite[0]==0"*) what="ITE names a dead life, or a live entry's prev is dead (2)" ;;
+        *everlinked*) what="slot freed at once though an ITE named it (2)" ;;
+        *onfree*) what="slot freed twice (2)" ;;
+        *"vgen=="*) what="GET returned another life's contents (2)" ;;
+        *hvis*|*"hres[vcreator]"*|*"hres[d["*) what="a definite failure took effect (3)" ;;
+        *"st&2"*) what="a key stuck on an uncommitted entry (4)" ;;
+        *leaked*) what="leaked slot (4)" ;;
+        *oldgen*) what="hole c: rollback abandoned another life" ;;
+        *"d[s_].gen=="*) what="hole c: blind mark hit another life" ;;
+        *"invalid end state"*) what="a process blocked forever" ;;
+        *) what=$(printf '%s' "$what" | cut -c1-60 | tr '|' '/') ;;
+        esac
         if [ $rc = 124 ]; then what="time limit"; errors=""; fi
         # an incomplete search proves nothing: memory cap, depth limit, time limit
         if grep -qE "Search not completed|max search depth too small|reached -DMEMLIM" pan.out && [ "${errors:-0}" = 0 ]; then
