@@ -546,7 +546,9 @@ static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
  */
 static uint64_t count_leaks(struct nessie_node **nodes)
 {
-    GHashTable *ref = g_hash_table_new(g_int64_hash, g_int64_equal);
+    /* Keys are freed by the table: an entry referenced twice (an ITE and an uncommitted
+     * entry's previous version) is added twice, and the second add replaces the first key. */
+    GHashTable *ref = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
     GArray *keys = g_array_new(FALSE, FALSE, sizeof(gint64));
     for (int n = 0; n < opt_nodes; n++) {
         const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_INDEX);
@@ -599,7 +601,6 @@ static uint64_t count_leaks(struct nessie_node **nodes)
             }
         }
     }
-    g_hash_table_foreach(ref, (GHFunc)(void (*)(void))g_free, NULL);
     g_hash_table_destroy(ref);
     g_array_free(keys, TRUE);
     return leaked;
