@@ -287,8 +287,8 @@ unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len)
 
 void nessie_clock_publish(struct nessie_node *nd)
 {
-    /* Stores only when the published value is a millisecond old: every operation calls this,
-     * and a line written by every thread would bounce between their cores. */
+    /* Stores only when the published value is a millisecond old: several recycler threads call
+     * this, and peers read the line; rewriting it on every call would only bounce it. */
     uint64_t now = nessie_mono_ns();
     if (now - __atomic_load_n(&nd->hdr->clock_ns, __ATOMIC_RELAXED) >= 1000000ULL)
         __atomic_store_n(&nd->hdr->clock_ns, now, __ATOMIC_RELAXED);

@@ -290,13 +290,8 @@ static int ite_cas_resolve(struct op *op, uint64_t pos, uint64_t expect, uint64_
     if (rc == NESSIE_OK)
         return rc;
     uint64_t now;
-    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = (uint32_t)ite_node_of_pos(op->node, pos),
-                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
-                        .local = &now, .length = 8};
-    CTR_ADD(OPC(op->ctx).ite_reads, 1);
-    if (fab_exec(op->ctx->ep, &wr) != FAB_OK)
+    if (ite_read(op, pos, &now) != NESSIE_OK)
         return NESSIE_FABRIC_ERROR;
-    (void)expect;
     *ok = now == swap;
     return NESSIE_OK;
 }
