@@ -68,6 +68,13 @@ uint64_t nessie_flush_ns(struct nessie_node *node)
     return __atomic_load_n(&node->hdr->flush_ns, __ATOMIC_ACQUIRE);
 }
 
+bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h)
+{
+    if (h->exptime != 0 && (uint64_t)h->exptime <= nessie_real_ns() / 1000000000ULL)
+        return true;
+    return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
+}
+
 uint64_t nessie_version_next(struct nessie_node *node)
 {
     /* last_version lives in the region, so versions keep increasing across restarts. */
@@ -161,6 +168,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     pthread_mutex_init(&nd->stage_lock, NULL);
     pthread_mutex_init(&nd->ctx_lock, NULL);
     pthread_mutex_init(&nd->sweep_lock, NULL);
+    pthread_mutex_init(&nd->evict_lock, NULL);
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
@@ -177,6 +185,7 @@ void nessie_node_close(struct nessie_node *nd)
     pthread_mutex_destroy(&nd->ctx_lock);
     pthread_mutex_destroy(&nd->stage_lock);
     pthread_mutex_destroy(&nd->sweep_lock);
+    pthread_mutex_destroy(&nd->evict_lock);
     g_free(nd->sweep_prev);
     free(nd->stage);
     slab_close(&nd->slab);

@@ -47,6 +47,13 @@ struct nessie_node {
     size_t nsweep_prev;
     uint64_t sweep_prev_ns;
 
+    /* The evictor's view of allocation rates (evict.c): one evictor at a time (trylock). */
+    pthread_mutex_t evict_lock;
+    uint64_t evict_last_ns;
+    uint64_t evict_last_allocs[ITE_MAX_CLASSES];
+    double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
+    uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
+
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
     pthread_mutex_t ctx_lock;
     struct nessie_ctx *ctxs;
@@ -106,5 +113,43 @@ int nessie_state_cas(struct fab_ep *ep, uint64_t ite, uint64_t expect, uint64_t 
 
 /* Publish this node's monotonic clock in its data header (orphan ages are judged on it). */
 void nessie_clock_publish(struct nessie_node *node);
+
+/* The filter bits of key (its ITEs' low bits, paper 4.3.2). */
+uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len);
+
+/* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
+bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h);
+
+/* --- eviction (evict.c) ----------------------------------------------------------------------- */
+
+/* The access hint's LFU counter (Redis's): a new item starts at ACC_INIT, so it is not the first
+ * victim merely for being new; each read increments it with probability 1 / ((c - INIT) *
+ * ACC_LOG_FACTOR + 1), so 127 stands for about a million reads; it loses one per ACC_DECAY_TICKS
+ * of idle time (about a minute), so items hot long ago cool down. */
+#define NESSIE_ACC_INIT 5
+#define NESSIE_ACC_LOG_FACTOR 10
+#define NESSIE_ACC_DECAY_TICKS 900
+
+/* The current access tick (layout.h, DTE_ACC_*): this host's CLOCK_REALTIME in ~67 ms units. */
+uint32_t nessie_acc_tick(void);
+
+/* A read hit the item whose ITE is ite and whose access word was `old` as read: record it for
+ * the evictor, with a posted WRITE nobody waits for (a local store for this node's own items),
+ * only when the word changes. cached: the context's cached copy of the entry, whose word is
+ * updated too (so that hits on the copy do not write again), or NULL. Never fails. */
+void nessie_access_record(struct nessie_ctx *ctx, uint64_t ite, uint32_t old,
+                          unsigned char *cached);
+
+/* Evict up to n victims of class cls now (a write that found no room). Returns how many. */
+size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n);
+
+/* Remove key if its first entry in the index is exactly ite (protocol.c, the DELETE path).
+ * Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or NESSIE_EXISTS (changed, or in use: no
+ * effect), NESSIE_TIMEOUT (unknown), or another error (no effect). */
+int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite);
+
+/* The eviction observer (nessie_set_evict_hook), or NULL. */
+extern nessie_evict_hook_fn nessie_evict_hook;
+extern void *nessie_evict_hook_user;
 
 #endif

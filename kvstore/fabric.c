@@ -192,6 +192,10 @@ void fab_ep_destroy(struct fab_ep *ep)
 {
     if (!ep)
         return;
+    /* Background requests still in flight complete first: their sources are in ep. */
+    struct fab_wc wc;
+    while (ep->background)
+        fab_poll(ep, &wc, 1);
     ep->fab->ops->ep_fini(ep);
     free(ep->dropped);
     free(ep->lost);
@@ -325,16 +329,56 @@ int fab_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
         if (wcs[i].status != FAB_OK)
             ep->stats.errors++;
     ep->outstanding -= (uint32_t)got;
+    if (ep->background) {
+        /* Background completions free their slot and go no further. */
+        int kept = 0;
+        for (int i = 0; i < got; i++) {
+            if ((wcs[i].wr_id & ~(uint64_t)0xFF) == FAB_WR_ID_BG) {
+                ep->bg_used &= ~(1u << (wcs[i].wr_id & 0xFF));
+                ep->background--;
+                continue;
+            }
+            wcs[kept++] = wcs[i];
+        }
+        got = kept;
+    }
     return got;
 }
 
-uint32_t fab_ep_outstanding(const struct fab_ep *ep) { return ep->outstanding; }
+uint32_t fab_ep_outstanding(const struct fab_ep *ep) { return ep->outstanding - ep->background; }
+
+int fab_post_background(struct fab_ep *ep, const struct fab_wr *wr)
+{
+    if (!ep || !wr || wr->opcode != FAB_OP_WRITE || !wr->local || wr->length == 0 ||
+        wr->length > sizeof(ep->bg_buf[0]))
+        return FAB_ERR_INVAL;
+    if (ep->bg_used == (1u << FAB_BG_SLOTS) - 1) {
+        /* All slots in flight: reap what has completed. Only background completions can be
+         * pending when the caller has nothing outstanding; otherwise leave them for its polls. */
+        struct fab_wc wc;
+        if (ep->outstanding == ep->background)
+            fab_poll(ep, &wc, 1);
+        if (ep->bg_used == (1u << FAB_BG_SLOTS) - 1)
+            return FAB_ERR_AGAIN;
+    }
+    uint32_t slot = (uint32_t)__builtin_ctz(~ep->bg_used);
+    struct fab_wr w = *wr;
+    memcpy(&ep->bg_buf[slot], wr->local, wr->length);
+    w.local = &ep->bg_buf[slot];
+    w.wr_id = FAB_WR_ID_BG | slot;
+    int rc = fab_post(ep, &w, 1);
+    if (rc == FAB_OK) {
+        ep->bg_used |= 1u << slot;
+        ep->background++;
+    }
+    return rc;
+}
 
 const struct fab_ep_stats *fab_ep_stats(const struct fab_ep *ep) { return &ep->stats; }
 
 int fab_exec(struct fab_ep *ep, const struct fab_wr *wr)
 {
-    if (!ep || ep->outstanding != 0)
+    if (!ep || ep->outstanding != ep->background)
         return FAB_ERR_INVAL;
     int rc = fab_post(ep, wr, 1);
     if (rc != FAB_OK)

@@ -166,8 +166,21 @@ int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n);
 /* Poll up to max completions into wcs. Returns how many were written (0 if none ready). */
 int fab_poll(struct fab_ep *ep, struct fab_wc *wcs, int max);
 
-/* Requests posted on ep and not polled yet. */
+/* Requests posted on ep and not polled yet (background requests not counted). */
 uint32_t fab_ep_outstanding(const struct fab_ep *ep);
+
+/*
+ * Post a WRITE of up to 8 bytes that nobody waits for: a hint whose loss costs nothing (the
+ * engine's access records for eviction). The bytes are copied, so wr->local need not outlive the
+ * call; its completion is consumed by later polls of ep and never returned, whatever its status,
+ * and it does not count as outstanding for fab_exec. At most FAB_BG_SLOTS are in flight per
+ * endpoint: when they are all taken (and a poll frees none), or the queue is full, the request
+ * is not posted and FAB_ERR_AGAIN is returned. Returns FAB_OK or an error; never blocks.
+ * Callers' own wr_ids must not have FAB_WR_ID_BG's top byte.
+ */
+#define FAB_BG_SLOTS 8
+#define FAB_WR_ID_BG (UINT64_C(0xB6) << 56)
+int fab_post_background(struct fab_ep *ep, const struct fab_wr *wr);
 
 /*
  * Convenience for synchronous callers: post one request and poll until it completes. Returns the

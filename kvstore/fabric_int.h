@@ -53,6 +53,11 @@ struct fab_ep {
     struct fab_wc *lost;
     uint32_t nlost;
     uint64_t injected;
+    /* Background requests (fab_post_background): their sources, one 8-byte slot each, a mask of
+     * the slots in flight, and how many are. Their completions never reach the caller. */
+    uint64_t bg_buf[FAB_BG_SLOTS];
+    uint32_t bg_used;
+    uint32_t background;
 };
 
 extern const struct fab_backend_ops fab_shm_ops;

@@ -30,7 +30,7 @@
  *
  *   0       8       16       24       32       40        48      52     56       60   61   62
  *  +-------+-------+--------+--------+--------+---------+-------+------+--------+----+----+--+
- *  | state |quarant|prev ITE|version |creator |created  |val len|flags |exptime |klen|kind|F |
+ *  | state |qua|acc|prev ITE|version |creator |created  |val len|flags |exptime |klen|kind|F |
  *  +-------+-------+--------+--------+--------+---------+-------+------+--------+----+----+--+
  *  64: key (klen bytes) | value (val len bytes)
  *
@@ -41,10 +41,16 @@
  *            it up: it must never be committed), RECYCLED (unlinked for good: the owner frees it
  *            once its quarantine is over). Changed only by CAS, and every CAS expects the gen:
  *            the writer's last step, an orphan takeover and a recycle mark race on it.
- *   quarant: the end of the slot's quarantine, in ms of the OWNER's CLOCK_MONOTONIC, written only
- *            by the owner's recycle scan when it first sees the RECYCLED flag (0 until then),
- *            from the mark time in the state word if the owner made the mark, else from then.
- *            Time that guards reuse is measured on one clock and never compared across hosts.
+ *   quarant: the end of the slot's quarantine, in ms of the OWNER's CLOCK_MONOTONIC modulo 2^32
+ *            (4 bytes; 0 = none), written only by the owner's recycle scan when it first sees
+ *            the RECYCLED flag, from the mark time in the state word if the owner made the mark,
+ *            else from then. Time that guards reuse is measured on one clock and never compared
+ *            across hosts.
+ *   access:  (4 bytes, offset 12) the eviction hint (issue 15): when the item was last read and
+ *            a logarithmic count of its reads, written by readers with a posted WRITE that
+ *            nobody waits for (DTE_ACC_*). A hint only: a late write that lands in a later life
+ *            of the slot, or two readers' writes that race, only make one eviction choice worse,
+ *            so the word is never part of a CAS or of anything that guards correctness.
  *   prev ITE: the ITE word the writer's CAS replaced (previous versions, paper 4.3.2), or a
  *            duplicate it unlinked; always a version the writer itself unlinked, because a
  *            rollback or an orphan takeover of an ABANDONED entry links it again.
@@ -62,7 +68,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DATA_LAYOUT_VERSION 2
+#define DATA_LAYOUT_VERSION 3
 
 /* --- ITE ------------------------------------------------------------------------------------- */
 
@@ -148,7 +154,8 @@ enum dte_kind {
 
 struct dte_hdr {
     uint64_t state;
-    uint64_t quarantine_ms;
+    uint32_t quarantine_ms;
+    uint32_t access;  /* DTE_ACC_*: eviction hint */
     uint64_t prev_ite;
     uint64_t version;
     uint64_t creator;
@@ -166,6 +173,25 @@ _Static_assert(sizeof(struct dte_hdr) == 64, "DTE header is one cache line, 8-by
 #define DTE_HDR_SIZE ((uint32_t)sizeof(struct dte_hdr))
 #define DTE_OFF_STATE 0
 #define DTE_OFF_QUARANTINE 8
+#define DTE_OFF_ACCESS 12
+
+/* The access word: the time of the last read recorded (bits 8..31, in units of 2^26 ns, about
+ * 67 ms, of the READER's CLOCK_REALTIME, modulo 2^24: 13 days), whether any read was recorded
+ * (bit 7), and a logarithmic read count (bits 0..6, incremented with probability falling as it
+ * grows, and decayed with idle time: Redis's LFU counter). Hosts' clocks only need to agree
+ * roughly: the hint orders victims, it guards nothing. */
+#define DTE_ACC_COUNT_MASK 0x7Fu
+#define DTE_ACC_FETCHED 0x80u
+#define DTE_ACC_TIME_SHIFT 8
+#define DTE_ACC_TICK_SHIFT 26 /* ns per tick: 2^26 */
+#define DTE_ACC_TIME_MASK 0xFFFFFFu
+static inline uint32_t dte_acc_count(uint32_t a) { return a & DTE_ACC_COUNT_MASK; }
+static inline uint32_t dte_acc_time(uint32_t a) { return a >> DTE_ACC_TIME_SHIFT; }
+static inline uint32_t dte_acc_make(uint32_t tick, uint32_t count, bool fetched)
+{
+    return ((tick & DTE_ACC_TIME_MASK) << DTE_ACC_TIME_SHIFT) | (fetched ? DTE_ACC_FETCHED : 0) |
+           (count & DTE_ACC_COUNT_MASK);
+}
 #define NESSIE_KEY_MAX 250
 
 static inline bool dte_readable(const struct dte_hdr *h)

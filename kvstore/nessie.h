@@ -71,6 +71,10 @@ struct nessie_config {
     uint64_t cache_bytes;       /* per context (default 4 MiB) */
     uint32_t cache_entries;     /* per context (default 4096) */
     bool background_recycle;    /* true: step 7 only stages; nessie_recycle_run() marks */
+    /* false: a full node refuses SETs with NESSIE_NO_MEMORY (memcached -M); true (default):
+     * it evicts (nessie_evict_run, and a write that finds no room evicts on its own). Expired and
+     * flushed items are reclaimed either way. */
+    bool no_evict;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
@@ -82,6 +86,7 @@ enum nessie_opkind {
     NESSIE_OPK_PUT,     /* set, add, replace, cas, append, prepend, incr, decr, touch */
     NESSIE_OPK_DELETE,
     NESSIE_OPK_MIGRATE,
+    NESSIE_OPK_EVICT,   /* the owner's removals of victims and of expired or flushed items */
     NESSIE_OPK_COUNT
 };
 
@@ -125,6 +130,12 @@ struct nessie_counters {
     uint64_t takeovers;           /* orphaned entries completed by another operation */
     uint64_t staged, marked, freed; /* recycling pipeline */
     uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
+    /* Eviction and reclamation, with memcached's meanings (stats): */
+    uint64_t evictions;           /* live items removed to make room */
+    uint64_t evicted_unfetched;   /* ... that nobody had read since they were written */
+    uint64_t reclaimed;           /* expired or flushed items removed, their memory reused */
+    uint64_t expired_unfetched;   /* ... that nobody had read */
+    uint64_t evict_skipped;       /* victims that changed or were in use when their turn came */
 };
 
 struct nessie_node;
@@ -239,6 +250,25 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  */
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
 
+/*
+ * Eviction and reclamation by this node, the owner of its data region (the only node that
+ * allocates from it; the daemon's recycler threads call this in a loop, and a write that finds
+ * no room evicts on its own too). Keeps every size class's free slots, plus those waiting out
+ * their expiration period, above what the class's recent allocation rate consumes in one
+ * period (freed slots come back only one period after they are unlinked): below that, victims
+ * are chosen by sampling a few of the class's items and scoring them by their read count and
+ * the time of their last read (the access hint readers record), and removed through the DELETE
+ * path with a CAS on exactly the victim's index entry, so an item written or moved meanwhile is
+ * never removed in its place. Expired and flushed items go first, and a crawl removes them in the
+ * background whether memory is short or not. Does nothing but that crawl when cfg.no_evict, or
+ * while the region has unassigned pages. Returns how many items it removed.
+ */
+size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims);
+
+/* Live items and their bytes (header, key and value) in this node's data region, as of the
+ * last full pass of the recycle scan (memcached's curr_items and bytes). */
+void nessie_data_usage(struct nessie_node *node, uint64_t *items, uint64_t *bytes);
+
 /* Non-empty entries of this node's index table (a scan of it: for stats, not per operation). */
 uint64_t nessie_index_used(struct nessie_node *node);
 
@@ -275,6 +305,17 @@ typedef void (*nessie_hook_fn)(struct nessie_ctx *ctx, enum nessie_hook_point po
 /* Install (or with NULL, remove) the hook for every context of this process. Not thread-safe
  * against running operations: set it before starting them. */
 void nessie_set_test_hook(nessie_hook_fn fn, void *user);
+
+/*
+ * Eviction observer, for tests and nessie-stress: called on the evicting thread right before an
+ * eviction (or reclamation) of key starts (done=false) and when it ends (done=true, status
+ * NESSIE_OK: the key was removed; NESSIE_TIMEOUT: unknown; anything else: no effect), so a
+ * checker can put the removal into the key's history as the DELETE it is. Process-wide; set it
+ * before operations start.
+ */
+typedef void (*nessie_evict_hook_fn)(void *user, const void *key, size_t key_len, bool done,
+                                     int status);
+void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user);
 
 /* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests. */
 void nessie_key_positions(const struct nessie_node *node, const void *key, size_t key_len,

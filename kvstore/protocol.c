@@ -46,6 +46,7 @@ enum attempt {
 
 enum wmode {
     W_SET, W_ADD, W_REPLACE, W_CAS, W_APPEND, W_PREPEND, W_INCR, W_DECR, W_TOUCH, W_DELETE,
+    W_EVICT, /* a DELETE by the evictor: only if the key's entry is still exactly the victim */
 };
 
 /* A call in progress: what lives across its attempts. */
@@ -90,6 +91,7 @@ struct dte_view {
     const unsigned char *value; /* NULL if the value was not read */
     bool stale;                 /* the slot is in another life than the ITE named: the view of
                                    the index it came from is older than one expiration period */
+    unsigned char *cached;      /* the context's cached copy it came from, or NULL */
 };
 
 /* What a write call asks for and gets back. */
@@ -103,6 +105,7 @@ struct wreq {
     uint64_t delta;
     uint64_t version_out;
     uint64_t num_out;
+    uint64_t victim;  /* W_EVICT: the exact ITE word the key's first entry must hold */
 };
 
 /* --- small helpers ------------------------------------------------------------------------- */
@@ -133,7 +136,7 @@ static uint64_t ite_off_of_pos(const struct nessie_node *nd, uint64_t pos)
     return (pos % nd->cfg.index_slots) * 8;
 }
 
-static uint32_t key_filter(const struct nessie_node *nd, const void *key, size_t len)
+uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)
 {
     if (nd->cfg.filter_bits == 0)
         return 0;
@@ -179,7 +182,7 @@ static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind ki
     op->klen = (uint32_t)klen;
     op->n = nd->cfg.ways;
     nessie_key_positions(nd, key, klen, op->pos);
-    op->filter = key_filter(nd, key, klen);
+    op->filter = nessie_key_filter(nd, key, klen);
     /* node | incarnation | context | sequence: unique across the cluster and across restarts,
      * so a retry recognizes its own entries and nobody else's. */
     op->id = ((uint64_t)nd->cfg.self << 52) | ((nd->incarnation & 0xFFF) << 40) |
@@ -354,6 +357,7 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
     bool local = ite_node(ite) == nd->cfg.self;
     uint64_t expiry = ite_read_ns + (uint64_t)nd->cfg.expiration_ms * 1000000ULL;
     v->stale = false;
+    v->cached = NULL;
 
     if (!local && ctx->cache) {
         uint32_t len;
@@ -361,6 +365,7 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
         if (p) {
             CTR_ADD(OPC(ctx).cache_hits, 1);
             view_parse(v, p, true);
+            v->cached = (unsigned char *)p; /* the context's own memory */
             *match = klen == 0 || (v->h.key_len == klen && memcmp(v->key, key, klen) == 0);
             return NESSIE_OK;
         }
@@ -420,14 +425,6 @@ static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32
     if (!local && ctx->cache && dte_readable(&v->h))
         cache_put(ctx->cache, ite, buf, (uint32_t)dte_size(v->h.key_len, v->h.value_len), expiry);
     return NESSIE_OK;
-}
-
-/* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
-static bool item_dead(struct nessie_node *nd, const struct dte_hdr *h)
-{
-    if (h->exptime != 0 && (uint64_t)h->exptime <= nessie_real_ns() / 1000000000ULL)
-        return true;
-    return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
 }
 
 /*
@@ -628,10 +625,11 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
         EXPIRED_RETRY(op);
         if (dte_readable(&v.h)) {
-            if (item_dead(nd, &v.h)) {
+            if (nessie_item_dead(nd, &v.h)) {
                 *status = NESSIE_NOT_FOUND;
             } else {
                 item_out(&v, out);
+                nessie_access_record(op->ctx, ite, v.h.access, v.cached);
                 *status = NESSIE_OK;
             }
             return A_DONE;
@@ -656,10 +654,11 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             EXPIRED_RETRY(op);
             if (pmatch && !pv.stale && dte_readable(&pv.h)) {
                 CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
-                if (item_dead(nd, &pv.h)) {
+                if (nessie_item_dead(nd, &pv.h)) {
                     *status = NESSIE_NOT_FOUND;
                 } else {
                     item_out(&pv, out);
+                    nessie_access_record(op->ctx, v.h.prev_ite, pv.h.access, pv.cached);
                     *status = NESSIE_OK;
                 }
                 return A_DONE;
@@ -835,6 +834,12 @@ static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
     return cls >= 0 && slab_pending(&nd->slab, (uint32_t)cls);
 }
 
+/* A write that finds its node full evicts this many of its class's items on its own (the
+ * background evictor normally keeps ahead), and may wait for their slots up to two expiration
+ * periods plus this margin beyond its budget. */
+#define EVICT_INLINE 8
+#define EVICT_WAIT_MARGIN_MS 100
+
 /* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
  * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY. The entry is BUSY: invisible until an ITE points at
  * it, invalid until its writer commits it. */
@@ -846,11 +851,14 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     uint64_t size = dte_size(tmpl->key_len, l1 + l2);
     if (size > nd->cfg.max_item_size)
         return NESSIE_TOO_BIG;
-    int cls = slab_class_for(&nd->slab, size);
+    int want = slab_class_for(&nd->slab, size);
     uint64_t off;
-    if (cls < 0)
+    uint32_t cls;
+    if (want < 0)
         return NESSIE_TOO_BIG;
-    if (slab_alloc(&nd->slab, (uint32_t)cls, &off) != 0)
+    if (slab_alloc(&nd->slab, (uint32_t)want,
+                   tmpl->kind == DTE_KIND_TOMBSTONE ? SLAB_FOR_TOMBSTONE : SLAB_FOR_VALUE, &off,
+                   &cls) != 0)
         return NESSIE_NO_MEMORY;
     /* A new life of the slot: its generation is one more than its last life's. */
     uint64_t last;
@@ -859,6 +867,10 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     struct dte_hdr h = *tmpl;
     h.state = dte_state(gen, DTE_BUSY);
     h.quarantine_ms = 0;
+    /* A new item counts as read once, now: the evictor judges an item nobody has read yet by
+     * its age, and a migration's copy keeps its source's hint (tmpl). */
+    if (!(tmpl->flags8 & DTE_F_COPY))
+        h.access = dte_acc_make(nessie_acc_tick(), NESSIE_ACC_INIT, false);
     h.value_len = l1 + l2;
     h.creator = creator;
     h.created_ns = nessie_mono_ns(); /* on this owner's clock, as is data_hdr.clock_ns */
@@ -870,7 +882,7 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     if (l2)
         fab_local_write(nd->fab, FAB_REGION_DATA, off + DTE_HDR_SIZE + h.key_len + l1, v2, l2);
     fab_local_write(nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
-    *ite_out = ite_make(nd->cfg.self, (uint32_t)cls, off, gen, filter);
+    *ite_out = ite_make(nd->cfg.self, cls, off, gen, filter);
     return NESSIE_OK;
 }
 
@@ -1034,7 +1046,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     /* The copy keeps its source's creator: it is that write's item, moved, and must never be
      * mistaken for an entry of the call that happens to migrate it. */
     *status = dte_write_new(op, &tmpl, full.h.creator, skey, full.value, full.h.value_len, NULL,
-                            0, key_filter(nd, skey, sklen), &copy);
+                            0, nessie_key_filter(nd, skey, sklen), &copy);
     if (*status != NESSIE_OK) {
         result = A_DONE;
         goto out;
@@ -1216,6 +1228,13 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_DELETE:
         if (!live)
             return NESSIE_NOT_FOUND;
+        h->kind = DTE_KIND_TOMBSTONE;
+        *v1 = NULL;
+        *l1 = 0;
+        break;
+    case W_EVICT:
+        /* Dead or alive (expired and flushed items are reclaimed this way too), but only the
+         * victim the evictor chose: if the key was written or moved since, it stays. */
         h->kind = DTE_KIND_TOMBSTONE;
         *v1 = NULL;
         *l1 = 0;
@@ -1447,7 +1466,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         cand = (int)i;
         old = v;
-        live = dte_readable(&v.h) && !item_dead(nd, &v.h);
+        live = dte_readable(&v.h) && !nessie_item_dead(nd, &v.h);
         break;
     }
 
@@ -1491,14 +1510,32 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         const void *v1, *v2;
         uint32_t l1, l2;
         EXPIRED_RETRY(op);
+        if (w->mode == W_EVICT && op->seen[cand] != w->victim) {
+            *status = NESSIE_NOT_FOUND; /* changed since the victim was chosen */
+            return A_DONE;
+        }
         int rc = build_new(op, w, &old, live, &h, &v1, &l1, &v2, &l2);
         if (rc != NESSIE_OK) {
             *status = rc;
             return A_DONE;
         }
         h.prev_ite = op->seen[cand];
+        bool evicted = false;
         *status = dte_write_new(op, &h, op->id, op->key, v1, l1, v2, l2, op->filter, &mine);
-        if (*status == NESSIE_NO_MEMORY && memory_pending(op, h.key_len, l1 + l2)) {
+        if (*status == NESSIE_NO_MEMORY && w->mode != W_EVICT && !nd->cfg.no_evict &&
+            !memory_pending(op, h.key_len, l1 + l2)) {
+            /* Full, and nothing on its way back: the evictor fell behind (a burst), or there is
+             * none (no recycler thread). Evict a few of the class's items now;
+             * their slots come back one expiration period after they are unlinked, so this
+             * call waits for them, and may wait that long beyond its own budget (a SET is
+             * never refused for lack of memory while eviction is on). */
+            int cls = slab_class_for(&nd->slab, dte_size(h.key_len, l1 + l2));
+            if (cls >= 0)
+                evicted = nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE) > 0;
+            if (!op->memory_wait)
+                op->deadline += (2ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
+        }
+        if (*status == NESSIE_NO_MEMORY && (evicted || memory_pending(op, h.key_len, l1 + l2))) {
             /* Replaced entries are waiting out their expiration period: wait (back-off, within
              * the call's budget) rather than fail, so writers are paced by recycling. */
             op->memory_wait = true;
@@ -1558,7 +1595,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         if (!match)
             continue;
-        bool dup_live = dte_readable(&v.h) && !item_dead(nd, &v.h);
+        bool dup_live = dte_readable(&v.h) && !nessie_item_dead(nd, &v.h);
         if (!(v.h.state & DTE_COMMITTED)) {
             /* An entry in progress behind ours (another write of the key, or a migration's
              * copy). The thesis's step 4.4 clears it, but its writer may then commit it without
@@ -1657,7 +1694,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         return A_DONE;
     }
     op->mine = 0; /* committed: nothing to abandon any more, whatever happens below */
-    if (w->mode == W_DELETE) {
+    if (w->mode == W_DELETE || w->mode == W_EVICT) {
         /* The DELETE took effect at its commit; unlinking the committed tombstone is
          * housekeeping (if it fails, the key's next write replaces it and recycles it). */
         bool clean;
@@ -1682,19 +1719,16 @@ static uint32_t abs_exptime(int64_t exptime)
     return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
 }
 
-static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void *key,
-                     size_t klen, struct wreq *w)
+/* After a write call's last attempt: settle what it leaves behind, and its outcome. */
+static int write_end(struct op *op, struct wreq *w, int status)
 {
-    struct op op;
-    op_init(&op, ctx, kind, key, klen);
-    int status = NESSIE_OK;
-    RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
-    if (status != NESSIE_OK && status != NESSIE_TIMEOUT && op.mine) {
+    struct nessie_ctx *ctx = op->ctx;
+    if (status != NESSIE_OK && status != NESSIE_TIMEOUT && op->mine) {
         /* A definite failure must have no effect, ever (nessie.h): take our published entry
          * back out, or report the effect unknown if even that cannot be made sure of. */
         bool done;
         uint64_t version;
-        if (abandon_mine(&op, &done, &version) != NESSIE_OK) {
+        if (abandon_mine(op, &done, &version) != NESSIE_OK) {
             status = NESSIE_TIMEOUT;
         } else if (done) {
             w->version_out = version;
@@ -1705,22 +1739,74 @@ static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void
         /* A call that ends refused (exists, not stored, ...) after an earlier attempt of it
          * unlinked entries still owes their recycling: its own entry is out of the index by then
          * (adopted, rolled back, or cleared by another operation). */
-        recycle_all(&op);
+        recycle_all(op);
     } else {
         /* Our published entry (if any) is left for a takeover to finish; the DTEs we already
          * unlinked can be recycled, except the one that entry names as its previous version
          * (readers use it until the entry is committed; the leak sweep finds it after). */
         uint64_t keep = 0;
-        if (op.mine) {
+        if (op->mine) {
             struct dte_hdr h;
-            mine_hdr(&op, op.mine, &h);
+            mine_hdr(op, op->mine, &h);
             keep = h.prev_ite;
         }
-        for (uint32_t i = 0; i < op.nrec; i++)
-            if (op.rec[i] != keep)
-                nessie_recycle(ctx, op.rec[i]);
+        for (uint32_t i = 0; i < op->nrec; i++)
+            if (op->rec[i] != keep)
+                nessie_recycle(ctx, op->rec[i]);
     }
-    return finish(&op, status);
+    return finish(op, status);
+}
+
+static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void *key,
+                     size_t klen, struct wreq *w)
+{
+    struct op op;
+    op_init(&op, ctx, kind, key, klen);
+    int status = NESSIE_OK;
+    RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
+    return write_end(&op, w, status);
+}
+
+/* Attempts an eviction makes before it leaves a busy key alone: a victim that other operations
+ * are writing is not worth waiting for, another one will do. */
+#define EVICT_ATTEMPTS 3
+
+nessie_evict_hook_fn nessie_evict_hook;
+void *nessie_evict_hook_user;
+
+void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user)
+{
+    nessie_evict_hook_user = user;
+    nessie_evict_hook = fn;
+}
+
+int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite)
+{
+    enum nessie_opkind saved = ctx->kind; /* a write that evicts on its own is under way */
+    struct wreq w = {.mode = W_EVICT, .victim = ite};
+    struct op op;
+    if (nessie_evict_hook)
+        nessie_evict_hook(nessie_evict_hook_user, key, key_len, false, 0);
+    op_init(&op, ctx, NESSIE_OPK_EVICT, key, key_len);
+    int status = NESSIE_OK;
+    for (unsigned attempt = 0;; attempt++) {
+        op.attempt_start = nessie_mono_ns();
+        CTR_ADD(OPC(ctx).attempts, 1);
+        enum attempt a = write_attempt(&op, &w, &status);
+        if (a == A_DONE)
+            break;
+        if (attempt + 1 >= EVICT_ATTEMPTS) {
+            status = NESSIE_EXISTS; /* busy: no effect (write_end takes back what it published) */
+            break;
+        }
+        if (a == A_RETRY)
+            backoff(&op, attempt);
+    }
+    status = write_end(&op, &w, status);
+    ctx->kind = saved;
+    if (nessie_evict_hook)
+        nessie_evict_hook(nessie_evict_hook_user, key, key_len, true, status);
+    return status;
 }
 
 int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,

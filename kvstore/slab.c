@@ -26,6 +26,12 @@ static _Atomic uint64_t *word_at(unsigned char *base, uint64_t off)
     return (_Atomic uint64_t *)(base + off);
 }
 
+/* The 4-byte quarantine end of the slot at off (layout.h): ms modulo 2^32, 0 = none. */
+static _Atomic uint32_t *quarantine_at(unsigned char *base, uint64_t off)
+{
+    return (_Atomic uint32_t *)(base + off + DTE_OFF_QUARANTINE);
+}
+
 uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class_size,
                        uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset)
 {
@@ -123,7 +129,43 @@ static bool slot_free(struct slab *s, uint64_t off)
 {
     uint64_t st = atomic_load_explicit(word_at(s->base, off + DTE_OFF_STATE), memory_order_acquire);
     return (st & DTE_FLAGS_MASK) == 0 &&
-           atomic_load_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), memory_order_acquire) == 0;
+           atomic_load_explicit(quarantine_at(s->base, off), memory_order_acquire) == 0;
+}
+
+/* Record that page p now belongs to class cls (its list of pages, for sampling). */
+static int page_list_add(struct slab *s, uint32_t cls, uint64_t p)
+{
+    struct slab_class *c = &s->cls[cls];
+    if (c->npages == c->pages_cap) {
+        uint32_t cap = c->pages_cap ? c->pages_cap * 2 : 16;
+        uint32_t *np = realloc(c->pages, cap * sizeof(*np));
+        if (!np)
+            return -1;
+        c->pages = np;
+        c->pages_cap = cap;
+    }
+    c->pages[c->npages++] = (uint32_t)p;
+    return 0;
+}
+
+static void page_list_remove(struct slab *s, uint32_t cls, uint64_t p)
+{
+    struct slab_class *c = &s->cls[cls];
+    for (uint32_t i = 0; i < c->npages; i++)
+        if (c->pages[i] == p) {
+            c->pages[i] = c->pages[--c->npages];
+            return;
+        }
+}
+
+/* Slots of a class that only tombstones may take: enough for a burst of DELETEs and evictions
+ * while the evictor catches up, and never more than an eighth of the class. */
+#define SLAB_RESERVE_SLOTS 32
+
+static void set_reserve(struct slab *s, uint32_t cls)
+{
+    struct slab_class *c = &s->cls[cls];
+    c->reserve = c->slots / 8 < SLAB_RESERVE_SLOTS ? c->slots / 8 : SLAB_RESERVE_SLOTS;
 }
 
 uint64_t slab_now_ms(void)
@@ -179,6 +221,12 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
 
     for (uint32_t c = 0; c < n; c++)
         s->cls[c].slot_bytes = sizes[c];
+    /* One page in 64 (at least one) stays unassigned until a tombstone needs it: a full region
+     * whose pages all went to large values still has room for the blank entries that DELETE
+     * and eviction write. */
+    s->reserve_pages = h->page_count / 64 ? h->page_count / 64 : 1;
+    if (s->reserve_pages >= h->page_count)
+        s->reserve_pages = 0;
     s->page_free = calloc(h->page_count, sizeof(*s->page_free));
     if (!s->page_free) {
         log_error("slab: out of memory for the page table of %llu pages",
@@ -200,12 +248,16 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
         s->next_page = p + 1;
         uint64_t per = slots_per_page(s, c);
         s->cls[c].slots += per;
+        set_reserve(s, c);
+        if (page_list_add(s, c, p) != 0) {
+            slab_close(s);
+            return -1;
+        }
         for (uint64_t i = 0; i < per; i++) {
             uint64_t off = page_offset(s, p) + i * sizes[c];
             /* A quarantine started by a previous process restarts: its clock is not ours to
              * trust (another boot, for all this process knows). */
-            atomic_store_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), 0,
-                                  memory_order_relaxed);
+            atomic_store_explicit(quarantine_at(s->base, off), 0, memory_order_relaxed);
             if (slot_free(s, off) && push_free(s, c, off) != 0) {
                 slab_close(s);
                 return -1;
@@ -217,8 +269,10 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
 
 void slab_close(struct slab *s)
 {
-    for (uint32_t c = 0; c < s->nclasses; c++)
+    for (uint32_t c = 0; c < s->nclasses; c++) {
         free(s->cls[c].free);
+        free(s->cls[c].pages);
+    }
     free(s->page_free);
     pthread_mutex_destroy(&s->lock);
     memset(s, 0, sizeof(*s));
@@ -232,10 +286,12 @@ int slab_class_for(const struct slab *s, uint64_t bytes)
     return -1;
 }
 
-/* Assign the next unassigned page to cls. Called with the lock held. */
-static int grow_class(struct slab *s, uint32_t cls)
+/* Assign the next unassigned page to cls. A value may not take the reserve pages. Called with
+ * the lock held. */
+static int grow_class(struct slab *s, uint32_t cls, enum slab_use use)
 {
-    if (s->next_page >= s->hdr->page_count)
+    uint64_t limit = s->hdr->page_count - (use == SLAB_FOR_VALUE ? s->reserve_pages : 0);
+    if (s->next_page >= limit)
         return -1;
     uint64_t p = s->next_page++;
     uint64_t per = slots_per_page(s, cls);
@@ -243,6 +299,9 @@ static int grow_class(struct slab *s, uint32_t cls)
      * written slot also finds the page's class. */
     atomic_store_explicit((_Atomic uint8_t *)&s->page_class[p], (uint8_t)cls, memory_order_release);
     s->cls[cls].slots += per;
+    set_reserve(s, cls);
+    if (page_list_add(s, cls, p) != 0)
+        return -1;
     for (uint64_t i = 0; i < per; i++)
         if (push_free(s, cls, page_offset(s, p) + i * s->cls[cls].slot_bytes) != 0)
             return -1;
@@ -254,23 +313,34 @@ static int grow_class(struct slab *s, uint32_t cls)
 static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint64_t now_ms)
 {
     _Atomic uint64_t *state = word_at(s->base, off + DTE_OFF_STATE);
-    _Atomic uint64_t *quarantine = word_at(s->base, off + DTE_OFF_QUARANTINE);
+    _Atomic uint32_t *quarantine = quarantine_at(s->base, off);
     uint64_t st = atomic_load_explicit(state, memory_order_acquire);
-    if (!(st & DTE_RECYCLED))
+    if (!(st & DTE_RECYCLED)) {
+        const struct dte_hdr *h = (const struct dte_hdr *)(s->base + off);
+        /* Committed: immutable but for its access hint, so plain reads are safe. */
+        if ((st & (DTE_BUSY | DTE_COMMITTED)) == (DTE_BUSY | DTE_COMMITTED) &&
+            h->kind == DTE_KIND_VALUE) {
+            s->cls[cls].used_pass++;
+            s->cls[cls].bytes_pass += dte_size(h->key_len, h->value_len);
+        }
         return false;
-    uint64_t q = atomic_load_explicit(quarantine, memory_order_relaxed);
+    }
+    uint32_t q = atomic_load_explicit(quarantine, memory_order_relaxed);
     if (q == 0) {
         /* First sight of the mark: the period starts at the mark if this owner made it (its
          * time is in the state word, set by the marking CAS itself), else now, on this owner's
          * clock. Either is after the unlink, so every reader that read the ITE before the unlink
          * started its attempt earlier still, and times out first (rates of monotonic clocks
          * agree; their values are never compared). Only this scan writes the word, under the
-         * lock, before it frees the slot: a late writer could otherwise stamp a later life. */
+         * lock, before it frees the slot: a late writer could otherwise stamp a later life.
+         * Modulo 2^32 ms (49 days), compared as a difference: quarantines last seconds. */
         uint64_t marked = dte_marked_ms(st);
-        q = (marked ? marked - 1 : now_ms) + s->quarantine_ms;
+        q = (uint32_t)((marked ? marked - 1 : now_ms) + s->quarantine_ms);
+        if (q == 0)
+            q = 1; /* 0 means none */
         atomic_store_explicit(quarantine, q, memory_order_relaxed);
     }
-    if (q > now_ms) {
+    if ((int32_t)(q - (uint32_t)now_ms) > 0) {
         s->cls[cls].recycled_pass++;
         return false;
     }
@@ -293,7 +363,12 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
         for (uint32_t c = 0; c < s->nclasses; c++) {
             s->cls[c].recycled = s->cls[c].recycled_pass;
             s->cls[c].recycled_pass = 0;
+            s->cls[c].used = s->cls[c].used_pass;
+            s->cls[c].used_pass = 0;
+            s->cls[c].bytes = s->cls[c].bytes_pass;
+            s->cls[c].bytes_pass = 0;
         }
+        s->passes++;
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
                                      memory_order_acquire);
@@ -373,6 +448,8 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
     }
     dc->nfree = kept;
     dc->slots -= slots_per_page(s, d);
+    set_reserve(s, d);
+    page_list_remove(s, d, best);
     s->page_free[best] = 0;
     uint64_t per = slots_per_page(s, cls);
     for (uint64_t i = 0; i < per; i++) {
@@ -383,12 +460,15 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
         uint32_t gen = (uint32_t)((off / ITE_UNIT) * 2654435761u + s->rebalanced * 40503u);
         atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), dte_state(gen, 0),
                               memory_order_relaxed);
-        atomic_store_explicit(word_at(s->base, off + DTE_OFF_QUARANTINE), 0, memory_order_relaxed);
+        atomic_store_explicit(quarantine_at(s->base, off), 0, memory_order_relaxed);
     }
     atomic_store_explicit((_Atomic uint8_t *)&s->page_class[best], (uint8_t)cls,
                           memory_order_release);
     s->cls[cls].slots += per;
+    set_reserve(s, cls);
     s->rebalanced++;
+    if (page_list_add(s, cls, best) != 0)
+        return -1;
     for (uint64_t i = 0; i < per; i++)
         if (push_free(s, cls, page_offset(s, best) + i * s->cls[cls].slot_bytes) != 0)
             return -1;
@@ -408,37 +488,103 @@ bool slab_pending(struct slab *s, uint32_t cls)
     return pending;
 }
 
-int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset)
+/* Take a slot of class cls for use, if its free list has one the use may take. Lock held. */
+static bool take_free(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset)
+{
+    struct slab_class *c = &s->cls[cls];
+    if (c->nfree == 0 || (use == SLAB_FOR_VALUE && c->nfree <= c->reserve))
+        return false;
+    *offset = pop_free(s, cls);
+    c->allocs++;
+    return true;
+}
+
+int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset,
+               uint32_t *cls_out)
 {
     if (cls >= s->nclasses)
         return -1;
     pthread_mutex_lock(&s->lock);
     struct slab_class *c = &s->cls[cls];
-    if (c->nfree == 0 && grow_class(s, cls) != 0 && c->nfree == 0) {
-        /* Nothing free and no page left: scan on the critical path (the background recycler is
-         * meant to make this rare). A short scan when the class has recycled entries waiting
-         * for expiry (the caller waits for them: slab_pending), one full pass otherwise. */
-        uint64_t all = total_slots(s);
-        bool pending = c->recycled + c->recycled_pass > 0;
-        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
-                    (int)cls);
-        if (c->nfree == 0)
-            rebalance_locked(s, cls);
-    }
-    int rc = -1;
-    if (c->nfree > 0) {
-        *offset = pop_free(s, cls);
-        rc = 0;
-    }
+    int rc = 0;
+    *cls_out = cls;
+    if (take_free(s, cls, use, offset))
+        goto out;
+    if (grow_class(s, cls, use) == 0 && take_free(s, cls, use, offset))
+        goto out;
+    /* A tombstone fits any larger slot: better a large one for an expiration period than a
+     * DELETE refused. */
+    if (use == SLAB_FOR_TOMBSTONE)
+        for (uint32_t b = cls + 1; b < s->nclasses; b++)
+            if (take_free(s, b, use, offset)) {
+                *cls_out = b;
+                goto out;
+            }
+    /* Nothing free and no page left: scan on the critical path (the background recycler is
+     * meant to make this rare). A short scan when the class has recycled entries waiting for
+     * expiry (the caller waits for them: slab_pending), one full pass otherwise. */
+    uint64_t all = total_slots(s);
+    bool pending = c->recycled + c->recycled_pass > 0;
+    scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
+                (int)cls);
+    if (take_free(s, cls, use, offset))
+        goto out;
+    if (rebalance_locked(s, cls) == 0 && take_free(s, cls, use, offset))
+        goto out;
+    rc = -1;
+out:
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+bool slab_has_spare_pages(struct slab *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool spare = s->next_page + s->reserve_pages < s->hdr->page_count;
+    pthread_mutex_unlock(&s->lock);
+    return spare;
+}
+
+void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
+                      uint64_t *slots, uint64_t *allocs)
+{
+    pthread_mutex_lock(&s->lock);
+    const struct slab_class *c = &s->cls[cls];
+    *nfree = c->nfree > c->reserve ? c->nfree - c->reserve : 0;
+    *pending = c->recycled > c->recycled_pass ? c->recycled : c->recycled_pass;
+    *slots = c->slots;
+    *allocs = c->allocs;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static uint64_t xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs, uint32_t n)
+{
+    uint32_t got = 0;
+    pthread_mutex_lock(&s->lock);
+    const struct slab_class *c = &s->cls[cls];
+    uint64_t per = cls < s->nclasses ? slots_per_page(s, cls) : 0;
+    for (; got < n && c->npages > 0 && per > 0; got++) {
+        uint64_t r = xorshift(rng);
+        uint64_t p = c->pages[r % c->npages];
+        offs[got] = page_offset(s, p) + ((r >> 32) % per) * c->slot_bytes;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return got;
 }
 
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
 {
     _Atomic uint64_t *state = word_at(s->base, offset + DTE_OFF_STATE);
     uint64_t st = atomic_load_explicit(state, memory_order_relaxed);
-    atomic_store_explicit(word_at(s->base, offset + DTE_OFF_QUARANTINE), 0, memory_order_relaxed);
+    atomic_store_explicit(quarantine_at(s->base, offset), 0, memory_order_relaxed);
     atomic_store_explicit(state, dte_state(dte_gen(st), 0), memory_order_release);
     pthread_mutex_lock(&s->lock);
     if (push_free(s, cls, offset) != 0)
@@ -464,6 +610,40 @@ size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms)
             break;
     }
     return freed;
+}
+
+void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
+                void (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t pages = s->next_page;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n && pages > 0; i++) {
+        if (*page >= pages) {
+            *page = 0;
+            *slot = 0;
+        }
+        uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[*page],
+                                         memory_order_acquire);
+        if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses || *slot >= slots_per_page(s, c)) {
+            (*page)++;
+            *slot = 0;
+            continue;
+        }
+        fn(arg, c, page_offset(s, *page) + *slot * s->cls[c].slot_bytes);
+        (*slot)++;
+    }
+}
+
+void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes)
+{
+    *items = *bytes = 0;
+    pthread_mutex_lock(&s->lock);
+    for (uint32_t c = 0; c < s->nclasses; c++) {
+        *items += s->cls[c].used;
+        *bytes += s->cls[c].bytes;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),

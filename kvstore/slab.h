@@ -26,7 +26,20 @@ struct slab_class {
     /* Marked recycled and not yet expired: counted by the recycle scan as it passes, published
      * when a pass over all pages completes (a stat, possibly one pass old). */
     uint64_t recycled, recycled_pass;
+    /* Committed and not recycled (items, and tombstones on their way out), the same way. */
+    uint64_t used, used_pass, bytes, bytes_pass;
+    /* Free slots only tombstones may take (DELETE and eviction must work on a full node). */
+    uint64_t reserve;
+    /* Allocations so far (the evictor's rate estimate), and the pages assigned to the class
+     * (for sampling victims), in no order. */
+    uint64_t allocs;
+    uint32_t *pages;
+    uint32_t npages, pages_cap;
 };
+
+/* What an allocation is for: a tombstone (a DELETE's or an eviction's blank entry) may take the
+ * reserve, and a slot of a larger class when its own has none; a value may not. */
+enum slab_use { SLAB_FOR_VALUE = 0, SLAB_FOR_TOMBSTONE };
 
 struct slab {
     unsigned char *base;  /* this node's DATA region, mapped */
@@ -42,6 +55,8 @@ struct slab {
     uint32_t *page_free;  /* per page: its slots on a free list (process memory, rebuilt) */
     uint64_t rebalanced;  /* pages moved from one class to another */
     uint64_t quarantine_ms; /* a recycled slot is freed this long after the scan first sees it */
+    uint64_t reserve_pages; /* unassigned pages only tombstones may take */
+    uint64_t passes;        /* full passes of the recycle scan so far */
 };
 
 /* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
@@ -62,10 +77,26 @@ void slab_close(struct slab *s);
 int slab_class_for(const struct slab *s, uint64_t bytes);
 
 /* Take a free slot of class cls: free list (oldest first), else a new page, else a scan for
- * recycled slots whose quarantine is over, else a page another class holds entirely free.
- * Returns 0 and *offset, or -1 when the region has nothing of that size (out of memory). The
- * slot's state word still holds the generation of its last life (the caller bumps it). */
-int slab_alloc(struct slab *s, uint32_t cls, uint64_t *offset);
+ * recycled slots whose quarantine is over, else a page another class holds entirely free. A
+ * value never takes a class's reserve or the reserve pages; a tombstone may, and takes a slot of
+ * the next larger class that has one when cls has none. Returns 0, *offset and *cls_out (the
+ * class of the slot), or -1 when the region has nothing of that size for that use (out of
+ * memory). The slot's state word still holds the generation of its last life (the caller bumps
+ * it). */
+int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset,
+               uint32_t *cls_out);
+
+/* Whether the region has unassigned pages a value may still take (no class needs eviction). */
+bool slab_has_spare_pages(struct slab *s);
+
+/* Class cls as the evictor sees it: free slots (reserve excluded), slots waiting out their
+ * quarantine (as of the scan's last pass), slots in all, allocations so far. */
+void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
+                      uint64_t *slots, uint64_t *allocs);
+
+/* Up to n random slots of class cls (offsets into *offs; *rng is an xorshift state). Returns
+ * how many it drew (0 if the class has no page). */
+uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs, uint32_t n);
 
 /* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw
  * them: an allocation that failed may succeed once they expire (within one period). */
@@ -81,6 +112,14 @@ size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
 
 /* This owner's CLOCK_MONOTONIC in ms: the clock of quarantines. */
 uint64_t slab_now_ms(void);
+
+/* Call fn on the next n slots from the cursor (*page, *slot), which it advances and wraps;
+ * without the lock, so fn may take its time (the evictor's reclaim crawl). */
+void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
+                void (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg);
+
+/* Committed items (not tombstones) and their bytes, as of the recycle scan's last full pass. */
+void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes);
 
 /* Call fn on every slot of every assigned page (for the leak sweep and tests). */
 void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),

@@ -18,7 +18,7 @@
 static const char *const known_cluster[] = {
     "name", "nodes", "fabric", "index_slots", "data_bytes", "ways", "filter_bits",
     "max_item_size", "expiration_ms", "op_timeout_ms", "migrate_depth", "addresses", "device",
-    NULL};
+    "evict", NULL};
 static const char *const known_opt[] = {"cache", "previous_versions", "multi_read",
                                         "multi_read_bytes", "cache_entries", "cache_bytes", NULL};
 static const char *const known_recep[] = {"workers", "recyclers", "arena_bytes", "max_channels",
@@ -182,7 +182,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
     char fabric[16] = "shm";
     char sock[sizeof(cfg->socket_path)] = "";
     uint64_t mode = 0600;
-    bool cache = true, prev = true, multi = true;
+    bool cache = true, prev = true, multi = true, evict = true;
     if (rc == 0)
         rc = get_str(kf, p, "cluster", "name", cfg->cluster, sizeof(cfg->cluster)) |
              get_u32(kf, p, "cluster", "nodes", 1, 1024, &e->nodes) |
@@ -195,6 +195,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
              get_u32(kf, p, "cluster", "expiration_ms", 1, 3600 * 1000, &e->expiration_ms) |
              get_u32(kf, p, "cluster", "op_timeout_ms", 0, 3600 * 1000, &e->op_timeout_ms) |
              get_u32(kf, p, "cluster", "migrate_depth", 0, 64, &e->migrate_depth) |
+             get_bool(kf, p, "cluster", "evict", &evict) |
              get_bool(kf, p, "optimizations", "cache", &cache) |
              get_bool(kf, p, "optimizations", "previous_versions", &prev) |
              get_bool(kf, p, "optimizations", "multi_read", &multi) |
@@ -262,6 +263,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
         return -1;
     }
     e->no_cache = !cache;
+    e->no_evict = !evict;
     e->no_prev_versions = !prev;
     e->no_multi_read = !multi;
     e->self = node;

@@ -21,6 +21,9 @@
  * recycler no longer wakes for every few writes, which cost more CPU per request at low load
  * than serving the request itself. */
 #define RECYCLE_BACKLOG 64
+/* Victims one run removes at most: a run stays short (each removal is a DELETE), and a run that
+ * removes many counts as a backlog, so the next starts at once. */
+#define EVICT_PER_RUN 256
 #define TRICKLE_NAP_MS 10
 
 struct recycler_thread {
@@ -87,6 +90,8 @@ static void *recycler_main(void *arg)
     int sweeps = 0;
     for (;;) {
         size_t done = nessie_recycle_run(t->ctx, RECYCLE_SCAN_SLOTS);
+        /* Keep room ahead of the writers (and reclaim expired and flushed items). */
+        done += nessie_evict_run(t->ctx, EVICT_PER_RUN);
         if (t->index == 0 && mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;

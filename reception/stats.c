@@ -105,7 +105,8 @@ void recep_stats_channel_opened(struct recep_stats *st)
     __atomic_fetch_add(&st->channels_total, 1, __ATOMIC_RELAXED);
 }
 
-static const char *const opk_name[NESSIE_OPK_COUNT] = {"get", "put", "delete", "migrate"};
+static const char *const opk_name[NESSIE_OPK_COUNT] = {"get", "put", "delete", "migrate",
+                                                         "evict"};
 static const char *const abort_name[NESSIE_ABORT_COUNT] = {"invalid_dte", "cas_failed",
                                                           "reverse_pass", "timeout", "migrate",
                                                           "memory"};
@@ -157,6 +158,17 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("delete_hits", d->outcomes[NESSIE_OK]);
     STAT_U("delete_misses", d->outcomes[NESSIE_NOT_FOUND]);
     STAT_U("limit_maxbytes", cfg->data_bytes);
+    /* This node's data region: its items as of the recycle scan's last pass, and what its
+     * evictor removed (memcached's meanings; reclaimed: expired or flushed items removed). */
+    uint64_t items, bytes;
+    nessie_data_usage(st->node, &items, &bytes);
+    STAT_U("curr_items", items);
+    STAT_U("bytes", bytes);
+    STAT_U("evictions", c.evictions);
+    STAT_U("evicted_unfetched", c.evicted_unfetched);
+    STAT_U("reclaimed", c.reclaimed);
+    STAT_U("expired_unfetched", c.expired_unfetched);
+    STAT_U("evictions_enabled", !cfg->no_evict);
 
     /* Nessie's own. */
     STAT_U("nessie_node", cfg->self);
@@ -212,6 +224,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_migrations", c.migrations);
     STAT_U("nessie_recursive_migrations", c.recursive_migrations);
     STAT_U("nessie_takeovers", c.takeovers);
+    STAT_U("nessie_evict_skipped", c.evict_skipped);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

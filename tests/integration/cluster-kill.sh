@@ -33,6 +33,9 @@ index_slots = 2048
 data_bytes = 33554432
 max_item_size = 262144
 expiration_ms = 200
+# Its checker holds every acknowledged write to stay readable: no eviction here (the evictor is
+# checked by nessie-stress, which records evictions in the histories, and by test_engine).
+evict = false
 [reception]
 workers = 2
 arena_bytes = 65536

@@ -134,6 +134,47 @@ struct shared {
     _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
 };
 
+/* Evictions the engine made (nessie_set_evict_hook), in shared memory like the history: each is
+ * the DELETE it is, so the check judges reads that miss an evicted key against it. */
+struct evict_rec {
+    uint64_t call_ns, ret_ns;
+    uint16_t key;
+    uint8_t done;
+    uint8_t status;
+};
+struct evict_log {
+    _Atomic uint64_t n; /* records claimed (may exceed cap: then the run cannot be checked) */
+    uint64_t cap;
+    struct evict_rec r[];
+};
+static struct evict_log *elog;
+/* The record of the eviction this thread is making (the hook's start and end pair up). */
+static __thread uint64_t evict_cur;
+
+static uint64_t mono_ns(void);
+
+static void stress_evict_hook(void *user, const void *key, size_t klen, bool done, int status)
+{
+    (void)user;
+    if (!done) {
+        evict_cur = atomic_fetch_add(&elog->n, 1);
+        if (evict_cur >= elog->cap)
+            return;
+        struct evict_rec *r = &elog->r[evict_cur];
+        char name[16] = {0};
+        memcpy(name, key, klen < sizeof(name) - 1 ? klen : sizeof(name) - 1);
+        r->key = (uint16_t)atoi(name + 4); /* "key-NNN" */
+        r->call_ns = mono_ns();
+        return;
+    }
+    if (evict_cur >= elog->cap)
+        return;
+    struct evict_rec *r = &elog->r[evict_cur];
+    r->ret_ns = mono_ns();
+    r->status = (uint8_t)status;
+    atomic_store_explicit((_Atomic uint8_t *)&r->done, 1, memory_order_release);
+}
+
 static char cluster[64];
 static struct shared *sh;
 static struct event *hist; /* nodes * threads * per_thread events */
@@ -407,6 +448,7 @@ static void *recycler_main(void *p)
         return (void *)1;
     while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
         nessie_recycle_run(ctx, 4096);
+        nessie_evict_run(ctx, 256);
         /* Only runs that kill nodes can leak by design; elsewhere a leak is a bug to report,
          * not to sweep away. The sweep paces itself (one grace period between confirmations). */
         if (opt_crash_every || opt_inject > 0 || opt_stall_every > 0)
@@ -435,6 +477,7 @@ static int node_main(uint32_t id, bool restart)
     while (!atomic_load(&sh->go))
         usleep(100);
     fault_node = id;
+    nessie_set_evict_hook(stress_evict_hook, NULL);
     if (opt_inject > 0 || opt_stall_every > 0)
         fab_set_fault(nessie_node_fabric(node), stress_fault, NULL);
 
@@ -488,9 +531,9 @@ static void describe_key(struct nessie_node **nodes, const char *key)
             const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[ite_node(ite)]),
                                                        FAB_REGION_DATA);
             const struct dte_hdr *h = (const struct dte_hdr *)(data + ite_offset(ite));
-            fprintf(stderr, " -> gen %u state %" PRIx64 " quarantine %" PRIu64 " prev %016" PRIx64
+            fprintf(stderr, " -> gen %u state %" PRIx64 " quarantine %" PRIu32 " access %08" PRIx32 " prev %016" PRIx64
                             " key '%.*s' kind %u flags8 %u creator %" PRIx64 " created %" PRIu64,
-                    ite_gen(ite), h->state, h->quarantine_ms, h->prev_ite, (int)h->key_len,
+                    ite_gen(ite), h->state, h->quarantine_ms, h->access, h->prev_ite, (int)h->key_len,
                     (const char *)(h + 1), h->kind, h->flags8, h->creator, h->created_ns);
         }
         fputc('\n', stderr);
@@ -733,6 +776,24 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t *undecid
     for (guint i = 0; i < extra->len; i++)
         g_ptr_array_add(per_key[g_array_index(extra, struct event, i).key],
                         &g_array_index(extra, struct event, i));
+    /* Evictions: a DELETE that took effect, or whose effect is unknown (it timed out, or its
+     * process was killed); one that failed had no effect and tells nothing. */
+    uint64_t nev = atomic_load(&elog->n) < elog->cap ? atomic_load(&elog->n) : elog->cap;
+    struct event *evs = g_new0(struct event, nev ? nev : 1);
+    for (uint64_t i = 0; i < nev; i++) {
+        const struct evict_rec *r = &elog->r[i];
+        struct event *e = &evs[i];
+        if (r->call_ns == 0 || r->key >= (uint16_t)opt_keys ||
+            (r->done && r->status != NESSIE_OK && r->status != NESSIE_TIMEOUT))
+            continue;
+        e->call_ns = r->call_ns;
+        e->key = r->key;
+        e->op = LC_DELETE;
+        e->done = r->done && r->status == NESSIE_OK;
+        e->ret_ns = r->ret_ns;
+        e->outcome = LC_OK;
+        g_ptr_array_add(per_key[r->key], e);
+    }
     uint64_t violations = 0;
     for (int k = 0; k < opt_keys; k++) {
         GPtrArray *a = per_key[k];
@@ -755,6 +816,7 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t *undecid
         g_ptr_array_free(a, TRUE);
     }
     g_free(per_key);
+    g_free(evs);
     return violations;
 }
 
@@ -778,7 +840,7 @@ int main(int argc, char **argv)
         opt_stall_ms = 3 * opt_expiration_ms;
     if (opt_dead_for == 0)
         opt_dead_for = 3000;
-    if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 1024 ||
+    if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 16384 ||
         opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1 || opt_inject < 0 ||
         opt_inject > 1 || opt_stall_every < 0 || opt_stall_ms < 0) {
         fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
@@ -801,7 +863,13 @@ int main(int argc, char **argv)
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     hist = mmap(NULL, total * sizeof(struct event), PROT_READ | PROT_WRITE,
                 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (sh == MAP_FAILED || hist == MAP_FAILED) {
+    /* Every write may evict a few items on its own, and the recyclers evict besides. */
+    uint64_t ecap = 8 * total + 100000;
+    elog = mmap(NULL, sizeof(*elog) + ecap * sizeof(struct evict_rec), PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (elog != MAP_FAILED)
+        elog->cap = ecap;
+    if (sh == MAP_FAILED || hist == MAP_FAILED || elog == MAP_FAILED) {
         perror("nessie-stress: mmap");
         return 2;
     }
@@ -984,11 +1052,18 @@ int main(int argc, char **argv)
         injected += atomic_load(&sh->node[n].injected);
         stalls += atomic_load(&sh->node[n].stalls);
     }
+    uint64_t evictions = 0;
+    for (uint64_t i = 0; i < atomic_load(&elog->n) && i < elog->cap; i++)
+        evictions += elog->r[i].done && elog->r[i].status == NESSIE_OK;
+    bool elog_full = atomic_load(&elog->n) > elog->cap;
+    if (elog_full)
+        fprintf(stderr, "nessie-stress: more evictions than the log holds (%" PRIu64 "): the "
+                        "check would miss some; failing the run\n", elog->cap);
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
-           " injected=%" PRIu64 " stalls=%" PRIu64 "\n",
+           " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
-           undecided, injected, stalls);
+           undecided, injected, stalls, evictions);
 
     for (int n = 0; n < opt_nodes; n++) {
         nessie_node_close(nodes[n]);
@@ -997,6 +1072,8 @@ int main(int argc, char **argv)
     g_array_free(extra, TRUE);
     free(nodes);
     free(pids);
-    return (failed || violations || stuck || leaked || (undecided && !faulty) || never_killed) ? 1
-                                                                                             : 0;
+    return (failed || violations || stuck || leaked || (undecided && !faulty) || never_killed ||
+            elog_full)
+               ? 1
+               : 0;
 }

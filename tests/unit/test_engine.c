@@ -7,9 +7,12 @@
  * Nodes are engine instances in this one process on the shared-memory fabric: one-sided access
  * is the same whether the peer is a thread or a process (test_fabric.c proves the latter).
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -60,9 +63,15 @@ static void cluster_open(uint32_t nodes, uint64_t slots, uint64_t data, tweak_fn
     }
 }
 
+struct bg_evictor;
+static struct bg_evictor *bg_running;
+static void bg_evictor_stop(struct bg_evictor *b);
+
 static int teardown(void **state)
 {
     (void)state;
+    if (bg_running)
+        bg_evictor_stop(bg_running);
     nessie_set_test_hook(NULL, NULL);
     for (uint32_t i = 0; i < C.n; i++) {
         nessie_ctx_destroy(C.ctx[i]);
@@ -263,11 +272,19 @@ static void test_bad_input_changes_nothing(void **state)
 
 static void small_items(struct nessie_config *c) { c->max_item_size = 4096; }
 
+/* memcached -M: a full node refuses. */
+static void small_items_no_evict(struct nessie_config *c)
+{
+    c->max_item_size = 4096;
+    c->no_evict = true;
+}
+
 static void test_out_of_memory_is_clean(void **state)
 {
     (void)state;
-    /* 1 MiB of data: a few pages; keys never overwritten, so nothing can be recycled. */
-    cluster_open(1, 1 << 16, 1 << 20, small_items);
+    /* 1 MiB of data: a few pages; keys never overwritten, so nothing can be recycled; no
+     * eviction (memcached -M). */
+    cluster_open(1, 1 << 16, 1 << 20, small_items_no_evict);
     char k[32], v[1000];
     memset(v, 'v', sizeof(v));
     int i, rc = NESSIE_OK;
@@ -287,6 +304,176 @@ static void test_out_of_memory_is_clean(void **state)
     }
     snprintf(k, sizeof(k), "key-%d", stored);
     check_value(C.ctx[0], k, NULL);
+}
+
+/* --- eviction (issue 15) --------------------------------------------------------------------- */
+
+static void evict_cfg(struct nessie_config *c)
+{
+    c->max_item_size = 4096;
+    c->expiration_ms = 20;
+    c->op_timeout_ms = 1000;
+    c->background_recycle = false;
+}
+
+/* The daemon's recycler thread, in miniature: recycle and evict until told to stop. */
+struct bg_evictor {
+    pthread_t thread;
+    struct nessie_ctx *ctx;
+    atomic_int stop;
+};
+
+static void *bg_evictor_main(void *arg)
+{
+    struct bg_evictor *b = arg;
+    while (!atomic_load(&b->stop)) {
+        nessie_recycle_run(b->ctx, 4096);
+        nessie_evict_run(b->ctx, 256);
+        usleep(500);
+    }
+    return NULL;
+}
+
+/* The running one (bg_running, above) is stopped by teardown if a failed assertion left it. */
+
+static void bg_evictor_start(struct bg_evictor *b, uint32_t node)
+{
+    memset(b, 0, sizeof(*b));
+    bg_running = b;
+    assert_int_equal(nessie_ctx_create(C.node[node], &b->ctx), NESSIE_OK);
+    assert_int_equal(pthread_create(&b->thread, NULL, bg_evictor_main, b), 0);
+}
+
+static void bg_evictor_stop(struct bg_evictor *b)
+{
+    bg_running = NULL;
+    atomic_store(&b->stop, 1);
+    pthread_join(b->thread, NULL);
+    nessie_ctx_destroy(b->ctx);
+}
+
+/* The value stored under key number i: its own name, so a read can tell whose it is. */
+static void evict_value(char *v, size_t len, int i)
+{
+    memset(v, 'a' + i % 26, len);
+    snprintf(v, len, "value-of-%d;", i);
+}
+
+/* GET key i: whole and its own, or a miss; never torn, never another key's. Returns found. */
+static bool evict_check(struct nessie_ctx *ctx, int i, size_t len)
+{
+    char k[32], want[2048];
+    struct nessie_item it;
+    snprintf(k, sizeof(k), "key-%d", i);
+    int rc = nessie_get(ctx, k, strlen(k), &it);
+    if (rc == NESSIE_NOT_FOUND)
+        return false;
+    assert_int_equal(rc, NESSIE_OK);
+    evict_value(want, len, i);
+    assert_int_equal(it.value_len, len);
+    assert_memory_equal(it.value, want, len);
+    return true;
+}
+
+/* A full node accepts every SET: 10x its memory is written, older items are evicted, the newest
+ * is always readable, and every read returns a whole item of its own key or a miss. */
+static void test_full_node_evicts(void **state)
+{
+    (void)state;
+    cluster_open(2, 1 << 14, 1 << 20, evict_cfg);
+    struct bg_evictor b;
+    bg_evictor_start(&b, 0);
+    char k[32], v[1000];
+    const int n = 10 * 1000; /* 10 MB of values into 1 MiB */
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        evict_value(v, sizeof(v), i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL),
+                         NESSIE_OK);
+        if (i % 2) /* the newest, from another node (the others are never read) */
+            assert_true(evict_check(C.ctx[1], i, sizeof(v)));
+        if (i % 97 == 0)
+            evict_check(C.ctx[1], i / 2, sizeof(v)); /* an older one: whole, or a miss */
+    }
+    bg_evictor_stop(&b);
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        found += evict_check(C.ctx[0], i, sizeof(v));
+    struct nessie_counters c;
+    nessie_node_counters(C.node[0], &c);
+    /* Most of the region holds items: at most ~1000 1 KiB-slot items fit in 1 MiB. */
+    assert_true(found > 300 && found < 1100);
+    assert_true(c.evictions >= (uint64_t)(n - 1100));
+    assert_true(c.evicted_unfetched > 0);
+    assert_int_equal(c.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], 0);
+}
+
+/* Items read often survive a fill that evicts everything else many times over. */
+static void test_read_items_survive_eviction(void **state)
+{
+    (void)state;
+    cluster_open(2, 1 << 14, 1 << 20, evict_cfg);
+    struct bg_evictor b;
+    bg_evictor_start(&b, 0);
+    char k[32], v[1000];
+    const int hot = 16, n = 8000;
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        evict_value(v, sizeof(v), i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL),
+                         NESSIE_OK);
+        /* Keys 0..15 are read all along, by both nodes (remote reads record with a WRITE). */
+        if (i >= hot)
+            for (int h = 0; h < 2; h++)
+                assert_true(evict_check(C.ctx[(i + h) % 2], (i + h) % hot, sizeof(v)));
+    }
+    bg_evictor_stop(&b);
+    for (int h = 0; h < hot; h++)
+        assert_true(evict_check(C.ctx[1], h, sizeof(v)));
+}
+
+/* With eviction off, a full node refuses SETs, and still serves DELETE (the reserve), and
+ * flush_all's items come back as free memory (the reclaim crawl). */
+static void test_delete_and_flush_on_full_node(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 14, 1 << 20, small_items_no_evict);
+    char k[32], v[1000];
+    memset(v, 'v', sizeof(v));
+    int i, rc = NESSIE_OK;
+    for (i = 0; i < 100000 && rc == NESSIE_OK; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        rc = nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL);
+    }
+    assert_int_equal(rc, NESSIE_NO_MEMORY);
+    int stored = i - 1;
+    for (int j = 0; j < 20; j++) {
+        snprintf(k, sizeof(k), "key-%d", j);
+        assert_int_equal(nessie_delete(C.ctx[0], k, strlen(k)), NESSIE_OK);
+        check_value(C.ctx[0], k, NULL);
+    }
+    assert_int_equal(nessie_flush(C.ctx[0]), NESSIE_OK);
+    struct nessie_counters c;
+    uint64_t reclaimed = 0;
+    for (int round = 0; round < 2000 && reclaimed < (uint64_t)stored - 20; round++) {
+        nessie_evict_run(C.ctx2[0], 1024);
+        nessie_node_counters(C.node[0], &c);
+        reclaimed = c.reclaimed;
+    }
+    assert_int_equal(reclaimed, (uint64_t)stored - 20);
+    assert_int_equal(c.evictions, 0);
+    assert_int_equal(c.expired_unfetched, reclaimed); /* nobody read them */
+    /* Their slots are free once their expiration period is over: the node takes as many again. */
+    usleep(1100 * 1000);
+    nessie_recycle_run(C.ctx2[0], 1 << 20);
+    for (i = 0; i < stored; i++) {
+        snprintf(k, sizeof(k), "again-%d", i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL),
+                         NESSIE_OK);
+    }
 }
 
 static void test_index_full_and_migrations(void **state)
@@ -1466,6 +1653,9 @@ int main(void)
         cmocka_unit_test_teardown(test_expiry_and_flush, teardown),
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
+        cmocka_unit_test_teardown(test_full_node_evicts, teardown),
+        cmocka_unit_test_teardown(test_read_items_survive_eviction, teardown),
+        cmocka_unit_test_teardown(test_delete_and_flush_on_full_node, teardown),
         cmocka_unit_test_teardown(test_index_full_and_migrations, teardown),
         cmocka_unit_test_teardown(test_full_of_recycled_entries_waits, teardown),
         cmocka_unit_test_teardown(test_pages_move_to_the_size_in_demand, teardown),

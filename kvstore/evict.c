@@ -1,0 +1,255 @@
+/*
+ * evict.c - a cache that stays a cache when it is full (issue 15): the access hints readers
+ * record, the owner's evictor and its reclaim crawl.
+ *
+ * Only the owner allocates from its data region, so only the owner evicts from it, and it does
+ * so through the protocol: a victim is removed by the DELETE path with a CAS that expects exactly
+ * the victim's ITE word (protocol.c, W_EVICT), so an item written, moved or deleted after it was
+ * chosen is left alone, and a reader meets the item whole or not at all. Victims are chosen as
+ * Ditto (SOSP'23) and Redis choose them when no list can be kept (readers are on other hosts and
+ * never tell the owner anything but a hint in the entry): sample a few entries of the class that
+ * needs room, score them, remove the worst. The score is Redis's LFU: a logarithmic read count
+ * that decays with idle time, ties broken by the time of the last read; expired and flushed items
+ * score lowest of all.
+ *
+ * Why ahead of need: a removed item's slot comes back one expiration period after it is unlinked
+ * (readers may still read it until then), so a class must hold free, or already on their way
+ * back, the slots it will allocate during one period. The evictor measures each class's
+ * allocation rate and keeps that much (twice over, plus a floor) ready.
+ */
+#include <string.h>
+
+#include "engine_int.h"
+#include "log.h"
+
+/* Tunables, with their reasons:
+ * - EVICT_SAMPLES: Redis's default of 5 approximates LRU closely (its own measurements); more
+ *   costs a header read each for a small gain; EVICT_DRAWS bounds the slots drawn to find them;
+ * - EVICT_SLACK_FACTOR: twice the slots one period consumes, because the rate is a smoothed
+ *   estimate and bursts exceed it;
+ * - EVICT_FLOOR_DIV: at least 1/64 of a class ready (and EVICT_FLOOR_MIN slots), so a class
+ *   with no recent allocations still takes a burst;
+ * - EVICT_CRAWL_SLOTS: slots the reclaim crawl examines per run: a full region's dead items come
+ *   back within a few thousand runs, each costing microseconds. */
+#define EVICT_SAMPLES 5
+#define EVICT_DRAWS 8 /* slots drawn per item wanted in a sample, at most */
+#define EVICT_SLACK_FACTOR 2.0
+#define EVICT_FLOOR_DIV 64
+#define EVICT_FLOOR_MIN 8
+#define EVICT_CRAWL_SLOTS 256
+
+uint32_t nessie_acc_tick(void)
+{
+    return (uint32_t)(nessie_real_ns() >> DTE_ACC_TICK_SHIFT) & DTE_ACC_TIME_MASK;
+}
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The read count of access word a, decayed by the idle time up to tick now. */
+static uint32_t acc_decayed(uint32_t a, uint32_t now)
+{
+    uint32_t idle = (now - dte_acc_time(a)) & DTE_ACC_TIME_MASK;
+    uint32_t c = dte_acc_count(a), periods = idle / NESSIE_ACC_DECAY_TICKS;
+    return periods >= c ? 0 : c - periods;
+}
+
+void nessie_access_record(struct nessie_ctx *ctx, uint64_t ite, uint32_t old,
+                          unsigned char *cached)
+{
+    struct nessie_node *nd = ctx->node;
+    uint32_t now = nessie_acc_tick();
+    uint32_t c = acc_decayed(old, now);
+    if (c < DTE_ACC_COUNT_MASK) {
+        uint32_t base = c > NESSIE_ACC_INIT ? c - NESSIE_ACC_INIT : 0;
+        /* Probability 1 / (base * factor + 1), drawn from 32 random bits. */
+        if ((rng_next(&ctx->rng) & 0xFFFFFFFFu) * (uint64_t)(base * NESSIE_ACC_LOG_FACTOR + 1) <
+            0x100000000ULL)
+            c++;
+    }
+    uint32_t a = dte_acc_make(now, c, true);
+    if (a == old)
+        return; /* the same tick and count: nothing to tell */
+    if (cached)
+        memcpy(cached + DTE_OFF_ACCESS, &a, sizeof(a));
+    uint64_t off = ite_offset(ite) + DTE_OFF_ACCESS;
+    if (ite_node(ite) == nd->cfg.self) {
+        fab_local_write(nd->fab, FAB_REGION_DATA, off, &a, sizeof(a));
+        return;
+    }
+    struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = ite_node(ite), .region = FAB_REGION_DATA,
+                        .offset = off, .local = &a, .length = sizeof(a)};
+    /* Not waited for, and dropped when the endpoint has no room: a hint. */
+    if (fab_post_background(ctx->ep, &wr) == FAB_OK) {
+        CTR_ADD(OPC(ctx).writes, 1);
+        CTR_ADD(OPC(ctx).bytes_written, sizeof(a));
+    }
+}
+
+/* A sampled slot as the evictor judges it. */
+struct candidate {
+    uint64_t off;
+    struct dte_hdr h;
+    bool dead;
+    uint32_t count;  /* decayed read count */
+    uint32_t idle;   /* ticks since the last read (or the write) */
+};
+
+/* Read the header of the slot at off; true if it holds a committed item the evictor may
+ * remove (not a tombstone, not in flight, not already on its way out). */
+static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, struct candidate *c)
+{
+    c->off = off;
+    if (fab_local_read(nd->fab, FAB_REGION_DATA, off, &c->h, sizeof(c->h)) != FAB_OK)
+        return false;
+    uint64_t st = c->h.state;
+    if ((st & (DTE_BUSY | DTE_COMMITTED | DTE_ABANDONED | DTE_RECYCLED)) !=
+            (DTE_BUSY | DTE_COMMITTED) ||
+        c->h.kind != DTE_KIND_VALUE || c->h.key_len == 0 || c->h.key_len > NESSIE_KEY_MAX)
+        return false;
+    c->dead = nessie_item_dead(nd, &c->h);
+    c->count = acc_decayed(c->h.access, now);
+    c->idle = (now - dte_acc_time(c->h.access)) & DTE_ACC_TIME_MASK;
+    return true;
+}
+
+/* Whether a is a better victim than b. */
+static bool worse(const struct candidate *a, const struct candidate *b)
+{
+    if (a->dead != b->dead)
+        return a->dead;
+    if (a->count != b->count)
+        return a->count < b->count;
+    return a->idle > b->idle;
+}
+
+/* Remove the item in the slot c describes (its class cls), counting what it was. Returns
+ * nessie_evict_entry's status (NESSIE_OK: removed). */
+static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candidate *c)
+{
+    struct nessie_node *nd = ctx->node;
+    unsigned char key[NESSIE_KEY_MAX];
+    uint32_t klen = c->h.key_len;
+    if (fab_local_read(nd->fab, FAB_REGION_DATA, c->off + DTE_HDR_SIZE, key, klen) != FAB_OK)
+        return NESSIE_INVALID;
+    uint64_t ite = ite_make(nd->cfg.self, cls, c->off, dte_gen(c->h.state),
+                            nessie_key_filter(nd, key, klen));
+    int rc = nessie_evict_entry(ctx, key, klen, ite);
+    if (rc != NESSIE_OK) {
+        CTR_ADD(ctx->ctr.evict_skipped, 1);
+        return rc;
+    }
+    bool fetched = (c->h.access & DTE_ACC_FETCHED) != 0;
+    if (c->dead) {
+        CTR_ADD(ctx->ctr.reclaimed, 1);
+        if (!fetched)
+            CTR_ADD(ctx->ctr.expired_unfetched, 1);
+    } else {
+        CTR_ADD(ctx->ctr.evictions, 1);
+        if (!fetched)
+            CTR_ADD(ctx->ctr.evicted_unfetched, 1);
+    }
+    return NESSIE_OK;
+}
+
+size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n)
+{
+    struct nessie_node *nd = ctx->node;
+    size_t removed = 0;
+    /* A class whose samples keep finding nothing to remove (tombstones and entries in flight
+     * only) is left after a few rounds: the caller comes back later. */
+    for (size_t round = 0; removed < n && round < n * 4; round++) {
+        /* EVICT_SAMPLES items to compare, not slots: in a class that is half free or in
+         * quarantine, a sample of slots would often hold one item only, which would then go
+         * whatever its score (a hot item, now and then). Draws are bounded: a class of
+         * tombstones and entries in flight has nothing to give. */
+        uint32_t now = nessie_acc_tick(), items = 0;
+        struct candidate best, c;
+        for (uint32_t draws = 0; items < EVICT_SAMPLES && draws < EVICT_SAMPLES * EVICT_DRAWS;) {
+            uint64_t offs[EVICT_SAMPLES];
+            uint32_t got = slab_sample(&nd->slab, cls, &ctx->rng, offs, EVICT_SAMPLES);
+            if (got == 0)
+                return removed;
+            draws += got;
+            for (uint32_t i = 0; i < got && items < EVICT_SAMPLES; i++)
+                if (candidate_read(nd, offs[i], now, &c) && (items++ == 0 || worse(&c, &best)))
+                    best = c;
+        }
+        int rc = items > 0 ? remove_candidate(ctx, cls, &best) : NESSIE_NOT_FOUND;
+        if (rc == NESSIE_OK)
+            removed++;
+        else if (rc == NESSIE_NO_MEMORY)
+            break; /* no room for a tombstone until some come back: later */
+    }
+    return removed;
+}
+
+/* The reclaim crawl: examine the next EVICT_CRAWL_SLOTS slots and remove the dead items among
+ * them (expired, or written before a flush_all), so their memory comes back whether or not
+ * the node is short of it. */
+struct crawl {
+    struct nessie_ctx *ctx;
+    uint32_t now;
+    size_t removed;
+};
+
+static void crawl_slot(void *arg, uint32_t cls, uint64_t off)
+{
+    struct crawl *cr = arg;
+    struct candidate c;
+    if (candidate_read(cr->ctx->node, off, cr->now, &c) && c.dead &&
+        remove_candidate(cr->ctx, cls, &c) == NESSIE_OK)
+        cr->removed++;
+}
+
+size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
+{
+    struct nessie_node *nd = ctx->node;
+    if (pthread_mutex_trylock(&nd->evict_lock) != 0)
+        return 0; /* another thread of this node is at it */
+    struct crawl cr = {.ctx = ctx, .now = nessie_acc_tick()};
+    slab_crawl(&nd->slab, &nd->crawl_page, &nd->crawl_slot, EVICT_CRAWL_SLOTS, crawl_slot, &cr);
+    size_t removed = cr.removed;
+
+    /* Allocation rates per class, smoothed over about a second. */
+    uint64_t now = nessie_mono_ns();
+    double dt = nd->evict_last_ns ? (double)(now - nd->evict_last_ns) / 1e9 : 0;
+    bool spare = slab_has_spare_pages(&nd->slab);
+    const double period = (double)nd->cfg.expiration_ms / 1000.0;
+    for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
+        uint64_t nfree, pending, slots, allocs;
+        slab_class_state(&nd->slab, cls, &nfree, &pending, &slots, &allocs);
+        if (dt > 0) {
+            double inst = (double)(allocs - nd->evict_last_allocs[cls]) / dt;
+            double w = dt >= 1.0 ? 1.0 : dt;
+            nd->evict_rate[cls] += w * (inst - nd->evict_rate[cls]);
+        }
+        nd->evict_last_allocs[cls] = allocs;
+        if (nd->cfg.no_evict || spare || slots == 0)
+            continue;
+        uint64_t floor = slots / EVICT_FLOOR_DIV > EVICT_FLOOR_MIN ? slots / EVICT_FLOOR_DIV
+                                                                    : EVICT_FLOOR_MIN;
+        uint64_t want = floor + (uint64_t)(nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR);
+        if (want > slots / 2)
+            want = slots / 2; /* never empty a class for a burst */
+        if (nfree + pending >= want)
+            continue;
+        size_t need = want - (nfree + pending);
+        if (need > max_victims - removed)
+            need = max_victims - removed;
+        removed += nessie_evict_class(ctx, cls, need);
+    }
+    nd->evict_last_ns = now;
+    pthread_mutex_unlock(&nd->evict_lock);
+    return removed;
+}
+
+void nessie_data_usage(struct nessie_node *nd, uint64_t *items, uint64_t *bytes)
+{
+    slab_usage(&nd->slab, items, bytes);
+}
