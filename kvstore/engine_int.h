@@ -51,6 +51,7 @@ struct nessie_node {
     pthread_mutex_t evict_lock;
     uint64_t evict_last_ns;
     uint64_t evict_last_allocs[ITE_MAX_CLASSES];
+    uint64_t evict_last_failed[ITE_MAX_CLASSES];
     double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
 

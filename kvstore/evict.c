@@ -157,6 +157,32 @@ static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candida
     return NESSIE_OK;
 }
 
+/* Give class cls a page of another class: evict every item of the page slab_drain picks. */
+static size_t drain_for(struct nessie_ctx *ctx, uint32_t cls)
+{
+    struct nessie_node *nd = ctx->node;
+    uint64_t first, slots;
+    uint32_t pcls;
+    /* A drain ends when its page's quarantines are over: a few periods are plenty. */
+    uint64_t max_ms = 4ULL * nd->cfg.expiration_ms + 100;
+    if (slab_has_spare_pages(&nd->slab) ||
+        !slab_drain(&nd->slab, cls, max_ms, &first, &pcls, &slots))
+        return 0;
+    size_t removed = 0;
+    uint32_t now = nessie_acc_tick();
+    for (uint64_t i = 0; i < slots; i++) {
+        struct candidate c;
+        if (!candidate_read(nd, first + i * nd->class_size[pcls], now, &c))
+            continue;
+        int rc = remove_candidate(ctx, pcls, &c);
+        if (rc == NESSIE_OK)
+            removed++;
+        else if (rc == NESSIE_NO_MEMORY)
+            break;
+    }
+    return removed;
+}
+
 size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n)
 {
     struct nessie_node *nd = ctx->node;
@@ -174,18 +200,23 @@ size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n)
             uint64_t offs[EVICT_SAMPLES];
             uint32_t got = slab_sample(&nd->slab, cls, &ctx->rng, offs, EVICT_SAMPLES);
             if (got == 0)
-                return removed;
+                break; /* no page */
             draws += got;
             for (uint32_t i = 0; i < got && items < EVICT_SAMPLES; i++)
                 if (candidate_read(nd, offs[i], now, &c) && (items++ == 0 || worse(&c, &best)))
                     best = c;
         }
-        int rc = items > 0 ? remove_candidate(ctx, cls, &best) : NESSIE_NOT_FOUND;
+        if (items == 0)
+            break;
+        int rc = remove_candidate(ctx, cls, &best);
         if (rc == NESSIE_OK)
             removed++;
         else if (rc == NESSIE_NO_MEMORY)
             break; /* no room for a tombstone until some come back: later */
     }
+    /* Nothing of its own to give (no page, or only entries in flight): another class's page. */
+    if (removed == 0)
+        removed = drain_for(ctx, cls);
     return removed;
 }
 
@@ -230,7 +261,18 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
             nd->evict_rate[cls] += w * (inst - nd->evict_rate[cls]);
         }
         nd->evict_last_allocs[cls] = allocs;
-        if (nd->cfg.no_evict || spare || slots == 0)
+        uint64_t failed = slab_failed(&nd->slab, cls);
+        bool refused = failed != nd->evict_last_failed[cls];
+        nd->evict_last_failed[cls] = failed;
+        if (nd->cfg.no_evict || spare)
+            continue;
+        if (refused && nfree + pending == 0) {
+            /* Writes of this size were refused and nothing is on its way back (the class may
+             * have no page at all: then a page of another class is drained for it). */
+            removed += nessie_evict_class(ctx, cls, EVICT_FLOOR_MIN);
+            continue;
+        }
+        if (slots == 0)
             continue;
         uint64_t floor = slots / EVICT_FLOOR_DIV > EVICT_FLOOR_MIN ? slots / EVICT_FLOOR_DIV
                                                                     : EVICT_FLOOR_MIN;

@@ -835,10 +835,11 @@ static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
 }
 
 /* A write that finds its node full evicts this many of its class's items on its own (the
- * background evictor normally keeps ahead), and may wait for their slots up to two expiration
- * periods plus this margin beyond its budget. */
+ * background evictor normally keeps ahead), and may wait for their slots up to three expiration
+ * periods plus this margin beyond its budget: one period for the slots' quarantine, the rest for
+ * a page of another class to drain when its size class has no page (slab_drain). */
 #define EVICT_INLINE 8
-#define EVICT_WAIT_MARGIN_MS 100
+#define EVICT_WAIT_MARGIN_MS 500
 
 /* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
  * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY. The entry is BUSY: invisible until an ITE points at
@@ -1520,22 +1521,21 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             return A_DONE;
         }
         h.prev_ite = op->seen[cand];
-        bool evicted = false;
+        const bool evicting = w->mode != W_EVICT && !nd->cfg.no_evict;
         *status = dte_write_new(op, &h, op->id, op->key, v1, l1, v2, l2, op->filter, &mine);
-        if (*status == NESSIE_NO_MEMORY && w->mode != W_EVICT && !nd->cfg.no_evict &&
-            !memory_pending(op, h.key_len, l1 + l2)) {
-            /* Full, and nothing on its way back: the evictor fell behind (a burst), or there is
-             * none (no recycler thread). Evict a few of the class's items now;
-             * their slots come back one expiration period after they are unlinked, so this
-             * call waits for them, and may wait that long beyond its own budget (a SET is
-             * never refused for lack of memory while eviction is on). */
+        if (*status == NESSIE_NO_MEMORY && evicting) {
+            /* Full: the evictor fell behind (a burst), or there is none (no recycler thread).
+             * Unless slots are on their way back, evict a few of the class's items now (or a
+             * page of another class's). Freed slots come back one expiration period after they
+             * are unlinked, so this call waits, and may wait that long beyond its own budget:
+             * a SET is not refused for lack of memory while eviction is on. */
             int cls = slab_class_for(&nd->slab, dte_size(h.key_len, l1 + l2));
-            if (cls >= 0)
-                evicted = nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE) > 0;
+            if (cls >= 0 && !memory_pending(op, h.key_len, l1 + l2))
+                nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE);
             if (!op->memory_wait)
-                op->deadline += (2ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
+                op->deadline += (3ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
         }
-        if (*status == NESSIE_NO_MEMORY && (evicted || memory_pending(op, h.key_len, l1 + l2))) {
+        if (*status == NESSIE_NO_MEMORY && (evicting || memory_pending(op, h.key_len, l1 + l2))) {
             /* Replaced entries are waiting out their expiration period: wait (back-off, within
              * the call's budget) rather than fail, so writers are paced by recycling. */
             op->memory_wait = true;

@@ -224,6 +224,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
     /* One page in 64 (at least one) stays unassigned until a tombstone needs it: a full region
      * whose pages all went to large values still has room for the blank entries that DELETE
      * and eviction write. */
+    s->drain_page = -1;
     s->reserve_pages = h->page_count / 64 ? h->page_count / 64 : 1;
     if (s->reserve_pages >= h->page_count)
         s->reserve_pages = 0;
@@ -436,8 +437,13 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
             best_free = s->cls[d].nfree;
         }
     }
+    if (s->drain_page >= 0 && s->drain_for == cls &&
+        s->page_free[s->drain_page] == slots_per_page(s, s->page_class[s->drain_page]))
+        best = (uint64_t)s->drain_page;
     if (best == UINT64_MAX)
         return -1;
+    if ((int64_t)best == s->drain_page)
+        s->drain_page = -1; /* drained: it moves now */
     uint8_t d = s->page_class[best];
     struct slab_class *dc = &s->cls[d];
     size_t kept = 0;
@@ -483,7 +489,8 @@ bool slab_pending(struct slab *s, uint32_t cls)
     if (cls >= s->nclasses)
         return false;
     pthread_mutex_lock(&s->lock);
-    bool pending = s->cls[cls].recycled + s->cls[cls].recycled_pass > 0;
+    bool pending = s->cls[cls].recycled + s->cls[cls].recycled_pass > 0 ||
+                   (s->drain_page >= 0 && s->drain_for == cls);
     pthread_mutex_unlock(&s->lock);
     return pending;
 }
@@ -494,6 +501,15 @@ static bool take_free(struct slab *s, uint32_t cls, enum slab_use use, uint64_t 
     struct slab_class *c = &s->cls[cls];
     if (c->nfree == 0 || (use == SLAB_FOR_VALUE && c->nfree <= c->reserve))
         return false;
+    /* A draining page's free slots go round to the tail: they stay free for the page's move. */
+    for (size_t turns = c->nfree; s->drain_page >= 0 && turns > 0; turns--) {
+        if ((int64_t)page_of(s, *free_at(c, 0)) != s->drain_page)
+            break;
+        uint64_t off = pop_free(s, cls);
+        push_free(s, cls, off); /* cannot fail: the slot it frees is reused */
+        if (turns == 1)
+            return false;
+    }
     *offset = pop_free(s, cls);
     c->allocs++;
     return true;
@@ -532,9 +548,51 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     if (rebalance_locked(s, cls) == 0 && take_free(s, cls, use, offset))
         goto out;
     rc = -1;
+    if (use == SLAB_FOR_VALUE)
+        c->failed++;
 out:
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, uint32_t *page_cls,
+                uint64_t *slots)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t now = slab_now_ms();
+    if (s->drain_page >= 0 && now - s->drain_started_ms > max_ms)
+        s->drain_page = -1; /* given up: a new page is picked */
+    if (s->drain_page < 0) {
+        /* The donor: the class with the most pages (it can spare one best), not cls. */
+        uint32_t donor = UINT32_MAX;
+        for (uint32_t c = 0; c < s->nclasses; c++)
+            if (c != cls && s->cls[c].npages > 0 &&
+                (donor == UINT32_MAX || s->cls[c].npages > s->cls[donor].npages))
+                donor = c;
+        if (donor == UINT32_MAX || (s->cls[donor].npages < 2 && s->cls[cls].npages > 0)) {
+            pthread_mutex_unlock(&s->lock);
+            return false;
+        }
+        struct slab_class *dc = &s->cls[donor];
+        s->drain_page = dc->pages[(now * 2654435761u) % dc->npages];
+        s->drain_for = cls;
+        s->drain_started_ms = now;
+    }
+    uint64_t p = (uint64_t)s->drain_page;
+    *page_cls = s->page_class[p];
+    *first = page_offset(s, p);
+    *slots = slots_per_page(s, *page_cls);
+    bool ours = s->drain_for == cls;
+    pthread_mutex_unlock(&s->lock);
+    return ours;
+}
+
+uint64_t slab_failed(struct slab *s, uint32_t cls)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t f = cls < s->nclasses ? s->cls[cls].failed : 0;
+    pthread_mutex_unlock(&s->lock);
+    return f;
 }
 
 bool slab_has_spare_pages(struct slab *s)

@@ -32,7 +32,7 @@ struct slab_class {
     uint64_t reserve;
     /* Allocations so far (the evictor's rate estimate), and the pages assigned to the class
      * (for sampling victims), in no order. */
-    uint64_t allocs;
+    uint64_t allocs, failed; /* ... and allocations of values refused */
     uint32_t *pages;
     uint32_t npages, pages_cap;
 };
@@ -56,6 +56,12 @@ struct slab {
     uint64_t rebalanced;  /* pages moved from one class to another */
     uint64_t quarantine_ms; /* a recycled slot is freed this long after the scan first sees it */
     uint64_t reserve_pages; /* unassigned pages only tombstones may take */
+    /* The page being emptied for another class (slab_drain), or -1: its free slots are not
+     * handed out again, so that once its items are evicted and their quarantine is over it is
+     * entirely free and rebalance_locked gives it to drain_for. */
+    int64_t drain_page;
+    uint32_t drain_for;
+    uint64_t drain_started_ms;
     uint64_t passes;        /* full passes of the recycle scan so far */
 };
 
@@ -94,12 +100,29 @@ bool slab_has_spare_pages(struct slab *s);
 void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
                       uint64_t *slots, uint64_t *allocs);
 
+/*
+ * A class that needs room and cannot get it from its own items (it has no page, or no item to
+ * evict) gets a whole page of another class (memcached's slab reassignment with eviction): pick
+ * a page of the class holding the most pages, stop handing out its free slots, and let the
+ * caller evict every item in it; once their quarantine is over the page is entirely free, and
+ * the next allocation for cls takes it. One page drains at a time; a drain that has not ended
+ * after max_ms is given up (its items came back faster than they could be evicted). Returns
+ * true and the page's first slot offset, its class and slot count (the page may already be
+ * draining for cls), false if no other class has a page to give.
+ */
+bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, uint32_t *page_cls,
+                uint64_t *slots);
+
+/* Value allocations of class cls refused so far. */
+uint64_t slab_failed(struct slab *s, uint32_t cls);
+
 /* Up to n random slots of class cls (offsets into *offs; *rng is an xorshift state). Returns
  * how many it drew (0 if the class has no page). */
 uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs, uint32_t n);
 
 /* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw
- * them: an allocation that failed may succeed once they expire (within one period). */
+ * them, or a page draining for it: an allocation that failed may succeed once they expire
+ * (within one period). */
 bool slab_pending(struct slab *s, uint32_t cls);
 
 /* Give back a slot that was never made visible (its CAS failed for sure): no quarantine. */
