@@ -22,6 +22,10 @@ BENCH_WARMUP=${BENCH_WARMUP:-1}
 BENCH_DATA_BYTES=${BENCH_DATA_BYTES:-1073741824}
 # memcached's memory, MiB, and its largest item (1 MiB values need more than its 1 MiB default).
 BENCH_MC_MB=${BENCH_MC_MB:-4096}
+# Nessie's largest item (its slab pages are this big, at least 64 KiB), and the expiration period
+# (empty: the config's default, the paper's 1 s).
+BENCH_MAX_ITEM=${BENCH_MAX_ITEM:-2097152}
+BENCH_EXPIRATION_MS=${BENCH_EXPIRATION_MS:-}
 
 MC_PID=""
 MC_PORT=""
@@ -136,7 +140,8 @@ nessie_start() {
         echo "fabric = shm"
         echo "index_slots = ${BENCH_INDEX_SLOTS:-262144}"
         echo "data_bytes = $BENCH_DATA_BYTES"
-        echo "max_item_size = 2097152"
+        echo "max_item_size = $BENCH_MAX_ITEM"
+        [ -z "$BENCH_EXPIRATION_MS" ] || echo "expiration_ms = $BENCH_EXPIRATION_MS"
         for line in "$@"; do echo "$line"; done
     } >"$RUN/nessie.conf"
     "$BENCH_ROOT/tools/nessie-cluster" start --nodes "$n" --dir "$RUN" --config "$RUN/nessie.conf" \

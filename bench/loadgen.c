@@ -71,6 +71,7 @@ struct shared {
     _Atomic uint64_t t_measure; /* warm-up ends, measurement begins */
     _Atomic uint64_t t_end;    /* measurement ends (duration mode) */
     _Atomic uint64_t progress_ops; /* ops completed in the measured window, for --progress */
+    _Atomic uint64_t progress_gets, progress_hits; /* ... and GETs and hits, for --series */
     struct thread_result res[];
 };
 
@@ -87,7 +88,8 @@ static struct {
     double duration, warmup;
     int64_t ops;
     double rate;
-    gboolean no_preload, csv_header, header_only, progress;
+    gboolean no_preload, csv_header, header_only, progress, set_on_miss;
+    char *series; /* per-second CSV file */
     char *label;
     char **watch; /* NAME:PID */
     uint64_t seed;
@@ -308,7 +310,7 @@ static void *client_thread(void *p)
     double next = (double)t_start + (period > 0 ? rnd_unit(&seed) * period : 0);
     int64_t quota = opt.ops > 0 ? opt.ops / (int64_t)nthreads : -1;
     bool measuring = false;
-    uint64_t cpu0 = 0, t0 = 0, progress_batch = 0;
+    uint64_t cpu0 = 0, t0 = 0, progress_batch = 0, gets_batch = 0, hits_batch = 0;
     for (;;) {
         uint64_t sched = 0, t = now_ns();
         if (period > 0) {
@@ -353,6 +355,20 @@ static void *client_thread(void *p)
             } else if (rc == MEMCACHED_NOTFOUND) {
                 if (measuring)
                     r->misses++;
+                if (opt.set_on_miss) {
+                    /* A cache's user: fetch the value elsewhere, then store it (the SET is part
+                     * of this operation's latency, counted as a SET as well). */
+                    tag_value(val, k);
+                    rc = memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size,
+                                       0, 0);
+                    if (measuring) {
+                        r->ops[OP_SET]++;
+                        if (rc == MEMCACHED_SUCCESS)
+                            r->ok[OP_SET]++;
+                        else
+                            note_error(r, "set", m, rc);
+                    }
+                }
             } else if (measuring) {
                 note_error(r, "get", m, rc);
             }
@@ -377,9 +393,15 @@ static void *client_thread(void *p)
         r->hist[kind][hist_bin(lat)]++;
         if (quota > 0)
             quota--;
+        if (kind == OP_GET) {
+            gets_batch++;
+            hits_batch += ok;
+        }
         if (++progress_batch == 64) {
             atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
-            progress_batch = 0;
+            atomic_fetch_add_explicit(&sh->progress_gets, gets_batch, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sh->progress_hits, hits_batch, memory_order_relaxed);
+            progress_batch = gets_batch = hits_batch = 0;
         }
     }
     atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
@@ -487,6 +509,11 @@ static GOptionEntry entries[] = {
     {"csv-header", 'H', 0, G_OPTION_ARG_NONE, &opt.csv_header, "print the CSV header line first", NULL},
     {"header-only", 0, 0, G_OPTION_ARG_NONE, &opt.header_only, "print the CSV header line and exit", NULL},
     {"progress", 'p', 0, G_OPTION_ARG_NONE, &opt.progress, "a line per second on stderr", NULL},
+    {"set-on-miss", 0, 0, G_OPTION_ARG_NONE, &opt.set_on_miss,
+     "a GET that misses is followed by a SET of its key, as a cache's users do", NULL},
+    {"series", 0, 0, G_OPTION_ARG_FILENAME, &opt.series,
+     "write a line per second of the measured window to FILE: second,ops_per_s,get_hit_ratio",
+     "FILE"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &opt.seed, "random seed (default 42)", "N"},
     {NULL, 0, 0, 0, NULL, NULL, NULL},
 };
@@ -598,7 +625,16 @@ int main(int argc, char **argv)
     /* Sample the watched processes' CPU when the last thread is done: in duration mode that is
      * t_end; in --ops mode it is when the children exit. */
     int alive = opt.procs;
-    uint64_t last_ops = 0, last_t = now_ns(), t_next = t_measure + 1000000000ULL;
+    uint64_t last_ops = 0, last_gets = 0, last_hits = 0, last_t = now_ns();
+    uint64_t t_next = t_measure + 1000000000ULL;
+    FILE *series = NULL;
+    if (opt.series) {
+        series = fopen(opt.series, "w");
+        if (!series)
+            fprintf(stderr, "loadgen: %s: %s (no series written)\n", opt.series, strerror(errno));
+        else
+            fprintf(series, "second,ops_per_s,get_hit_ratio\n");
+    }
     bool sampled = false;
     while (alive > 0) {
         int status;
@@ -615,11 +651,19 @@ int main(int argc, char **argv)
                 watch[i].gone |= !proc_ticks(watch[i].pid, &watch[i].ticks1);
             sampled = true;
         }
-        if (opt.progress && t >= t_next) {
-            uint64_t o = atomic_load(&sh->progress_ops);
-            fprintf(stderr, "loadgen: %s %4.0f s  %10.0f ops/s\n", opt.label,
-                    (double)(t - t_measure) / 1e9, (double)(o - last_ops) * 1e9 / (double)(t - last_t));
+        if ((opt.progress || series) && t >= t_next) {
+            uint64_t o = atomic_load(&sh->progress_ops), g = atomic_load(&sh->progress_gets),
+                     h = atomic_load(&sh->progress_hits);
+            double ops_s = (double)(o - last_ops) * 1e9 / (double)(t - last_t);
+            double hit = g > last_gets ? (double)(h - last_hits) / (double)(g - last_gets) : 0;
+            if (opt.progress)
+                fprintf(stderr, "loadgen: %s %4.0f s  %10.0f ops/s  GET hits %5.1f%%\n", opt.label,
+                        (double)(t - t_measure) / 1e9, ops_s, 100 * hit);
+            if (series)
+                fprintf(series, "%.0f,%.0f,%.4f\n", (double)(t - t_measure) / 1e9, ops_s, hit);
             last_ops = o;
+            last_gets = g;
+            last_hits = h;
             last_t = t;
             t_next += 1000000000ULL;
         }
@@ -628,6 +672,9 @@ int main(int argc, char **argv)
     if (!sampled)
         for (int i = 0; i < nwatch; i++)
             watch[i].gone |= !proc_ticks(watch[i].pid, &watch[i].ticks1);
+
+    if (series)
+        fclose(series);
 
     /* Sum the threads. */
     static struct thread_result tot;

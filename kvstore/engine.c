@@ -334,6 +334,8 @@ static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
             return false;
         if (old == expect) {
             CTR_ADD(ctx->ctr.marked, 1);
+            if (when)
+                slab_quarantine(&ctx->node->slab, ite_class(ite), ite_offset(ite), ite_gen(ite));
             return true;
         }
         if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY) || (old & DTE_RECYCLED))

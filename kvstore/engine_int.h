@@ -53,6 +53,7 @@ struct nessie_node {
     uint64_t evict_last_allocs[ITE_MAX_CLASSES];
     uint64_t evict_last_failed[ITE_MAX_CLASSES];
     double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
+    double evict_boost[ITE_MAX_CLASSES]; /* slack multiplier, raised while writers wait */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
 
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */

@@ -15,7 +15,8 @@
  * Why ahead of need: a removed item's slot comes back one expiration period after it is unlinked
  * (readers may still read it until then), so a class must hold free, or already on their way
  * back, the slots it will allocate during one period. The evictor measures each class's
- * allocation rate and keeps that much (twice over, plus a floor) ready.
+ * allocation rate and keeps that much (and a quarter, plus a floor, more while writers wait)
+ * ready.
  */
 #include <string.h>
 
@@ -25,15 +26,19 @@
 /* Tunables, with their reasons:
  * - EVICT_SAMPLES: Redis's default of 5 approximates LRU closely (its own measurements); more
  *   costs a header read each for a small gain; EVICT_DRAWS bounds the slots drawn to find them;
- * - EVICT_SLACK_FACTOR: twice the slots one period consumes, because the rate is a smoothed
- *   estimate and bursts exceed it;
+ * - EVICT_SLACK_FACTOR: a quarter more than the slots one period consumes (those are in
+ *   quarantine anyway, coming back as fast as they go): the rate is a smoothed estimate, bursts
+ *   exceed it, and the scan sees recycled slots a pass late; every slot more is an item fewer
+ *   (bench/eviction.sh: at twice, a third of the memory held no item); EVICT_BOOST_MAX bounds
+ *   the extra slack a class gets while its writers wait;
  * - EVICT_FLOOR_DIV: at least 1/64 of a class ready (and EVICT_FLOOR_MIN slots), so a class
  *   with no recent allocations still takes a burst;
  * - EVICT_CRAWL_SLOTS: slots the reclaim crawl examines per run: a full region's dead items come
  *   back within a few thousand runs, each costing microseconds. */
 #define EVICT_SAMPLES 5
 #define EVICT_DRAWS 8 /* slots drawn per item wanted in a sample, at most */
-#define EVICT_SLACK_FACTOR 2.0
+#define EVICT_SLACK_FACTOR 1.25
+#define EVICT_BOOST_MAX 4.0
 #define EVICT_FLOOR_DIV 64
 #define EVICT_FLOOR_MIN 8
 #define EVICT_CRAWL_SLOTS 256
@@ -255,14 +260,18 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
         uint64_t nfree, pending, slots, allocs;
         slab_class_state(&nd->slab, cls, &nfree, &pending, &slots, &allocs);
+        uint64_t failed = slab_failed(&nd->slab, cls);
+        bool refused = failed != nd->evict_last_failed[cls];
         if (dt > 0) {
-            double inst = (double)(allocs - nd->evict_last_allocs[cls]) / dt;
+            /* Demand, not what was served: refused allocations count too (a waiting writer
+             * retries, so they overcount, which only evicts sooner), or writers kept waiting
+             * would lower the rate, and with it the room made for them. */
+            double inst = (double)(allocs - nd->evict_last_allocs[cls] + failed -
+                                   nd->evict_last_failed[cls]) / dt;
             double w = dt >= 1.0 ? 1.0 : dt;
             nd->evict_rate[cls] += w * (inst - nd->evict_rate[cls]);
         }
         nd->evict_last_allocs[cls] = allocs;
-        uint64_t failed = slab_failed(&nd->slab, cls);
-        bool refused = failed != nd->evict_last_failed[cls];
         nd->evict_last_failed[cls] = failed;
         if (nd->cfg.no_evict || spare)
             continue;
@@ -276,9 +285,18 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
             continue;
         uint64_t floor = slots / EVICT_FLOOR_DIV > EVICT_FLOOR_MIN ? slots / EVICT_FLOOR_DIV
                                                                     : EVICT_FLOOR_MIN;
-        uint64_t want = floor + (uint64_t)(nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR);
-        if (want > slots / 2)
-            want = slots / 2; /* never empty a class for a burst */
+        /* Writers that found no room wait, which lowers the rate they allocate at, and with it
+         * the room made for them: a slow equilibrium. So the slack grows by half each run that
+         * saw a refusal, and shrinks back slowly (a few percent a run) once none does. */
+        double *boost = &nd->evict_boost[cls];
+        if (*boost < 1.0)
+            *boost = 1.0;
+        *boost = refused ? (*boost * 1.5 < EVICT_BOOST_MAX ? *boost * 1.5 : EVICT_BOOST_MAX)
+                         : (*boost * 0.98 > 1.0 ? *boost * 0.98 : 1.0);
+        uint64_t want = floor + (uint64_t)(nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR *
+                                           *boost);
+        if (want > slots / 4)
+            want = slots / 4; /* never empty a class for a burst */
         if (nfree + pending >= want)
             continue;
         size_t need = want - (nfree + pending);

@@ -1535,7 +1535,9 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             if (!op->memory_wait)
                 op->deadline += (3ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
         }
-        if (*status == NESSIE_NO_MEMORY && (evicting || memory_pending(op, h.key_len, l1 + l2))) {
+        /* An eviction never waits for room for its tombstone: another victim, later, will do. */
+        if (*status == NESSIE_NO_MEMORY && w->mode != W_EVICT &&
+            (evicting || memory_pending(op, h.key_len, l1 + l2))) {
             /* Replaced entries are waiting out their expiration period: wait (back-off, within
              * the call's budget) rather than fail, so writers are paced by recycling. */
             op->memory_wait = true;

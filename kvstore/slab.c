@@ -77,6 +77,12 @@ static uint64_t page_of(const struct slab *s, uint64_t off)
     return (off - s->hdr->pages_offset) / s->hdr->page_bytes;
 }
 
+static uint8_t page_class_of(const struct slab *s, uint64_t off)
+{
+    return atomic_load_explicit((_Atomic uint8_t *)&s->page_class[page_of(s, off)],
+                                memory_order_acquire);
+}
+
 /* The i-th free slot of class c, oldest first. */
 static uint64_t *free_at(struct slab_class *c, size_t i) { return &c->free[(c->head + i) % c->cap]; }
 
@@ -275,6 +281,7 @@ void slab_close(struct slab *s)
         free(s->cls[c].pages);
     }
     free(s->page_free);
+    free(s->q);
     pthread_mutex_destroy(&s->lock);
     memset(s, 0, sizeof(*s));
 }
@@ -351,6 +358,63 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
     atomic_store_explicit(quarantine, 0, memory_order_relaxed);
     atomic_store_explicit(state, dte_state(dte_gen(st), 0), memory_order_release);
     return push_free(s, cls, off) == 0;
+}
+
+void slab_quarantine(struct slab *s, uint32_t cls, uint64_t offset, uint32_t gen)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->qlen == s->qcap) {
+        size_t cap = s->qcap ? s->qcap * 2 : 1024;
+        struct slab_qent *q = malloc(cap * sizeof(*q));
+        if (!q) {
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+        for (size_t i = 0; i < s->qlen; i++)
+            q[i] = s->q[(s->qhead + i) % s->qcap];
+        free(s->q);
+        s->q = q;
+        s->qcap = cap;
+        s->qhead = 0;
+    }
+    s->q[(s->qhead + s->qlen++) % s->qcap] = (struct slab_qent){offset, cls, gen};
+    s->cls[cls].queued++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Called with the lock held. */
+static size_t reap_locked(struct slab *s, uint64_t now_ms)
+{
+    size_t freed = 0;
+    while (s->qlen > 0) {
+        struct slab_qent *e = &s->q[s->qhead];
+        uint64_t st = atomic_load_explicit(word_at(s->base, e->off + DTE_OFF_STATE),
+                                           memory_order_acquire);
+        /* Still that marked life: free it if its time has come (reclaim_if_expired judges, as
+         * the scan would), else stop: later entries were marked later. Anything else (the scan
+         * freed it, or it lives again): drop it. */
+        if ((st & DTE_RECYCLED) && dte_gen(st) == e->gen &&
+            page_class_of(s, e->off) == e->cls) {
+            uint64_t marked = dte_marked_ms(st);
+            if (marked && marked - 1 + s->quarantine_ms > now_ms)
+                break;
+            if (!reclaim_if_expired(s, e->cls, e->off, now_ms))
+                break;
+            freed++;
+        }
+        s->cls[e->cls].queued--;
+        s->qhead = (s->qhead + 1) % s->qcap;
+        s->qlen--;
+    }
+    return freed;
+}
+
+size_t slab_reap(struct slab *s, uint64_t now_ms)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t freed = reap_locked(s, now_ms);
+    pthread_mutex_unlock(&s->lock);
+    return freed;
 }
 
 /* One step of the scan cursor over (page, slot). Returns false when no page is assigned. */
@@ -489,7 +553,7 @@ bool slab_pending(struct slab *s, uint32_t cls)
     if (cls >= s->nclasses)
         return false;
     pthread_mutex_lock(&s->lock);
-    bool pending = s->cls[cls].recycled + s->cls[cls].recycled_pass > 0 ||
+    bool pending = s->cls[cls].recycled + s->cls[cls].recycled_pass + s->cls[cls].queued > 0 ||
                    (s->drain_page >= 0 && s->drain_for == cls);
     pthread_mutex_unlock(&s->lock);
     return pending;
@@ -528,8 +592,13 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
         goto out;
     if (grow_class(s, cls, use) == 0 && take_free(s, cls, use, offset))
         goto out;
+    if (reap_locked(s, slab_now_ms()) > 0 && take_free(s, cls, use, offset))
+        goto out;
     /* A tombstone fits any larger slot: better a large one for an expiration period than a
-     * DELETE refused. */
+     * DELETE refused. Its own class's shortage still counts as refused (the evictor then gives
+     * that class a page: evictions are tombstones too, as many as SETs on a full node). */
+    if (use == SLAB_FOR_TOMBSTONE)
+        c->failed++;
     if (use == SLAB_FOR_TOMBSTONE)
         for (uint32_t b = cls + 1; b < s->nclasses; b++)
             if (take_free(s, b, use, offset)) {
@@ -610,6 +679,8 @@ void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *p
     const struct slab_class *c = &s->cls[cls];
     *nfree = c->nfree > c->reserve ? c->nfree - c->reserve : 0;
     *pending = c->recycled > c->recycled_pass ? c->recycled : c->recycled_pass;
+    if (c->queued > *pending)
+        *pending = c->queued; /* the queue is exact and current; the scan's count lags */
     *slots = c->slots;
     *allocs = c->allocs;
     pthread_mutex_unlock(&s->lock);
@@ -657,7 +728,7 @@ void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
 
 size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms)
 {
-    size_t freed = 0;
+    size_t freed = slab_reap(s, now_ms);
     for (size_t done = 0; done < max_slots; done += SCAN_CHUNK) {
         size_t n = max_slots - done < SCAN_CHUNK ? max_slots - done : SCAN_CHUNK;
         pthread_mutex_lock(&s->lock);

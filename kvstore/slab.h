@@ -28,11 +28,12 @@ struct slab_class {
     uint64_t recycled, recycled_pass;
     /* Committed and not recycled (items, and tombstones on their way out), the same way. */
     uint64_t used, used_pass, bytes, bytes_pass;
+    uint64_t queued;      /* in the owner's quarantine queue (slab_quarantine) */
     /* Free slots only tombstones may take (DELETE and eviction must work on a full node). */
     uint64_t reserve;
     /* Allocations so far (the evictor's rate estimate), and the pages assigned to the class
      * (for sampling victims), in no order. */
-    uint64_t allocs, failed; /* ... and allocations of values refused */
+    uint64_t allocs, failed; /* ... and allocations refused (tombstones: sent to a larger class) */
     uint32_t *pages;
     uint32_t npages, pages_cap;
 };
@@ -63,6 +64,14 @@ struct slab {
     uint32_t drain_for;
     uint64_t drain_started_ms;
     uint64_t passes;        /* full passes of the recycle scan so far */
+    /* Slots this owner marked recycled itself, oldest mark first: freed the moment their
+     * quarantine ends (slab_reap) rather than when the scan next passes them, so the evictor and
+     * waiting writers get them back on time. Peers' marks are found by the scan only. */
+    struct slab_qent {
+        uint64_t off;
+        uint32_t cls, gen;
+    } *q;
+    size_t qhead, qlen, qcap;
 };
 
 /* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
@@ -113,7 +122,8 @@ void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *p
 bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, uint32_t *page_cls,
                 uint64_t *slots);
 
-/* Value allocations of class cls refused so far. */
+/* Allocations of class cls refused so far (tombstones' included, also when a larger class took
+ * them in). */
 uint64_t slab_failed(struct slab *s, uint32_t cls);
 
 /* Up to n random slots of class cls (offsets into *offs; *rng is an xorshift state). Returns
@@ -124,6 +134,14 @@ uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs
  * them, or a page draining for it: an allocation that failed may succeed once they expire
  * (within one period). */
 bool slab_pending(struct slab *s, uint32_t cls);
+
+/* The owner marked the slot at offset (class cls, life gen) recycled, with its mark time in the
+ * state word: queue it to be freed when its quarantine ends. Never fails (a slot that cannot be
+ * queued is found by the scan). */
+void slab_quarantine(struct slab *s, uint32_t cls, uint64_t offset, uint32_t gen);
+
+/* Free the queued slots whose quarantine ended before now_ms. Returns how many. */
+size_t slab_reap(struct slab *s, uint64_t now_ms);
 
 /* Give back a slot that was never made visible (its CAS failed for sure): no quarantine. */
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
