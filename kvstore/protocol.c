@@ -579,6 +579,22 @@ static enum attempt end_absent(struct op *op, int absent, int *status)
 
 /* --- GET (A.1.2) ----------------------------------------------------------------------------- */
 
+/* Whether the source src of a migration's copy met at I_i is still linked: at one of
+ * I_{i+1}..I_n (one in front of the copy would have been met first). Sets *linked. Returns
+ * NESSIE_OK or NESSIE_FABRIC_ERROR. */
+static int source_linked(struct op *op, uint32_t i, uint64_t src, bool *linked)
+{
+    *linked = false;
+    for (uint32_t j = i + 1; j < op->n && !*linked; j++) {
+        uint64_t ite;
+        int rc = ite_read(op, op->pos[j], &ite);
+        if (rc != NESSIE_OK)
+            return rc;
+        *linked = ite == src;
+    }
+    return NESSIE_OK;
+}
+
 static void item_out(const struct dte_view *v, struct nessie_item *out)
 {
     out->value = v->h.value_len ? v->value : NULL;
@@ -644,8 +660,15 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             return A_RETRY_NOW;
         }
         /* Step 2.5: an operation is writing this key; its predecessor is still valid for one
-         * expiration period from our read of I_i (previous versions, paper 4.3.2). */
-        if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite)) {
+         * expiration period from our read of I_i (previous versions, paper 4.3.2). A
+         * migration's copy is the exception: its predecessor is its source, the key's value
+         * only while the source is still in the index (a DELETE may have taken it out before
+         * the copy was linked: test_get_ignores_copy_of_deleted_source). */
+        bool prev_ok = true;
+        if ((v.h.flags8 & DTE_F_COPY) && !nd->cfg.no_prev_versions &&
+            (*status = source_linked(op, i, v.h.prev_ite, &prev_ok)) != NESSIE_OK)
+            return A_DONE;
+        if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite) && prev_ok) {
             struct dte_view pv;
             bool pmatch;
             if ((*status = dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t, &pv,

@@ -7,12 +7,15 @@
 #            peers' requests fail and reconnect, and nothing is lost, stuck or leaked
 #   dead     a node killed for good for 4 s while the others run checked: what they answered
 #            and how fast they failed meanwhile (the dead-node: line), then it comes back
+#   evict    nessie-stress --check with tables small enough that eviction runs all along: the
+#            evictions (DELETEs over verbs) are in the checked history, the readers' access
+#            records are posted WRITEs nobody waits for
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
-# RXE_STEPS (default "fabric stress crash dead shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# EVICT_OPS (default 20000), RXE_STEPS (default "fabric stress crash dead evict shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -71,6 +74,12 @@ dead() {
         --kill-node-at 1500 --dead-for 4000 --check --quiet
 }
 
+evict() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7460 --nodes 3 --threads 2 \
+        --keys 1024 --index-slots 1024 --data-bytes 262144 --ops "${EVICT_OPS:-20000}" \
+        --expiration-ms 100 --check --quiet
+}
+
 shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
@@ -113,7 +122,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead evict shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"

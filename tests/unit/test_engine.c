@@ -924,6 +924,37 @@ static void test_get_during_migrate(void **state)
     check_value(C.ctx[0], b, "b");
 }
 
+static int delete_rc;
+static void delete_victim_then_get_after_dst(void)
+{
+    delete_rc = nessie_delete(C.ctx[2], g_victim, strlen(g_victim));
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, get_victim);
+}
+
+/* A MIGRATE that read its source before a DELETE of the source's key, and links its copy after
+ * the DELETE finished: a GET that meets the copy must not read the deleted item through it
+ * (the copy's previous version is its source, which is the key's value only while the source
+ * is still in the index). Found by nessie-stress's faults run (a stalled migration); on the
+ * engine before the fix the GET returned "victim". */
+static void test_get_ignores_copy_of_deleted_source(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, NULL);
+    char a[32], b[32];
+    fill_positions_of_z(slots, a, b);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, delete_victim_then_get_after_dst);
+    seen_rc = -1;
+    int z_rc = set(C.ctx[1], "z", "zzz"); /* its budget went on the paused GET: any outcome */
+    assert_int_equal(delete_rc, NESSIE_OK);
+    /* Never the deleted value. The copy is in the way for as long as the migration is paused
+     * (here: for the whole GET), so the GET waits for it and runs out of time. */
+    assert_true(seen_rc == NESSIE_NOT_FOUND || seen_rc == NESSIE_TIMEOUT);
+    check_value(C.ctx[0], g_victim, NULL);
+    if (z_rc == NESSIE_OK)
+        check_value(C.ctx[0], "z", "zzz");
+}
+
 static void fast_grace(struct nessie_config *c)
 {
     c->expiration_ms = 10;
@@ -1673,6 +1704,7 @@ int main(void)
         cmocka_unit_test_teardown(test_put_clears_later_duplicate, teardown),
         cmocka_unit_test_teardown(test_get_reverse_pass_catches_move, teardown),
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
+        cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
