@@ -10,7 +10,7 @@
  * never tell the owner anything but a hint in the entry): sample a few entries of the class that
  * needs room, score them, remove the worst. The score is Redis's LFU: a logarithmic read count
  * that decays with idle time, ties broken by the time of the last read; expired and flushed items
- * score lowest of all.
+ * score lowest of all, and an item written in the last EVICT_YOUNG_MS counts as read once.
  *
  * Why ahead of need: a removed item's slot comes back one expiration period after it is unlinked
  * (readers may still read it until then), so a class must hold free, or already on their way
@@ -42,6 +42,10 @@
 #define EVICT_FLOOR_DIV 64
 #define EVICT_FLOOR_MIN 8
 #define EVICT_CRAWL_SLOTS 256
+/* An item written this recently counts as read once: it has not had the time to be read, and
+ * without this a sample of items read once would give up the item just written (the one a
+ * cache's user reads next); ties then go to the older write. */
+#define EVICT_YOUNG_MS 100
 
 uint32_t nessie_acc_tick(void)
 {
@@ -118,6 +122,10 @@ static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, s
         c->h.kind != DTE_KIND_VALUE || c->h.key_len == 0 || c->h.key_len > NESSIE_KEY_MAX)
         return false;
     c->dead = nessie_item_dead(nd, &c->h);
+    uint64_t written = VERSION_TIME(c->h.version), now_ns = nessie_real_ns();
+    if (now_ns > written && now_ns - written < EVICT_YOUNG_MS * 1000000ULL &&
+        c->count < NESSIE_ACC_INIT + 1)
+        c->count = NESSIE_ACC_INIT + 1; /* young: counts as read once */
     c->count = acc_decayed(c->h.access, now);
     c->idle = (now - dte_acc_time(c->h.access)) & DTE_ACC_TIME_MASK;
     return true;
@@ -130,7 +138,9 @@ static bool worse(const struct candidate *a, const struct candidate *b)
         return a->dead;
     if (a->count != b->count)
         return a->count < b->count;
-    return a->idle > b->idle;
+    if (a->idle != b->idle)
+        return a->idle > b->idle;
+    return a->h.version < b->h.version; /* the same tick: the older write goes */
 }
 
 /* Remove the item in the slot c describes (its class cls), counting what it was. Returns

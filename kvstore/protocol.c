@@ -478,12 +478,62 @@ static bool is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
  * version, as the writer was doing. The commit is a CAS on the state word
  * that the writer's own last step also CASes, so the two never both happen.
  */
+/*
+ * An orphaned migration's copy (v, uncommitted): is it the item now, or should it be undone?
+ * It is the item only if its migration emptied the source: the source is out of the index and
+ * still in its life, unrecycled. If the source is still linked, the item is there (the copy is a
+ * move that never happened); if it was recycled, something else took it out (a DELETE or a write
+ * that ran before the copy was linked), and committing the copy would bring a removed item back.
+ * Sets *undo. Returns NESSIE_OK or NESSIE_FABRIC_ERROR.
+ */
+static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
+{
+    uint64_t src = v->h.prev_ite, st;
+    *undo = true;
+    if (ite_empty(src))
+        return NESSIE_OK;
+    int rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st));
+    if (rc != NESSIE_OK)
+        return rc;
+    if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
+        return NESSIE_OK;
+    uint64_t pos[NESSIE_MAX_WAYS];
+    nessie_key_positions(op->node, v->key, v->h.key_len, pos);
+    for (uint32_t i = 0; i < op->n; i++) {
+        uint64_t w;
+        if ((rc = ite_read(op, pos[i], &w)) != NESSIE_OK)
+            return rc;
+        if (w == src)
+            return NESSIE_OK;
+    }
+    *undo = false;
+    return NESSIE_OK;
+}
+
 static int takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v)
 {
     struct nessie_ctx *ctx = op->ctx;
     uint64_t old = 0;
     bool ok = false;
     int rc;
+    if ((v->h.flags8 & DTE_F_COPY) && !(v->h.state & DTE_ABANDONED)) {
+        bool undo;
+        if ((rc = copy_undo(op, v, &undo)) != NESSIE_OK)
+            return rc;
+        if (undo) {
+            /* Abandoned first (naming its life), so its migration can never commit it; then
+             * its ITE is emptied, as the takeover of any abandoned copy does. */
+            rc = dte_state_cas(op, ite, v->h.state, v->h.state | DTE_ABANDONED, &old);
+            if (rc != NESSIE_OK || old != v->h.state)
+                return rc;
+            rc = ite_cas(op, pos, ite, 0, &ok);
+            if (rc == NESSIE_OK && ok) {
+                nessie_recycle(ctx, ite);
+                CTR_ADD(ctx->ctr.takeovers, 1);
+            }
+            return rc;
+        }
+    }
     if (v->h.state & DTE_ABANDONED) {
         /* Its writer set its previous version to one it unlinked itself before abandoning it
          * (abandon_mine), so linking that again undoes exactly what the writer did. The CAS names

@@ -961,6 +961,43 @@ static void fast_grace(struct nessie_config *c)
     c->op_timeout_ms = 2000; /* the paused PUT's own budget: it must survive the pause */
 }
 
+static void wait_past_grace_then_get_victim(void)
+{
+    struct timespec ts = {2, 100 * 1000000}; /* grace: 2.02 s (fast_grace) */
+    nanosleep(&ts, NULL);
+    for (uint32_t n = 0; n < 3; n++)
+        nessie_recycle_run(C.ctx2[n], 0); /* publish the owners' clocks; mark what is staged */
+    get_victim();
+}
+
+static void delete_victim_then_orphan_copy(void)
+{
+    delete_rc = nessie_delete(C.ctx[2], g_victim, strlen(g_victim));
+    for (uint32_t n = 0; n < 3; n++)
+        nessie_recycle_run(C.ctx2[n], 0); /* the deleted source is marked recycled */
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, wait_past_grace_then_get_victim);
+}
+
+/* The same migration stalls past the grace period with its copy linked: the GET that meets the
+ * orphaned copy takes it over, and must undo it (its source was deleted), not commit it: that
+ * would bring the deleted item back for good. */
+static void test_orphan_copy_of_deleted_source_undone(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, fast_grace);
+    char a[32], b[32];
+    fill_positions_of_z(slots, a, b);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, delete_victim_then_orphan_copy);
+    seen_rc = -1;
+    int z_rc = set(C.ctx[1], "z", "zzz");
+    assert_int_equal(delete_rc, NESSIE_OK);
+    assert_int_equal(seen_rc, NESSIE_NOT_FOUND);
+    check_value(C.ctx[0], g_victim, NULL);
+    if (z_rc == NESSIE_OK)
+        check_value(C.ctx[0], "z", "zzz");
+}
+
 static void wait_past_grace_then_get(void)
 {
     /* grace = op timeout + 2 expiration periods: 2.02 s */
@@ -1705,6 +1742,7 @@ int main(void)
         cmocka_unit_test_teardown(test_get_reverse_pass_catches_move, teardown),
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
         cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
+        cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
