@@ -90,8 +90,11 @@ static void *recycler_main(void *arg)
     int sweeps = 0;
     for (;;) {
         size_t done = nessie_recycle_run(t->ctx, RECYCLE_SCAN_SLOTS);
-        /* Keep room ahead of the writers (and reclaim expired and flushed items). */
-        done += nessie_evict_run(t->ctx, EVICT_PER_RUN);
+        /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
+         * evicted goes on at once: a node that needs room needs it at the writers' pace, and
+         * a nap would cap evictions at a few per nap while the writers wait for them. */
+        size_t evicted = nessie_evict_run(t->ctx, EVICT_PER_RUN);
+        done += evicted;
         if (t->index == 0 && mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;
@@ -103,7 +106,7 @@ static void *recycler_main(void *arg)
                 next_sweep = UINT64_MAX;
         }
         uint64_t ms;
-        if (done >= RECYCLE_BACKLOG) {
+        if (done >= RECYCLE_BACKLOG || evicted > 0) {
             ms = 0;
             nap_ms = 1;
         } else if (done > 0) {
