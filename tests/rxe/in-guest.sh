@@ -7,9 +7,9 @@
 #            peers' requests fail and reconnect, and nothing is lost, stuck or leaked
 #   dead     a node killed for good for 4 s while the others run checked: what they answered
 #            and how fast they failed meanwhile (the dead-node: line), then it comes back
-#   evict    nessie-stress --check with tables small enough that eviction runs all along: the
-#            evictions (DELETEs over verbs) are in the checked history, the readers' access
-#            records are posted WRITEs nobody waits for
+#   evict    nessie-stress --check with more keys than the data regions hold: the evictions
+#            (DELETEs over verbs; a few hundred in 20000 operations) are in the checked history,
+#            and the readers' access records are posted WRITEs nobody waits for
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
@@ -76,7 +76,7 @@ dead() {
 
 evict() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7460 --nodes 3 --threads 2 \
-        --keys 1024 --index-slots 1024 --data-bytes 262144 --ops "${EVICT_OPS:-20000}" \
+        --keys 8000 --index-slots 4000 --data-bytes 262144 --ops "${EVICT_OPS:-20000}" \
         --expiration-ms 100 --check --quiet
 }
 

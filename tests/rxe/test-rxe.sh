@@ -22,7 +22,7 @@ parts="one two"
 if [ -n "${SAN:-}" ]; then
     parts=one
     : "${RXE_STEPS:=fabric stress crash dead evict}" "${STRESS_OPS:=4000}" "${CRASH_OPS:=2000}"
-    : "${DEAD_OPS:=8000}" "${EVICT_OPS:=4000}"
+    : "${DEAD_OPS:=8000}" "${EVICT_OPS:=8000}"
     export RXE_STEPS STRESS_OPS CRASH_OPS DEAD_OPS EVICT_OPS
 fi
 case ${1:-} in

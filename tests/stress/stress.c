@@ -213,7 +213,7 @@ struct worker {
     struct nessie_node *node;
     uint32_t node_id, thread;
     uint64_t rng;
-    uint64_t last_version[1024]; /* per key: the version this thread last saw, for cas */
+    uint64_t *last_version; /* per key (opt_keys): the version this thread last saw, for cas */
 };
 
 static uint64_t rnd(struct worker *w)
@@ -489,6 +489,11 @@ static int node_main(uint32_t id, bool restart)
     for (int t = 0; t < opt_threads; t++) {
         w[t] = (struct worker){.node = node, .node_id = id, .thread = (uint32_t)t,
                                .rng = (uint64_t)opt_seed * 0x9e3779b97f4a7c15ULL + id * 1000 + t + 1};
+        w[t].last_version = calloc((size_t)opt_keys, sizeof(uint64_t));
+        if (!w[t].last_version) {
+            fprintf(stderr, "nessie-stress: out of memory\n");
+            _exit(2);
+        }
         pthread_create(&th[t], NULL, worker_main, &w[t]);
     }
     int failed = 0;
@@ -508,6 +513,8 @@ static int node_main(uint32_t id, bool restart)
     nessie_node_counters(node, &sh->node[id].ctr);
     sh->node[id].failed = failed;
     free(th);
+    for (int t = 0; t < opt_threads; t++)
+        free(w[t].last_version);
     free(w);
     nessie_node_close(node);
     return failed;
@@ -665,7 +672,7 @@ static void dead_node_report(struct nessie_node **nodes, uint64_t total, int vic
                              uint64_t kill_ns, uint64_t back_ns)
 {
     const struct nessie_config *cfg = nessie_node_config(nodes[0]);
-    bool clear[1024];
+    bool *clear = g_new0(bool, (gsize)opt_keys);
     for (int k = 0; k < opt_keys; k++) {
         char key[32];
         uint64_t pos[8];
@@ -711,6 +718,7 @@ static void dead_node_report(struct nessie_node **nodes, uint64_t total, int vic
            "failures took p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
            victim, back_ns ? (double)(back_ns - kill_ns) / 1e9 : 0.0, nclear, opt_keys, ok[0],
            failed[0], unknown[0], ok[1], failed[1], unknown[1], p50, p99, max);
+    g_free(clear);
 }
 
 static int by_call(gconstpointer a, gconstpointer b)
