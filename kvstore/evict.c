@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "engine_int.h"
+#include "hash.h"
 #include "log.h"
 
 /* Tunables, with their reasons:
@@ -52,14 +53,6 @@ uint32_t nessie_acc_tick(void)
     return (uint32_t)(nessie_real_ns() >> DTE_ACC_TICK_SHIFT) & DTE_ACC_TIME_MASK;
 }
 
-static uint64_t rng_next(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
 /* The read count of access word a, decayed by the idle time up to tick now. */
 static uint32_t acc_decayed(uint32_t a, uint32_t now)
 {
@@ -77,7 +70,7 @@ void nessie_access_record(struct nessie_ctx *ctx, uint64_t ite, uint32_t old,
     if (c < DTE_ACC_COUNT_MASK) {
         uint32_t base = c > NESSIE_ACC_INIT ? c - NESSIE_ACC_INIT : 0;
         /* Probability 1 / (base * factor + 1), drawn from 32 random bits. */
-        if ((rng_next(&ctx->rng) & 0xFFFFFFFFu) * (uint64_t)(base * NESSIE_ACC_LOG_FACTOR + 1) <
+        if ((hash_xorshift(&ctx->rng) & 0xFFFFFFFFu) * (uint64_t)(base * NESSIE_ACC_LOG_FACTOR + 1) <
             0x100000000ULL)
             c++;
     }
@@ -268,9 +261,8 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     bool spare = slab_has_spare_pages(&nd->slab);
     const double period = (double)nd->cfg.expiration_ms / 1000.0;
     for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
-        uint64_t nfree, pending, slots, allocs;
-        slab_class_state(&nd->slab, cls, &nfree, &pending, &slots, &allocs);
-        uint64_t failed = slab_failed(&nd->slab, cls);
+        uint64_t nfree, pending, slots, allocs, failed;
+        slab_class_state(&nd->slab, cls, &nfree, &pending, &slots, &allocs, &failed);
         bool refused = failed != nd->evict_last_failed[cls];
         if (dt > 0) {
             /* Demand, not what was served: refused allocations count too (a waiting writer

@@ -12,4 +12,14 @@
 /* 64-bit hash of key under seed (multiply-xorshift over 8-byte words, murmur-style finalizer). */
 uint64_t hash_key(const void *key, size_t len, uint64_t seed);
 
+/* Marsaglia's xorshift64: the next pseudo-random number from state *x (never 0), for back-off
+ * jitter, victim sampling and the access counter's coin. Not part of the cluster's format. */
+static inline uint64_t hash_xorshift(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
 #endif

@@ -222,10 +222,7 @@ static void backoff(struct op *op, unsigned attempt)
 {
     struct nessie_ctx *ctx = op->ctx;
     unsigned shift = attempt < 10 ? attempt : 10;
-    ctx->rng ^= ctx->rng << 13;
-    ctx->rng ^= ctx->rng >> 7;
-    ctx->rng ^= ctx->rng << 17;
-    uint64_t us = 1 + ctx->rng % (1ULL << shift);
+    uint64_t us = 1 + hash_xorshift(&ctx->rng) % (1ULL << shift);
     if (us < 20) {
         sched_yield();
         return;
@@ -941,8 +938,8 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     struct dte_hdr h = *tmpl;
     h.state = dte_state(gen, DTE_BUSY);
     h.quarantine_ms = 0;
-    /* A new item counts as read once, now: the evictor judges an item nobody has read yet by
-     * its age, and a migration's copy keeps its source's hint (tmpl). */
+    /* A new item starts at the initial read count, with its write as its last access, and
+     * unfetched; a migration's copy keeps its source's hint (tmpl). */
     if (!(tmpl->flags8 & DTE_F_COPY))
         h.access = dte_acc_make(nessie_acc_tick(), NESSIE_ACC_INIT, false);
     h.value_len = l1 + l2;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hash.h"
 #include "log.h"
 
 /* Tunables of the carving, with their reason:
@@ -433,7 +434,6 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
             s->cls[c].bytes = s->cls[c].bytes_pass;
             s->cls[c].bytes_pass = 0;
         }
-        s->passes++;
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
                                      memory_order_acquire);
@@ -597,14 +597,14 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     /* A tombstone fits any larger slot: better a large one for an expiration period than a
      * DELETE refused. Its own class's shortage still counts as refused (the evictor then gives
      * that class a page: evictions are tombstones too, as many as SETs on a full node). */
-    if (use == SLAB_FOR_TOMBSTONE)
+    if (use == SLAB_FOR_TOMBSTONE) {
         c->failed++;
-    if (use == SLAB_FOR_TOMBSTONE)
         for (uint32_t b = cls + 1; b < s->nclasses; b++)
             if (take_free(s, b, use, offset)) {
                 *cls_out = b;
                 goto out;
             }
+    }
     /* Nothing free and no page left: scan on the critical path (the background recycler is
      * meant to make this rare). A short scan when the class has recycled entries waiting for
      * expiry (the caller waits for them: slab_pending), one full pass otherwise. */
@@ -656,14 +656,6 @@ bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, 
     return ours;
 }
 
-uint64_t slab_failed(struct slab *s, uint32_t cls)
-{
-    pthread_mutex_lock(&s->lock);
-    uint64_t f = cls < s->nclasses ? s->cls[cls].failed : 0;
-    pthread_mutex_unlock(&s->lock);
-    return f;
-}
-
 bool slab_has_spare_pages(struct slab *s)
 {
     pthread_mutex_lock(&s->lock);
@@ -673,7 +665,7 @@ bool slab_has_spare_pages(struct slab *s)
 }
 
 void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
-                      uint64_t *slots, uint64_t *allocs)
+                      uint64_t *slots, uint64_t *allocs, uint64_t *failed)
 {
     pthread_mutex_lock(&s->lock);
     const struct slab_class *c = &s->cls[cls];
@@ -683,15 +675,8 @@ void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *p
         *pending = c->queued; /* the queue is exact and current; the scan's count lags */
     *slots = c->slots;
     *allocs = c->allocs;
+    *failed = c->failed;
     pthread_mutex_unlock(&s->lock);
-}
-
-static uint64_t xorshift(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
 }
 
 uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs, uint32_t n)
@@ -701,7 +686,7 @@ uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs
     const struct slab_class *c = &s->cls[cls];
     uint64_t per = cls < s->nclasses ? slots_per_page(s, cls) : 0;
     for (; got < n && c->npages > 0 && per > 0; got++) {
-        uint64_t r = xorshift(rng);
+        uint64_t r = hash_xorshift(rng);
         uint64_t p = c->pages[r % c->npages];
         offs[got] = page_offset(s, p) + ((r >> 32) % per) * c->slot_bytes;
     }

@@ -63,7 +63,6 @@ struct slab {
     int64_t drain_page;
     uint32_t drain_for;
     uint64_t drain_started_ms;
-    uint64_t passes;        /* full passes of the recycle scan so far */
     /* Slots this owner marked recycled itself, oldest mark first: freed the moment their
      * quarantine ends (slab_reap) rather than when the scan next passes them, so the evictor and
      * waiting writers get them back on time. Peers' marks are found by the scan only. */
@@ -105,9 +104,10 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
 bool slab_has_spare_pages(struct slab *s);
 
 /* Class cls as the evictor sees it: free slots (reserve excluded), slots waiting out their
- * quarantine (as of the scan's last pass), slots in all, allocations so far. */
+ * quarantine (the owner's queue, or the scan's last pass), slots in all, allocations so far,
+ * allocations refused so far (tombstones' included, also when a larger class took them in). */
 void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
-                      uint64_t *slots, uint64_t *allocs);
+                      uint64_t *slots, uint64_t *allocs, uint64_t *failed);
 
 /*
  * A class that needs room and cannot get it from its own items (it has no page, or no item to
@@ -121,10 +121,6 @@ void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *p
  */
 bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, uint32_t *page_cls,
                 uint64_t *slots);
-
-/* Allocations of class cls refused so far (tombstones' included, also when a larger class took
- * them in). */
-uint64_t slab_failed(struct slab *s, uint32_t cls);
 
 /* Up to n random slots of class cls (offsets into *offs; *rng is an xorshift state). Returns
  * how many it drew (0 if the class has no page). */

@@ -279,6 +279,20 @@ static void small_items_no_evict(struct nessie_config *c)
     c->no_evict = true;
 }
 
+/* SET key-0, key-1, ... with value v on node 0 until one is refused, which must be for lack of
+ * memory. Returns how many were stored. */
+static int fill_until_refused(const char *v, size_t len)
+{
+    char k[32];
+    int i, rc = NESSIE_OK;
+    for (i = 0; i < 100000 && rc == NESSIE_OK; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        rc = nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, len, 0, 0, 0, NULL);
+    }
+    assert_int_equal(rc, NESSIE_NO_MEMORY);
+    return i - 1;
+}
+
 static void test_out_of_memory_is_clean(void **state)
 {
     (void)state;
@@ -287,13 +301,7 @@ static void test_out_of_memory_is_clean(void **state)
     cluster_open(1, 1 << 16, 1 << 20, small_items_no_evict);
     char k[32], v[1000];
     memset(v, 'v', sizeof(v));
-    int i, rc = NESSIE_OK;
-    for (i = 0; i < 100000 && rc == NESSIE_OK; i++) {
-        snprintf(k, sizeof(k), "key-%d", i);
-        rc = nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL);
-    }
-    assert_int_equal(rc, NESSIE_NO_MEMORY);
-    int stored = i - 1;
+    int stored = fill_until_refused(v, sizeof(v));
     assert_true(stored > 100);
     /* Everything acknowledged is still there, the refused key is absent. */
     for (int j = 0; j < stored; j++) {
@@ -442,13 +450,7 @@ static void test_delete_and_flush_on_full_node(void **state)
     cluster_open(1, 1 << 14, 1 << 20, small_items_no_evict);
     char k[32], v[1000];
     memset(v, 'v', sizeof(v));
-    int i, rc = NESSIE_OK;
-    for (i = 0; i < 100000 && rc == NESSIE_OK; i++) {
-        snprintf(k, sizeof(k), "key-%d", i);
-        rc = nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL);
-    }
-    assert_int_equal(rc, NESSIE_NO_MEMORY);
-    int stored = i - 1;
+    int stored = fill_until_refused(v, sizeof(v));
     for (int j = 0; j < 20; j++) {
         snprintf(k, sizeof(k), "key-%d", j);
         assert_int_equal(nessie_delete(C.ctx[0], k, strlen(k)), NESSIE_OK);
@@ -474,7 +476,7 @@ static void test_delete_and_flush_on_full_node(void **state)
     /* Their slots are free once their expiration period is over: the node takes as many again. */
     usleep(1100 * 1000);
     nessie_recycle_run(C.ctx2[0], 1 << 20);
-    for (i = 0; i < stored; i++) {
+    for (int i = 0; i < stored; i++) {
         snprintf(k, sizeof(k), "again-%d", i);
         assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
                                       NULL),
@@ -931,6 +933,19 @@ static void delete_victim_then_get_after_dst(void)
     script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, get_victim);
 }
 
+/* Set z, whose MIGRATE moves the victim; at MIGRATE_BEFORE_DST (the copy written, not linked)
+ * run before_dst, which deletes the victim and arms the next step. Returns the PUT's outcome. */
+static int migrate_past_deleted_victim(tweak_fn tweak, void (*before_dst)(void))
+{
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, tweak);
+    char a[32], b[32];
+    fill_positions_of_z(slots, a, b);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, before_dst);
+    seen_rc = -1;
+    return set(C.ctx[1], "z", "zzz"); /* its budget went on the paused GET: any outcome */
+}
+
 /* A MIGRATE that read its source before a DELETE of the source's key, and links its copy after
  * the DELETE finished: a GET that meets the copy must not read the deleted item through it
  * (the copy's previous version is its source, which is the key's value only while the source
@@ -939,13 +954,7 @@ static void delete_victim_then_get_after_dst(void)
 static void test_get_ignores_copy_of_deleted_source(void **state)
 {
     (void)state;
-    const uint64_t slots = 64;
-    cluster_open(3, slots, 4 << 20, NULL);
-    char a[32], b[32];
-    fill_positions_of_z(slots, a, b);
-    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, delete_victim_then_get_after_dst);
-    seen_rc = -1;
-    int z_rc = set(C.ctx[1], "z", "zzz"); /* its budget went on the paused GET: any outcome */
+    int z_rc = migrate_past_deleted_victim(NULL, delete_victim_then_get_after_dst);
     assert_int_equal(delete_rc, NESSIE_OK);
     /* Never the deleted value. The copy is in the way for as long as the migration is paused
      * (here: for the whole GET), so the GET waits for it and runs out of time. */
@@ -984,13 +993,7 @@ static void delete_victim_then_orphan_copy(void)
 static void test_orphan_copy_of_deleted_source_undone(void **state)
 {
     (void)state;
-    const uint64_t slots = 64;
-    cluster_open(3, slots, 4 << 20, fast_grace);
-    char a[32], b[32];
-    fill_positions_of_z(slots, a, b);
-    script(C.ctx[1], NESSIE_HOOK_MIGRATE_BEFORE_DST, -1, delete_victim_then_orphan_copy);
-    seen_rc = -1;
-    int z_rc = set(C.ctx[1], "z", "zzz");
+    int z_rc = migrate_past_deleted_victim(fast_grace, delete_victim_then_orphan_copy);
     assert_int_equal(delete_rc, NESSIE_OK);
     assert_int_equal(seen_rc, NESSIE_NOT_FOUND);
     check_value(C.ctx[0], g_victim, NULL);
