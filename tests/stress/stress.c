@@ -130,6 +130,7 @@ struct shared {
     _Atomic int ready;      /* node processes that have opened their node */
     _Atomic int go;         /* all may start */
     _Atomic int finished[64]; /* the node's threads ran all their operations */
+    _Atomic int quiet[64];    /* ... and its recycler stopped: nothing of it touches a peer */
     struct node_report node[64];
     _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
 };
@@ -510,6 +511,13 @@ static int node_main(uint32_t id, bool restart)
             usleep(1000);
     atomic_store_explicit(&rec.stop, 1, memory_order_release);
     pthread_join(rt, NULL);
+    /* A second barrier: the recyclers evict, and an eviction is a DELETE on any node. A node
+     * that closed while a peer's recycler was still at work on it would look dead to that peer
+     * (its request outstanding, then refused), and the peer's half-done eviction would leak. */
+    atomic_store(&sh->quiet[id], 1);
+    for (int n = 0; n < opt_nodes; n++)
+        while (!atomic_load(&sh->quiet[n]))
+            usleep(1000);
     nessie_node_counters(node, &sh->node[id].ctr);
     sh->node[id].failed = failed;
     free(th);
@@ -947,6 +955,7 @@ int main(int argc, char **argv)
                 }
                 /* The others wait for every node to finish (node_main): one that died will not. */
                 atomic_store(&sh->finished[n], 1);
+                atomic_store(&sh->quiet[n], 1);
             }
             continue;
         }
