@@ -55,6 +55,12 @@ struct nessie_node {
     double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
     double evict_boost[ITE_MAX_CLASSES]; /* slack multiplier, raised while writers wait */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
+    uint64_t crawl_last_ns;              /* ... and when it last moved (it is paced by time) */
+    /* Who to wake when a writer finds no room (nessie_node_on_pressure), and when it was last
+     * woken: writers that keep waiting would otherwise wake it once per back-off step each. */
+    nessie_pressure_fn pressure_fn;
+    void *pressure_arg;
+    _Atomic uint64_t pressure_last_ns;
 
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
     pthread_mutex_t ctx_lock;
@@ -144,6 +150,9 @@ void nessie_access_record(struct nessie_ctx *ctx, uint64_t ite, uint32_t old,
 
 /* Evict up to n victims of class cls now (a write that found no room). Returns how many. */
 size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n);
+
+/* A writer found no room: wake the evictor (nessie_node_on_pressure), rate-limited. */
+void nessie_pressure(struct nessie_node *nd);
 
 /* Remove key if its first entry in the index is exactly ite (protocol.c, the DELETE path).
  * Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or NESSIE_EXISTS (changed, or in use: no

@@ -34,19 +34,46 @@
  *   the extra slack a class gets while its writers wait;
  * - EVICT_FLOOR_DIV: at least 1/64 of a class ready (and EVICT_FLOOR_MIN slots), so a class
  *   with no recent allocations still takes a burst;
- * - EVICT_CRAWL_SLOTS: slots the reclaim crawl examines per run: a full region's dead items come
- *   back within a few thousand runs, each costing microseconds. */
+ * - EVICT_CRAWL_PER_MS: slots the reclaim crawl examines per ms since its last run (at most
+ *   EVICT_CRAWL_MAX in one run): a 16 MiB region's dead items come back within a fifth of a
+ *   second, a GiB's within 15 s (memcached's LRU crawler is of that order). Paced by time, not
+ *   per run: an evictor that runs back to back spent 4 % of a core crawling 256 slots a run
+ *   (perf, bench/eviction.sh), each a cache miss. */
 #define EVICT_SAMPLES 5
 #define EVICT_DRAWS 8 /* slots drawn per item wanted in a sample, at most */
 #define EVICT_SLACK_FACTOR 1.25
 #define EVICT_BOOST_MAX 4.0
 #define EVICT_FLOOR_DIV 64
 #define EVICT_FLOOR_MIN 8
-#define EVICT_CRAWL_SLOTS 256
+#define EVICT_CRAWL_PER_MS 64
+#define EVICT_CRAWL_MAX 16384
 /* An item written this recently counts as read once: it has not had the time to be read, and
  * without this a sample of items read once would give up the item just written (the one a
  * cache's user reads next); ties then go to the older write. */
 #define EVICT_YOUNG_MS 100
+/* Writers that wait for room wake the evictor at most this often: once is enough to end its
+ * nap, and each wake-up is a syscall on the writer's critical path. */
+#define EVICT_PRESSURE_EVERY_NS 50000ULL
+
+void nessie_node_on_pressure(struct nessie_node *nd, nessie_pressure_fn fn, void *arg)
+{
+    nd->pressure_arg = arg;
+    nd->pressure_fn = fn;
+}
+
+void nessie_pressure(struct nessie_node *nd)
+{
+    if (!nd->pressure_fn)
+        return;
+    uint64_t now = nessie_mono_ns();
+    uint64_t last = atomic_load_explicit(&nd->pressure_last_ns, memory_order_relaxed);
+    /* Relaxed: a lost race wakes the evictor twice, or a writer a back-off step later. */
+    if (now - last < EVICT_PRESSURE_EVERY_NS ||
+        !atomic_compare_exchange_strong_explicit(&nd->pressure_last_ns, &last, now,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return;
+    nd->pressure_fn(nd->pressure_arg);
+}
 
 uint32_t nessie_acc_tick(void)
 {
@@ -116,10 +143,10 @@ static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, s
         return false;
     c->dead = nessie_item_dead(nd, &c->h);
     uint64_t written = VERSION_TIME(c->h.version), now_ns = nessie_real_ns();
+    c->count = acc_decayed(c->h.access, now);
     if (now_ns > written && now_ns - written < EVICT_YOUNG_MS * 1000000ULL &&
         c->count < NESSIE_ACC_INIT + 1)
         c->count = NESSIE_ACC_INIT + 1; /* young: counts as read once */
-    c->count = acc_decayed(c->h.access, now);
     c->idle = (now - dte_acc_time(c->h.access)) & DTE_ACC_TIME_MASK;
     return true;
 }
@@ -228,7 +255,7 @@ size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n)
     return removed;
 }
 
-/* The reclaim crawl: examine the next EVICT_CRAWL_SLOTS slots and remove the dead items among
+/* The reclaim crawl: examine the next slots (EVICT_CRAWL_PER_MS) and remove the dead items among
  * them (expired, or written before a flush_all), so their memory comes back whether or not
  * the node is short of it. */
 struct crawl {
@@ -251,18 +278,23 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     struct nessie_node *nd = ctx->node;
     if (pthread_mutex_trylock(&nd->evict_lock) != 0)
         return 0; /* another thread of this node is at it */
+    uint64_t now = nessie_mono_ns();
+    uint64_t crawl = (now - nd->crawl_last_ns) / 1000000ULL * EVICT_CRAWL_PER_MS;
     struct crawl cr = {.ctx = ctx, .now = nessie_acc_tick()};
-    slab_crawl(&nd->slab, &nd->crawl_page, &nd->crawl_slot, EVICT_CRAWL_SLOTS, crawl_slot, &cr);
+    if (crawl > 0) {
+        nd->crawl_last_ns = now;
+        slab_crawl(&nd->slab, &nd->crawl_page, &nd->crawl_slot,
+                   crawl < EVICT_CRAWL_MAX ? (size_t)crawl : EVICT_CRAWL_MAX, crawl_slot, &cr);
+    }
     size_t removed = cr.removed;
 
     /* Allocation rates per class, smoothed over about a second. */
-    uint64_t now = nessie_mono_ns();
     double dt = nd->evict_last_ns ? (double)(now - nd->evict_last_ns) / 1e9 : 0;
     bool spare = slab_has_spare_pages(&nd->slab);
     const double period = (double)nd->cfg.expiration_ms / 1000.0;
     for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
-        uint64_t nfree, pending, slots, allocs, failed;
-        slab_class_state(&nd->slab, cls, &nfree, &pending, &slots, &allocs, &failed);
+        uint64_t nfree, pending, items, slots, allocs, failed;
+        slab_class_state(&nd->slab, cls, &nfree, &pending, &items, &slots, &allocs, &failed);
         bool refused = failed != nd->evict_last_failed[cls];
         if (dt > 0) {
             /* Demand, not what was served: refused allocations count too (a waiting writer
@@ -297,8 +329,17 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
                          : (*boost * 0.98 > 1.0 ? *boost * 0.98 : 1.0);
         uint64_t want = floor + (uint64_t)(nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR *
                                            *boost);
-        if (want > slots / 4)
-            want = slots / 4; /* never empty a class for a burst */
+        if (want > slots / 4) {
+            /* Never empty a class for a burst. A class of tombstones only (evictions' and
+             * DELETEs': no item to evict) refused although a quarter of it is on its way back
+             * is too small for its demand: it gets another class's page. (Without, evictions
+             * waited for their tombstones, or DELETEs' spilled into larger slots.) A class of
+             * items gets room by evicting, never by draining a page, which would remove every
+             * item on it, the newest too. */
+            want = slots / 4;
+            if (refused && items == 0 && nfree + pending >= want)
+                removed += drain_for(ctx, cls);
+        }
         if (nfree + pending >= want)
             continue;
         size_t need = want - (nfree + pending);

@@ -928,7 +928,10 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     if (want < 0)
         return NESSIE_TOO_BIG;
     if (slab_alloc(&nd->slab, (uint32_t)want,
-                   tmpl->kind == DTE_KIND_TOMBSTONE ? SLAB_FOR_TOMBSTONE : SLAB_FOR_VALUE, &off,
+                   tmpl->kind != DTE_KIND_TOMBSTONE ? SLAB_FOR_VALUE
+                   : op->ctx->kind == NESSIE_OPK_EVICT ? SLAB_FOR_EVICTION
+                                                    : SLAB_FOR_TOMBSTONE,
+                   &off,
                    &cls) != 0)
         return NESSIE_NO_MEMORY;
     /* A new life of the slot: its generation is one more than its last life's. */
@@ -1600,6 +1603,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
              * are unlinked, so this call waits, and may wait that long beyond its own budget:
              * a SET is not refused for lack of memory while eviction is on. */
             int cls = slab_class_for(&nd->slab, dte_size(h.key_len, l1 + l2));
+            nessie_pressure(nd);
             if (cls >= 0 && !memory_pending(op, h.key_len, l1 + l2))
                 nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE);
             if (!op->memory_wait)
@@ -1900,6 +1904,18 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
     int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
     if (rc == NESSIE_OK && version_out)
         *version_out = w.version_out;
+    if (rc == NESSIE_NO_MEMORY && !ctx->node->cfg.no_evict) {
+        /* With eviction on, a refusal means the evictor could not make room in time: worth an
+         * operator's attention, once a second at most (a stuck evictor refuses every write). */
+        static _Atomic uint64_t last_ns;
+        uint64_t now = nessie_mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
+        if (now - last >= 1000000000ULL &&
+            atomic_compare_exchange_strong_explicit(&last_ns, &last, now, memory_order_relaxed,
+                                                    memory_order_relaxed))
+            log_warn("protocol: a write of %zu bytes found no room within %u ms beyond its budget "
+                     "although eviction is on; refused (the evictor fell behind)",
+                     value_len, 3 * ctx->node->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS);
+    }
     return rc;
 }
 

@@ -351,6 +351,8 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
     }
     if ((int32_t)(q - (uint32_t)now_ms) > 0) {
         s->cls[cls].recycled_pass++;
+        if (!dte_marked_ms(st))
+            s->cls[cls].peer_recycled_pass++;
         return false;
     }
     /* Over: no operation that could still hold its ITE is alive (they all time out within one
@@ -429,6 +431,8 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
         for (uint32_t c = 0; c < s->nclasses; c++) {
             s->cls[c].recycled = s->cls[c].recycled_pass;
             s->cls[c].recycled_pass = 0;
+            s->cls[c].peer_recycled = s->cls[c].peer_recycled_pass;
+            s->cls[c].peer_recycled_pass = 0;
             s->cls[c].used = s->cls[c].used_pass;
             s->cls[c].used_pass = 0;
             s->cls[c].bytes = s->cls[c].bytes_pass;
@@ -492,9 +496,15 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
 {
     uint64_t best = UINT64_MAX;
     size_t best_free = 0;
+    uint64_t now = slab_now_ms();
     for (uint64_t p = 0; p < s->next_page; p++) {
         uint8_t d = s->page_class[p];
         if (d == DATA_PAGE_UNASSIGNED || d >= s->nclasses || d == cls)
+            continue;
+        /* Not from a class refused in the last few periods: its page is free because its
+         * slots came back together (a quarantine that ended), not for lack of demand; taken,
+         * it would be drained back at once (tombstones under eviction did that). */
+        if (s->cls[d].refused_ms && now - s->cls[d].refused_ms < 4 * s->quarantine_ms)
             continue;
         if (s->page_free[p] == slots_per_page(s, d) && s->cls[d].nfree > best_free) {
             best = p;
@@ -597,8 +607,11 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     /* A tombstone fits any larger slot: better a large one for an expiration period than a
      * DELETE refused. Its own class's shortage still counts as refused (the evictor then gives
      * that class a page: evictions are tombstones too, as many as SETs on a full node). */
-    if (use == SLAB_FOR_TOMBSTONE) {
+    if (use != SLAB_FOR_VALUE) {
         c->failed++;
+        c->refused_ms = slab_now_ms();
+    }
+    if (use == SLAB_FOR_TOMBSTONE) {
         for (uint32_t b = cls + 1; b < s->nclasses; b++)
             if (take_free(s, b, use, offset)) {
                 *cls_out = b;
@@ -606,19 +619,26 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
             }
     }
     /* Nothing free and no page left: scan on the critical path (the background recycler is
-     * meant to make this rare). A short scan when the class has recycled entries waiting for
-     * expiry (the caller waits for them: slab_pending), one full pass otherwise. */
-    uint64_t all = total_slots(s);
-    bool pending = c->recycled + c->recycled_pass > 0;
-    scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
-                (int)cls);
-    if (take_free(s, cls, use, offset))
-        goto out;
+     * meant to make this rare). Not when the class has slots in the owner's quarantine queue:
+     * reap_locked above freed every one whose time has come, and the caller waits for the rest
+     * (slab_pending); a scan under the lock would find at best peers' marks, which the
+     * recycler's paced scan finds too, while every writer of the node waits for the lock. A
+     * short scan when the class has peers' marks waiting for expiry, one full pass otherwise. */
+    if (c->queued == 0) {
+        uint64_t all = total_slots(s);
+        bool pending = c->recycled + c->recycled_pass > 0;
+        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
+                    (int)cls);
+        if (take_free(s, cls, use, offset))
+            goto out;
+    }
     if (rebalance_locked(s, cls) == 0 && take_free(s, cls, use, offset))
         goto out;
     rc = -1;
-    if (use == SLAB_FOR_VALUE)
+    if (use == SLAB_FOR_VALUE) {
         c->failed++;
+        c->refused_ms = slab_now_ms();
+    }
 out:
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -665,15 +685,20 @@ bool slab_has_spare_pages(struct slab *s)
 }
 
 void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
+                      uint64_t *items,
                       uint64_t *slots, uint64_t *allocs, uint64_t *failed)
 {
     pthread_mutex_lock(&s->lock);
     const struct slab_class *c = &s->cls[cls];
     *nfree = c->nfree > c->reserve ? c->nfree - c->reserve : 0;
-    *pending = c->recycled > c->recycled_pass ? c->recycled : c->recycled_pass;
-    if (c->queued > *pending)
-        *pending = c->queued; /* the queue is exact and current; the scan's count lags */
+    /* The owner's marks: the queue, exact and current. Peers' marks: as the scan last saw them
+     * (the larger of the last pass and this one so far). The scan's count of all marks would
+     * lag by up to a pass, and at a high eviction rate most of what it saw is free or reused
+     * by now: counted as on its way back, it stopped the evictor while writers waited. */
+    *pending = c->queued +
+               (c->peer_recycled > c->peer_recycled_pass ? c->peer_recycled : c->peer_recycled_pass);
     *slots = c->slots;
+    *items = c->used > c->used_pass ? c->used : c->used_pass;
     *allocs = c->allocs;
     *failed = c->failed;
     pthread_mutex_unlock(&s->lock);

@@ -26,6 +26,9 @@ struct slab_class {
     /* Marked recycled and not yet expired: counted by the recycle scan as it passes, published
      * when a pass over all pages completes (a stat, possibly one pass old). */
     uint64_t recycled, recycled_pass;
+    /* ... of which peers marked (their marks carry no owner time and are not queued): with
+     * `queued`, the slots on their way back, which the evictor counts (slab_class_state) */
+    uint64_t peer_recycled, peer_recycled_pass;
     /* Committed and not recycled (items, and tombstones on their way out), the same way. */
     uint64_t used, used_pass, bytes, bytes_pass;
     uint64_t queued;      /* in the owner's quarantine queue (slab_quarantine) */
@@ -34,13 +37,18 @@ struct slab_class {
     /* Allocations so far (the evictor's rate estimate), and the pages assigned to the class
      * (for sampling victims), in no order. */
     uint64_t allocs, failed; /* ... and allocations refused (tombstones: sent to a larger class) */
+    uint64_t refused_ms;     /* when one was last refused (slab_now_ms): rebalance spares it */
     uint32_t *pages;
     uint32_t npages, pages_cap;
 };
 
-/* What an allocation is for: a tombstone (a DELETE's or an eviction's blank entry) may take the
- * reserve, and a slot of a larger class when its own has none; a value may not. */
-enum slab_use { SLAB_FOR_VALUE = 0, SLAB_FOR_TOMBSTONE };
+/* What an allocation is for: a DELETE's tombstone may take the reserve, and a slot of a larger
+ * class when its own has none; a value may not. An eviction's tombstone may take the reserve
+ * but no larger slot: the slots an eviction frees are the larger ones, and taken by its own
+ * tombstones (one per eviction, from a class of a few pages) they went to the evictor before
+ * the writers waiting for them, who were refused after seconds. Its class gets pages instead
+ * (the evictor drains one for a class too small for its demand). */
+enum slab_use { SLAB_FOR_VALUE = 0, SLAB_FOR_TOMBSTONE, SLAB_FOR_EVICTION };
 
 struct slab {
     unsigned char *base;  /* this node's DATA region, mapped */
@@ -104,9 +112,11 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
 bool slab_has_spare_pages(struct slab *s);
 
 /* Class cls as the evictor sees it: free slots (reserve excluded), slots waiting out their
- * quarantine (the owner's queue, or the scan's last pass), slots in all, allocations so far,
- * allocations refused so far (tombstones' included, also when a larger class took them in). */
+ * quarantine (the owner's queue, and peers' marks as the scan saw them), slots in all, items
+ * (as of the scan's last pass), allocations so far, allocations refused so far (tombstones'
+ * included, also when a larger class took them in). */
 void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *pending,
+                      uint64_t *items,
                       uint64_t *slots, uint64_t *allocs, uint64_t *failed);
 
 /*

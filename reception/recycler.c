@@ -12,9 +12,6 @@
 
 #include "log.h"
 
-/* Slots of the data region one pass examines for expired recycled entries: enough to keep ahead
- * of a busy node, small enough that a pass never holds the allocator's lock for long. */
-#define RECYCLE_SCAN_SLOTS 4096
 /* A run that did at least this much found a backlog: the next one starts at once. A run that did
  * less (a trickle of writes) naps TRICKLE_NAP_MS: entries are then marked that much later (and
  * reused that much later, against an expiration period of a second by default), while the
@@ -25,6 +22,14 @@
  * removes many counts as a backlog, so the next starts at once. */
 #define EVICT_PER_RUN 256
 #define TRICKLE_NAP_MS 10
+/* The scan finds peers' marks on this node's entries (its own marks are queued and need no
+ * scan): a mark's quarantine starts when the scan first sees it, and the slot is freed when
+ * the scan sees it again after the period. One pass per SCAN_PASSES_PER_PERIOD-th of an
+ * expiration period delays both by that much at most; scanning faster only burns the CPU the
+ * writers and the evictor need: a recycler that runs back to back while it evicts scanned 4096
+ * slots a run, thousands of runs a second, a third of both cores (perf, bench/eviction.sh).
+ * The scan takes the allocator's lock 64 slots at a time, so a long run blocks no writer. */
+#define SCAN_PASSES_PER_PERIOD 2
 
 struct recycler_thread {
     struct recep_recycler *r;
@@ -45,12 +50,21 @@ struct recep_recycler {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stop;
+    bool kicked; /* a writer found no room (nessie_node_on_pressure): end the naps now */
     struct recycler_thread *t;
 };
 
-/* Sleep ms unless stopped first. Returns true if stopping. */
+/* Sleep ms unless stopped or kicked first. Returns true if stopping. */
 static bool nap(struct recep_recycler *r, uint64_t ms)
 {
+    if (ms == 0) {
+        /* No sleep, but a kick is consumed: it asked for this run. */
+        pthread_mutex_lock(&r->lock);
+        r->kicked = false;
+        bool stop = r->stop;
+        pthread_mutex_unlock(&r->lock);
+        return stop;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)(ms / 1000);
@@ -60,11 +74,22 @@ static bool nap(struct recep_recycler *r, uint64_t ms)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&r->lock);
-    while (!r->stop && pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+    while (!r->stop && !r->kicked && pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
         ;
     bool stop = r->stop;
+    r->kicked = false;
     pthread_mutex_unlock(&r->lock);
     return stop;
+}
+
+/* nessie_node_on_pressure's callback: a writer waits for room. */
+static void kick(void *arg)
+{
+    struct recep_recycler *r = arg;
+    pthread_mutex_lock(&r->lock);
+    r->kicked = true;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
 }
 
 static uint64_t mono_ms(void)
@@ -88,8 +113,31 @@ static void *recycler_main(void *arg)
      * sweep_every_s. */
     uint64_t next_sweep = t->index == 0 ? mono_ms() : UINT64_MAX;
     int sweeps = 0;
+    uint64_t last_scan_ms = mono_ms(), slots = 0, slots_ms = 0;
     for (;;) {
-        size_t done = nessie_recycle_run(t->ctx, RECYCLE_SCAN_SLOTS);
+        /* The scan's budget: slots in the region (looked up now and then: pages move between
+         * classes but their number only grows) x the time since the last scan / the time a
+         * pass may take; at least a slot per ms, at most a pass per run. */
+        uint64_t now = mono_ms();
+        if (now - slots_ms >= 100 || slots == 0) {
+            struct nessie_class_usage u[64];
+            uint32_t nc = nessie_class_usage(r->node, u, 64);
+            slots = 0;
+            for (uint32_t c = 0; c < nc; c++)
+                slots += u[c].slots;
+            slots_ms = now;
+        }
+        uint64_t pass_ms = r->expiration_ms / SCAN_PASSES_PER_PERIOD;
+        if (pass_ms == 0)
+            pass_ms = 1;
+        uint64_t budget = slots * (now - last_scan_ms) / pass_ms;
+        if (budget < now - last_scan_ms)
+            budget = now - last_scan_ms;
+        if (budget > slots)
+            budget = slots;
+        if (budget > 0)
+            last_scan_ms = now;
+        size_t done = nessie_recycle_run(t->ctx, (size_t)budget);
         /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
          * evicted goes on at once: a node that needs room needs it at the writers' pace, and
          * a nap would cap evictions at a few per nap while the writers wait for them. */
@@ -159,6 +207,7 @@ int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_ev
         }
         t->started = true;
     }
+    nessie_node_on_pressure(node, kick, r);
     *out = r;
     return 0;
 }
@@ -167,6 +216,7 @@ void recep_recycler_stop(struct recep_recycler *r)
 {
     if (!r)
         return;
+    nessie_node_on_pressure(r->node, NULL, NULL); /* workers are stopped by now: no caller left */
     pthread_mutex_lock(&r->lock);
     r->stop = true;
     pthread_cond_broadcast(&r->cond);
