@@ -76,6 +76,9 @@ struct op {
     uint64_t pre_ite;
     uint64_t pre_t;
     bool memory_wait;               /* an attempt found no free entry and waited for one */
+    int want_cls;                   /* ... of this size class */
+    uint64_t memory_wait_ns;        /* ... since then (nessie_mono_ns) */
+    int last_abort;                 /* why the last attempt retried (enum nessie_abort), or -1 */
     /* GET: where a value read in a READ of its own goes (the caller's buffer: the daemon's
      * channel arena), instead of the context's buffer; NULL: the context's. */
     unsigned char *dst;
@@ -178,6 +181,7 @@ static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind ki
     memset(op, 0, sizeof(*op));
     op->ctx = ctx;
     op->node = nd;
+    op->last_abort = -1;
     op->key = key;
     op->klen = (uint32_t)klen;
     op->n = nd->cfg.ways;
@@ -201,6 +205,7 @@ static bool attempt_expired(const struct op *op)
 
 static void count_abort(struct op *op, enum nessie_abort why)
 {
+    op->last_abort = why;
     CTR_ADD(OPC(op->ctx).aborts[why], 1);
 }
 
@@ -761,12 +766,44 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         }                                                                        \
     } while (0)
 
+/* With eviction on, a write refused for lack of memory means the evictor could not make room
+ * in time: worth an operator's attention, with what the class looked like and why the last
+ * attempt retried; once a second at most (a stuck evictor refuses every write). */
+static void refused_log(struct op *op)
+{
+    static const char *const why[NESSIE_ABORT_COUNT] = {
+        "an entry in flight", "a lost CAS", "an index entry that changed", "a stall",
+        "a failed migration", "no room"};
+    static _Atomic uint64_t last_ns;
+    uint64_t now = nessie_mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
+    if (now - last < 1000000000ULL ||
+        !atomic_compare_exchange_strong_explicit(&last_ns, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    struct nessie_node *nd = op->node;
+    uint64_t nfree = 0, pending = 0, items = 0, slots = 0, allocs = 0, failed = 0;
+    int cls = op->want_cls;
+    if (cls >= 0)
+        slab_class_state(&nd->slab, (uint32_t)cls, &nfree, &pending, &items, &slots, &allocs,
+                         &failed);
+    log_warn("protocol: a write refused after waiting %llu ms for room although eviction is on; "
+             "its last attempt ended on %s (size class %d: %llu slots, %llu free, %llu on their "
+             "way back, %llu items)",
+             (unsigned long long)((now - op->memory_wait_ns) / 1000000ULL),
+             op->last_abort >= 0 ? why[op->last_abort] : "nothing", cls,
+             (unsigned long long)slots, (unsigned long long)nfree, (unsigned long long)pending,
+             (unsigned long long)items);
+}
+
 static int finish(struct op *op, int status)
 {
     /* A call that ran out of time waiting for memory failed for lack of memory, unless an
      * attempt of it published an entry that a takeover may still commit. */
-    if (status == NESSIE_TIMEOUT && op->memory_wait && !op->mine)
+    if (status == NESSIE_TIMEOUT && op->memory_wait && !op->mine) {
         status = NESSIE_NO_MEMORY;
+        if (!op->node->cfg.no_evict)
+            refused_log(op);
+    }
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
     uint64_t ops = st->reads + st->writes + st->cas - op->fab_ops0;
@@ -911,6 +948,36 @@ static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
 #define EVICT_INLINE 8
 #define EVICT_WAIT_MARGIN_MS 500
 
+/* A write found no room for a new entry of key_len + value_len bytes (its own, or a MIGRATE's
+ * copy that makes room for it in the index). With eviction on: wake the evictor, and unless
+ * slots are on their way back evict a few of the class's items now (or a page of another
+ * class's); freed slots come back one expiration period after they are unlinked, so the call
+ * waits, and may wait that long beyond its own budget: a SET is not refused for lack of memory
+ * while eviction is on. With eviction off, the call waits only for replaced entries already
+ * waiting out their period (writers are paced by recycling). Returns true if the caller should
+ * retry (the wait is counted), false if the write fails for lack of memory. */
+static bool memory_short(struct op *op, uint32_t key_len, uint32_t value_len)
+{
+    struct nessie_node *nd = op->node;
+    int cls = slab_class_for(&nd->slab, dte_size(key_len, value_len));
+    if (!nd->cfg.no_evict) {
+        nessie_pressure(nd);
+        if (cls >= 0 && !memory_pending(op, key_len, value_len))
+            nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE);
+        if (!op->memory_wait)
+            op->deadline += (3ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
+    } else if (!memory_pending(op, key_len, value_len)) {
+        return false;
+    }
+    if (!op->memory_wait) {
+        op->memory_wait_ns = nessie_mono_ns();
+        op->want_cls = cls;
+    }
+    op->memory_wait = true;
+    count_abort(op, NESSIE_ABORT_MEMORY);
+    return true;
+}
+
 /* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
  * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY. The entry is BUSY: invisible until an ITE points at
  * it, invalid until its writer commits it. */
@@ -927,12 +994,13 @@ static int dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t cre
     uint32_t cls;
     if (want < 0)
         return NESSIE_TOO_BIG;
-    if (slab_alloc(&nd->slab, (uint32_t)want,
-                   tmpl->kind != DTE_KIND_TOMBSTONE ? SLAB_FOR_VALUE
-                   : op->ctx->kind == NESSIE_OPK_EVICT ? SLAB_FOR_EVICTION
-                                                    : SLAB_FOR_TOMBSTONE,
-                   &off,
-                   &cls) != 0)
+    /* A value whose writer has waited a whole period for room goes before a page move. */
+    enum slab_use use = tmpl->kind == DTE_KIND_TOMBSTONE ? SLAB_FOR_TOMBSTONE
+                        : op->memory_wait && nessie_mono_ns() - op->memory_wait_ns >
+                                                 (uint64_t)nd->cfg.expiration_ms * 1000000ULL
+                            ? SLAB_FOR_LATE_VALUE
+                            : SLAB_FOR_VALUE;
+    if (slab_alloc(&nd->slab, (uint32_t)want, use, &off, &cls) != 0)
         return NESSIE_NO_MEMORY;
     /* A new life of the slot: its generation is one more than its last life's. */
     uint64_t last;
@@ -1121,6 +1189,12 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
      * mistaken for an entry of the call that happens to migrate it. */
     *status = dte_write_new(op, &tmpl, full.h.creator, skey, full.value, full.h.value_len, NULL,
                             0, nessie_key_filter(nd, skey, sklen), &copy);
+    /* No room for the copy: the write that needs the move waits for room as for its own entry
+     * (it failed at once with NO_MEMORY, a SET refused on a cache with eviction on). An
+     * eviction does not wait (it moves nothing: it never inserts). */
+    if (*status == NESSIE_NO_MEMORY && saved != NESSIE_OPK_EVICT &&
+        memory_short(op, sklen, full.h.value_len))
+        goto out; /* result is A_RETRY */
     if (*status != NESSIE_OK) {
         result = A_DONE;
         goto out;
@@ -1594,30 +1668,11 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             return A_DONE;
         }
         h.prev_ite = op->seen[cand];
-        const bool evicting = w->mode != W_EVICT && !nd->cfg.no_evict;
         *status = dte_write_new(op, &h, op->id, op->key, v1, l1, v2, l2, op->filter, &mine);
-        if (*status == NESSIE_NO_MEMORY && evicting) {
-            /* Full: the evictor fell behind (a burst), or there is none (no recycler thread).
-             * Unless slots are on their way back, evict a few of the class's items now (or a
-             * page of another class's). Freed slots come back one expiration period after they
-             * are unlinked, so this call waits, and may wait that long beyond its own budget:
-             * a SET is not refused for lack of memory while eviction is on. */
-            int cls = slab_class_for(&nd->slab, dte_size(h.key_len, l1 + l2));
-            nessie_pressure(nd);
-            if (cls >= 0 && !memory_pending(op, h.key_len, l1 + l2))
-                nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE);
-            if (!op->memory_wait)
-                op->deadline += (3ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
-        }
         /* An eviction never waits for room for its tombstone: another victim, later, will do. */
         if (*status == NESSIE_NO_MEMORY && w->mode != W_EVICT &&
-            (evicting || memory_pending(op, h.key_len, l1 + l2))) {
-            /* Replaced entries are waiting out their expiration period: wait (back-off, within
-             * the call's budget) rather than fail, so writers are paced by recycling. */
-            op->memory_wait = true;
-            count_abort(op, NESSIE_ABORT_MEMORY);
+            memory_short(op, h.key_len, l1 + l2))
             return A_RETRY;
-        }
         if (*status != NESSIE_OK)
             return A_DONE;
         /* Step 3.1: swing the candidate to it. */
@@ -1904,18 +1959,6 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
     int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
     if (rc == NESSIE_OK && version_out)
         *version_out = w.version_out;
-    if (rc == NESSIE_NO_MEMORY && !ctx->node->cfg.no_evict) {
-        /* With eviction on, a refusal means the evictor could not make room in time: worth an
-         * operator's attention, once a second at most (a stuck evictor refuses every write). */
-        static _Atomic uint64_t last_ns;
-        uint64_t now = nessie_mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
-        if (now - last >= 1000000000ULL &&
-            atomic_compare_exchange_strong_explicit(&last_ns, &last, now, memory_order_relaxed,
-                                                    memory_order_relaxed))
-            log_warn("protocol: a write of %zu bytes found no room within %u ms beyond its budget "
-                     "although eviction is on; refused (the evictor fell behind)",
-                     value_len, 3 * ctx->node->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS);
-    }
     return rc;
 }
 

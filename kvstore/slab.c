@@ -299,7 +299,7 @@ int slab_class_for(const struct slab *s, uint64_t bytes)
  * the lock held. */
 static int grow_class(struct slab *s, uint32_t cls, enum slab_use use)
 {
-    uint64_t limit = s->hdr->page_count - (use == SLAB_FOR_VALUE ? s->reserve_pages : 0);
+    uint64_t limit = s->hdr->page_count - (use != SLAB_FOR_TOMBSTONE ? s->reserve_pages : 0);
     if (s->next_page >= limit)
         return -1;
     uint64_t p = s->next_page++;
@@ -573,10 +573,12 @@ bool slab_pending(struct slab *s, uint32_t cls)
 static bool take_free(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset)
 {
     struct slab_class *c = &s->cls[cls];
-    if (c->nfree == 0 || (use == SLAB_FOR_VALUE && c->nfree <= c->reserve))
+    if (c->nfree == 0 || (use != SLAB_FOR_TOMBSTONE && c->nfree <= c->reserve))
         return false;
-    /* A draining page's free slots go round to the tail: they stay free for the page's move. */
-    for (size_t turns = c->nfree; s->drain_page >= 0 && turns > 0; turns--) {
+    /* A draining page's free slots go round to the tail: they stay free for the page's move
+     * (unless a late value needs one: slab_use). */
+    for (size_t turns = c->nfree; s->drain_page >= 0 && use != SLAB_FOR_LATE_VALUE && turns > 0;
+         turns--) {
         if ((int64_t)page_of(s, *free_at(c, 0)) != s->drain_page)
             break;
         uint64_t off = pop_free(s, cls);
@@ -606,14 +608,18 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
         goto out;
     /* A tombstone fits any larger slot: better a large one for an expiration period than a
      * DELETE refused. Its own class's shortage still counts as refused (the evictor then gives
-     * that class a page: evictions are tombstones too, as many as SETs on a full node). */
-    if (use != SLAB_FOR_VALUE) {
-        c->failed++;
-        c->refused_ms = slab_now_ms();
-    }
+     * that class a page: evictions are tombstones too, as many as SETs on a full node). Not a
+     * class whose values were refused within the last period, though: writers wait for its
+     * slots, and the evictor, whose tombstones these mostly are, took each slot as it came
+     * back, ahead of them (bench/eviction.sh: SETs refused after 900 ms of waiting). The
+     * tombstone then waits, or the eviction is given up for now. */
     if (use == SLAB_FOR_TOMBSTONE) {
+        uint64_t now = slab_now_ms();
+        c->failed++;
+        c->refused_ms = now;
         for (uint32_t b = cls + 1; b < s->nclasses; b++)
-            if (take_free(s, b, use, offset)) {
+            if ((!s->cls[b].value_refused_ms || now - s->cls[b].value_refused_ms > s->quarantine_ms) &&
+                take_free(s, b, use, offset)) {
                 *cls_out = b;
                 goto out;
             }
@@ -635,9 +641,9 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     if (rebalance_locked(s, cls) == 0 && take_free(s, cls, use, offset))
         goto out;
     rc = -1;
-    if (use == SLAB_FOR_VALUE) {
+    if (use != SLAB_FOR_TOMBSTONE) {
         c->failed++;
-        c->refused_ms = slab_now_ms();
+        c->refused_ms = c->value_refused_ms = slab_now_ms();
     }
 out:
     pthread_mutex_unlock(&s->lock);

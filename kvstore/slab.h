@@ -38,17 +38,18 @@ struct slab_class {
      * (for sampling victims), in no order. */
     uint64_t allocs, failed; /* ... and allocations refused (tombstones: sent to a larger class) */
     uint64_t refused_ms;     /* when one was last refused (slab_now_ms): rebalance spares it */
+    uint64_t value_refused_ms; /* ... a value's: writers wait, tombstones keep off its slots */
     uint32_t *pages;
     uint32_t npages, pages_cap;
 };
 
-/* What an allocation is for: a DELETE's tombstone may take the reserve, and a slot of a larger
- * class when its own has none; a value may not. An eviction's tombstone may take the reserve
- * but no larger slot: the slots an eviction frees are the larger ones, and taken by its own
- * tombstones (one per eviction, from a class of a few pages) they went to the evictor before
- * the writers waiting for them, who were refused after seconds. Its class gets pages instead
- * (the evictor drains one for a class too small for its demand). */
-enum slab_use { SLAB_FOR_VALUE = 0, SLAB_FOR_TOMBSTONE, SLAB_FOR_EVICTION };
+/* What an allocation is for: a tombstone (a DELETE's or an eviction's blank entry) may take the
+ * reserve, and a slot of a larger class when its own has none; a value may not. A late value
+ * (its writer waited a whole expiration period for room) may take a free slot of a page being
+ * drained for another class: the drain then takes longer (it evicts the new item in its turn),
+ * but a drain holds its page's free slots for up to several periods, and writers whose only
+ * free slots were there were refused (bench/eviction.sh, with a drain for tombstones). */
+enum slab_use { SLAB_FOR_VALUE = 0, SLAB_FOR_TOMBSTONE, SLAB_FOR_LATE_VALUE };
 
 struct slab {
     unsigned char *base;  /* this node's DATA region, mapped */

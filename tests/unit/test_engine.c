@@ -442,6 +442,41 @@ static void test_read_items_survive_eviction(void **state)
         assert_true(evict_check(C.ctx[1], h, sizeof(v)));
 }
 
+/* An item just written counts as read once (evict.c, EVICT_YOUNG_MS): sampled against items
+ * read once long ago, it is the better one to keep (idle time decides the tie), so a cache's
+ * user finds the item it has just set. The rule was dead code once (the decayed count
+ * overwrote it): then the unread new item scored below every read one and went first. */
+static void test_new_item_outlives_old_read_ones(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 14, 1 << 20, evict_cfg);
+    char k[32], v[1000];
+    const int old = 40;
+    for (int i = 0; i < old; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        evict_value(v, sizeof(v), i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL),
+                         NESSIE_OK);
+        assert_true(evict_check(C.ctx[0], i, sizeof(v))); /* its first read always counts */
+    }
+    usleep(250 * 1000); /* the old items' last read is well past EVICT_YOUNG_MS and a few ticks */
+    evict_value(v, sizeof(v), old);
+    snprintf(k, sizeof(k), "key-%d", old);
+    assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL),
+                     NESSIE_OK);
+    /* Remove three quarters of the old ones by sampling: the new item is in some sample almost
+     * surely (without the rule it then went), and every sample holds old items to prefer. */
+    int cls = slab_class_for(&C.node[0]->slab, dte_size((uint32_t)strlen(k), sizeof(v)));
+    assert_true(cls >= 0);
+    assert_int_equal(nessie_evict_class(C.ctx[0], (uint32_t)cls, 30), 30);
+    assert_true(evict_check(C.ctx[0], old, sizeof(v)));
+    int left = 0;
+    for (int i = 0; i < old; i++)
+        left += evict_check(C.ctx[0], i, sizeof(v));
+    assert_int_equal(left, old - 30);
+}
+
 /* With eviction off, a full node refuses SETs, and still serves DELETE (the reserve), and
  * flush_all's items come back as free memory (the reclaim crawl). */
 static void test_delete_and_flush_on_full_node(void **state)
@@ -1731,6 +1766,7 @@ int main(void)
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_full_node_evicts, teardown),
+        cmocka_unit_test_teardown(test_new_item_outlives_old_read_ones, teardown),
         cmocka_unit_test_teardown(test_read_items_survive_eviction, teardown),
         cmocka_unit_test_teardown(test_delete_and_flush_on_full_node, teardown),
         cmocka_unit_test_teardown(test_index_full_and_migrations, teardown),
