@@ -506,6 +506,11 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
          * it would be drained back at once (tombstones under eviction did that). */
         if (s->cls[d].refused_ms && now - s->cls[d].refused_ms < 4 * s->quarantine_ms)
             continue;
+        /* Nor a class's last page: the class of tombstones, whose page empties whenever its
+         * quarantines end, gave its last to values, and then no eviction could get a tombstone
+         * and no write room (test_migration_on_full_node_waits_for_room). */
+        if (s->cls[d].npages <= 1)
+            continue;
         if (s->page_free[p] == slots_per_page(s, d) && s->cls[d].nfree > best_free) {
             best = p;
             best_free = s->cls[d].nfree;
