@@ -479,10 +479,8 @@ static void test_new_item_outlives_old_read_ones(void **state)
 
 static void big_items_evict(struct nessie_config *c)
 {
+    evict_cfg(c);
     c->max_item_size = 64 * 1024;
-    c->expiration_ms = 20;
-    c->op_timeout_ms = 1000;
-    c->background_recycle = false;
 }
 
 /* A SET whose key needs a MIGRATE (its candidates all taken) on a full node: the move's copy
