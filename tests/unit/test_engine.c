@@ -367,6 +367,16 @@ static void evict_value(char *v, size_t len, int i)
     snprintf(v, len, "value-of-%d;", i);
 }
 
+/* SET key i to its own value (evict_value), which must succeed. */
+static void evict_store(struct nessie_ctx *ctx, int i, char *v, size_t len)
+{
+    char k[32];
+    snprintf(k, sizeof(k), "key-%d", i);
+    evict_value(v, len, i);
+    assert_int_equal(nessie_store(ctx, NESSIE_SET, k, strlen(k), v, len, 0, 0, 0, NULL),
+                     NESSIE_OK);
+}
+
 /* GET key i: whole and its own, or a miss; never torn, never another key's. Returns found. */
 static bool evict_check(struct nessie_ctx *ctx, int i, size_t len)
 {
@@ -391,14 +401,10 @@ static void test_full_node_evicts(void **state)
     cluster_open(2, 1 << 14, 1 << 20, evict_cfg);
     struct bg_evictor b;
     bg_evictor_start(&b, 0);
-    char k[32], v[1000];
+    char v[1000];
     const int n = 10 * 1000; /* 10 MB of values into 1 MiB */
     for (int i = 0; i < n; i++) {
-        snprintf(k, sizeof(k), "key-%d", i);
-        evict_value(v, sizeof(v), i);
-        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
-                                      NULL),
-                         NESSIE_OK);
+        evict_store(C.ctx[0], i, v, sizeof(v));
         if (i % 2) /* the newest, from another node (the others are never read) */
             assert_true(evict_check(C.ctx[1], i, sizeof(v)));
         if (i % 97 == 0)
@@ -424,14 +430,10 @@ static void test_read_items_survive_eviction(void **state)
     cluster_open(2, 1 << 14, 1 << 20, evict_cfg);
     struct bg_evictor b;
     bg_evictor_start(&b, 0);
-    char k[32], v[1000];
+    char v[1000];
     const int hot = 16, n = 8000;
     for (int i = 0; i < n; i++) {
-        snprintf(k, sizeof(k), "key-%d", i);
-        evict_value(v, sizeof(v), i);
-        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
-                                      NULL),
-                         NESSIE_OK);
+        evict_store(C.ctx[0], i, v, sizeof(v));
         /* Keys 0..15 are read all along, by both nodes (remote reads record with a WRITE). */
         if (i >= hot)
             for (int h = 0; h < 2; h++)
@@ -453,18 +455,12 @@ static void test_new_item_outlives_old_read_ones(void **state)
     char k[32], v[1000];
     const int old = 40;
     for (int i = 0; i < old; i++) {
-        snprintf(k, sizeof(k), "key-%d", i);
-        evict_value(v, sizeof(v), i);
-        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
-                                      NULL),
-                         NESSIE_OK);
+        evict_store(C.ctx[0], i, v, sizeof(v));
         assert_true(evict_check(C.ctx[0], i, sizeof(v))); /* its first read always counts */
     }
     usleep(250 * 1000); /* the old items' last read is well past EVICT_YOUNG_MS and a few ticks */
-    evict_value(v, sizeof(v), old);
+    evict_store(C.ctx[0], old, v, sizeof(v));
     snprintf(k, sizeof(k), "key-%d", old);
-    assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL),
-                     NESSIE_OK);
     /* Remove three quarters of the old ones by sampling: the new item is in some sample almost
      * surely (without the rule it then went), and every sample holds old items to prefer. */
     int cls = slab_class_for(&C.node[0]->slab, dte_size((uint32_t)strlen(k), sizeof(v)));
