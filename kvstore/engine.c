@@ -68,11 +68,36 @@ uint64_t nessie_flush_ns(struct nessie_node *node)
     return __atomic_load_n(&node->hdr->flush_ns, __ATOMIC_ACQUIRE);
 }
 
+/* The delayed flush this node knows of, if its time has come (else 0). */
+static uint64_t flush_at_due(struct nessie_node *node, uint64_t now_real_ns)
+{
+    uint64_t at = __atomic_load_n(&node->hdr->flush_at_ns, __ATOMIC_ACQUIRE);
+    return at && at <= now_real_ns ? at : 0;
+}
+
+uint32_t nessie_abs_exptime(int64_t exptime)
+{
+    const int64_t month = 60 * 60 * 24 * 30;
+    int64_t now = (int64_t)(nessie_real_ns() / 1000000000ULL);
+    if (exptime == 0)
+        return 0;
+    if (exptime < 0)
+        return 1; /* in the past */
+    if (exptime <= month)
+        return (uint32_t)(now + exptime);
+    return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
+}
+
 bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h)
 {
-    if (h->exptime != 0 && (uint64_t)h->exptime <= nessie_real_ns() / 1000000000ULL)
+    uint64_t now = nessie_real_ns();
+    if (h->exptime != 0 && (uint64_t)h->exptime <= now / 1000000000ULL)
         return true;
-    return VERSION_TIME(h->version) <= nessie_flush_ns(nd);
+    uint64_t vt = VERSION_TIME(h->version);
+    if (vt <= nessie_flush_ns(nd))
+        return true;
+    uint64_t at = flush_at_due(nd, now);
+    return at && vt <= at;
 }
 
 uint64_t nessie_version_next(struct nessie_node *node)
@@ -81,9 +106,12 @@ uint64_t nessie_version_next(struct nessie_node *node)
     uint64_t *lv = &node->hdr->last_version;
     uint64_t last = __atomic_load_n(lv, __ATOMIC_RELAXED), next;
     do {
-        uint64_t t = VERSION_TIME(nessie_real_ns());
+        uint64_t real = nessie_real_ns(), t = VERSION_TIME(real);
         uint64_t floor = VERSION_TIME(last) + 0x1000;
         uint64_t flush = VERSION_TIME(nessie_flush_ns(node)) + 0x1000;
+        uint64_t at = flush_at_due(node, real); /* a delayed flush in effect: write after it */
+        if (at && VERSION_TIME(at) + 0x1000 > flush)
+            flush = VERSION_TIME(at) + 0x1000;
         if (t < floor)
             t = floor;
         if (t < flush)
@@ -435,6 +463,14 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
 /* See nessie_flush: how far ahead of real time an unreachable node's version clock may be. */
 #define FLUSH_MARGIN_NS 1000000000ULL
 
+/* Set node n's delayed flush time (0: none). Returns the fabric's status. */
+static int flush_at_write(struct nessie_ctx *ctx, uint32_t n, uint64_t at)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = n, .region = FAB_REGION_DATA,
+                        .offset = DATA_HDR_OFF_FLUSH_AT, .local = &at, .length = 8};
+    return fab_exec(ctx->ep, &wr);
+}
+
 int nessie_flush(struct nessie_ctx *ctx)
 {
     struct nessie_node *nd = ctx->node;
@@ -483,11 +519,61 @@ int nessie_flush(struct nessie_ctx *ctx)
         }
         reached += reach[n];
     }
+    /* A delayed flush still pending is replaced by this one, as in memcached (the last
+     * flush_all wins); one whose time has come is covered by this one (t is later). */
+    for (uint32_t n = 0; n < nd->cfg.nodes; n++)
+        if (reach[n] && flush_at_write(ctx, n, 0) != FAB_OK) {
+            reach[n] = false;
+            reached--;
+        }
     if (reached < nd->cfg.nodes)
         log_warn("engine: flush_all reached %u of %u nodes; the others learn it when they return",
                  reached, nd->cfg.nodes);
     /* Reaching no node at all (not even this one) did nothing: a definite failure. Otherwise
      * the flush has happened for every item a live node can serve. */
+    return reached ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
+int nessie_flush_delayed(struct nessie_ctx *ctx, int64_t exptime)
+{
+    struct nessie_node *nd = ctx->node;
+    uint32_t when_s = nessie_abs_exptime(exptime);
+    uint64_t now = nessie_real_ns();
+    if (exptime <= 0 || (uint64_t)when_s * 1000000000ULL <= now)
+        return nessie_flush(ctx);
+    uint64_t at = (uint64_t)when_s * 1000000000ULL;
+    uint32_t reached = 0;
+    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+        /* A delayed flush whose time has come on this node stays in effect: it moves into the
+         * flush word (raised by CAS, never lowered) before the new time replaces it. */
+        uint64_t old;
+        struct fab_wr rd = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
+                            .offset = DATA_HDR_OFF_FLUSH_AT, .local = &old, .length = 8};
+        if (fab_exec(ctx->ep, &rd) != FAB_OK)
+            continue;
+        bool ok = true;
+        if (old && old <= now) {
+            uint64_t cur = 0, want = VERSION_TIME(old);
+            for (int tries = 0; tries < 64; tries++) {
+                uint64_t seen;
+                struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = n, .region = FAB_REGION_DATA,
+                                     .offset = DATA_HDR_OFF_FLUSH, .local = &seen, .length = 8,
+                                     .compare = cur, .swap = want};
+                if (fab_exec(ctx->ep, &cas) != FAB_OK) {
+                    ok = false;
+                    break;
+                }
+                if (seen == cur || seen >= want)
+                    break;
+                cur = seen;
+            }
+        }
+        if (ok && flush_at_write(ctx, n, at) == FAB_OK)
+            reached++;
+    }
+    if (reached < nd->cfg.nodes)
+        log_warn("engine: flush_all %lld reached %u of %u nodes; the others learn it when they "
+                 "return", (long long)exptime, reached, nd->cfg.nodes);
     return reached ? NESSIE_OK : NESSIE_FABRIC_ERROR;
 }
 
@@ -508,6 +594,22 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
            !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &cur, mine, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
         ;
+    /* The delayed flush as the reachable peers know it (set, replaced or cancelled while this
+     * node was away): the latest of theirs, not ours; ours only if none answers. */
+    uint64_t at = 0;
+    bool heard = false;
+    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+        uint64_t f;
+        struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
+                            .offset = DATA_HDR_OFF_FLUSH_AT, .local = &f, .length = 8};
+        if (n == nd->cfg.self || fab_exec(ctx->ep, &wr) != FAB_OK)
+            continue;
+        heard = true;
+        if (f > at)
+            at = f;
+    }
+    if (heard)
+        __atomic_store_n(&nd->hdr->flush_at_ns, at, __ATOMIC_RELEASE);
 }
 
 /* --- leak sweep ------------------------------------------------------------------------------ */

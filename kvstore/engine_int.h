@@ -107,6 +107,10 @@ uint64_t nessie_version_next(struct nessie_node *node);
 /* Flush time as this node knows it (set on every node by nessie_flush before it returns). */
 uint64_t nessie_flush_ns(struct nessie_node *node);
 
+/* memcached's exptime as absolute unix seconds: 0 never; up to 30 days relative; beyond,
+ * absolute; negative: already past (1). */
+uint32_t nessie_abs_exptime(int64_t exptime);
+
 /* Ensure buffer b of ctx holds at least len bytes. Returns NULL on out of memory. */
 unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len);
 

@@ -231,10 +231,15 @@ struct data_hdr {
     uint64_t clock_ns;       /* the owner's CLOCK_MONOTONIC, published now and then: the clock
                                 its DTEs' created_ns are on (orphan ages are judged on it) */
     uint32_t class_size[ITE_MAX_CLASSES];
+    /* A delayed flush_all (`flush_all N`): from this CLOCK_REALTIME (ns) on, items with version
+     * time <= it are gone; 0 = none pending. After the header's other words, so a region
+     * formatted before it (zeros there) reads as none: no layout version change. */
+    uint64_t flush_at_ns;
 };
 _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its page");
 
 #define DATA_HDR_OFF_FLUSH ((uint64_t)__builtin_offsetof(struct data_hdr, flush_ns))
 #define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
+#define DATA_HDR_OFF_FLUSH_AT ((uint64_t)__builtin_offsetof(struct data_hdr, flush_at_ns))
 
 #endif

@@ -227,6 +227,13 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
  * serve. Returns NESSIE_OK, or NESSIE_FABRIC_ERROR if no node at all could be reached. */
 int nessie_flush(struct nessie_ctx *ctx);
 
+/* flush_all N (memcached): at the time exptime names (seconds from now up to 30 days, else a
+ * unix time), every item written before that time reads as absent; items written after it
+ * stay. Until then nothing changes. A later flush_all, delayed or not, replaces a pending one
+ * (the last one wins, as in memcached); one whose time has come stays in effect. exptime <= 0,
+ * or a time already past, is nessie_flush. Returns as nessie_flush. */
+int nessie_flush_delayed(struct nessie_ctx *ctx, int64_t exptime);
+
 /* A (re)started node adopts the latest flush any reachable peer knows of. Call before serving. */
 void nessie_flush_catch_up(struct nessie_ctx *ctx);
 

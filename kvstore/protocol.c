@@ -1836,20 +1836,6 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     return write_done(op, w, op->mine_version, status);
 }
 
-/* memcached's exptime: 0 never; up to 30 days relative; beyond, absolute; negative: expired. */
-static uint32_t abs_exptime(int64_t exptime)
-{
-    const int64_t month = 60 * 60 * 24 * 30;
-    int64_t now = (int64_t)(nessie_real_ns() / 1000000000ULL);
-    if (exptime == 0)
-        return 0;
-    if (exptime < 0)
-        return 1; /* in the past */
-    if (exptime <= month)
-        return (uint32_t)(now + exptime);
-    return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
-}
-
 /* After a write call's last attempt: settle what it leaves behind, and its outcome. */
 static int write_end(struct op *op, struct wreq *w, int status)
 {
@@ -1955,7 +1941,7 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
     if (dte_size((uint32_t)key_len, 0) + value_len > ctx->node->cfg.max_item_size)
         return NESSIE_TOO_BIG;
     struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
-                     .flags = flags, .exptime = abs_exptime(exptime), .cas = cas};
+                     .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas};
     int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
     if (rc == NESSIE_OK && version_out)
         *version_out = w.version_out;
@@ -1996,6 +1982,6 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
-    struct wreq w = {.mode = W_TOUCH, .exptime = abs_exptime(exptime)};
+    struct wreq w = {.mode = W_TOUCH, .exptime = nessie_abs_exptime(exptime)};
     return run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
 }

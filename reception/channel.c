@@ -476,7 +476,7 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
         do_mget(r, ctx);
         break;
     case WIRE_OP_FLUSH:
-        rep->status = wire_status_of(nessie_flush(ctx));
+        rep->status = wire_status_of(nessie_flush_delayed(ctx, rq->exptime));
         break;
     case WIRE_OP_FETCH:
         do_fetch(r);

@@ -908,8 +908,8 @@ memcached_return_t memcached_flush(memcached_st *ptr, time_t expiration)
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
-    /* A delayed flush (expiration > 0) is done at once: the engine has no flush timer yet. */
-    return shim_status(shim_ch_flush(ch));
+    /* expiration: memcached's flush_all N (seconds, or a unix time); 0 is at once. */
+    return shim_status(shim_ch_flush(ch, (int64_t)expiration));
 }
 
 memcached_return_t memcached_flush_buffers(memcached_st *mem)

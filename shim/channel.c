@@ -635,10 +635,10 @@ int shim_ch_touch(struct shim_ch *ch, const void *key, size_t klen, int64_t expt
     return roundtrip(ch, SYNC_SLOT, &rep);
 }
 
-int shim_ch_flush(struct shim_ch *ch)
+int shim_ch_flush(struct shim_ch *ch, int64_t exptime)
 {
     struct wire_rep rep;
-    *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = WIRE_OP_FLUSH};
+    *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = WIRE_OP_FLUSH, .exptime = exptime};
     return roundtrip(ch, SYNC_SLOT, &rep);
 }
 

@@ -51,7 +51,8 @@ int shim_ch_delete(struct shim_ch *ch, const void *key, size_t klen);
 int shim_ch_arith(struct shim_ch *ch, const void *key, size_t klen, int incr, uint64_t delta,
                   uint64_t *result);
 int shim_ch_touch(struct shim_ch *ch, const void *key, size_t klen, int64_t exptime);
-int shim_ch_flush(struct shim_ch *ch);
+/* flush_all; exptime > 0: at that time (memcached's flush_all N). */
+int shim_ch_flush(struct shim_ch *ch, int64_t exptime);
 
 /* Multi-get: calls hit(user, index, value) for each key found (the value is malloc'd, the
  * callee's to free). Returns WIRE_OK, or the first error (the keys after it are not reported). */

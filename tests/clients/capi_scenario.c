@@ -245,6 +245,19 @@ int main(int argc, char **argv)
     show("flush_buffers", memcached_flush_buffers(m));
     show("flush", memcached_flush(m, 0));
     get("get after flush", "n");
+    /* flush_all 2: nothing changes for now; at its time, what was written before it is gone,
+     * including what was written after the command (memcached's meaning). A later write stays.
+     * memcached counts whole seconds: 3.5 s are past its time on either side of a tick. */
+    show("set d1", memcached_set(m, "d1", 2, "one", 3, 0, 0));
+    show("flush 2", memcached_flush(m, 2));
+    get("get d1 before", "d1");
+    show("set d2", memcached_set(m, "d2", 2, "two", 3, 0, 0));
+    get("get d2 before", "d2");
+    usleep(3500 * 1000);
+    get("get d1 after", "d1");
+    get("get d2 after", "d2");
+    show("set d3", memcached_set(m, "d3", 2, "three", 5, 0, 0));
+    get("get d3 after", "d3");
     memcached_free(m);
     return 0;
 }

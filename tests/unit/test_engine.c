@@ -1720,6 +1720,46 @@ static void test_late_recycle_mark_is_harmless(void **state)
     check_value(C.ctx[0], "k", "v2");
 }
 
+static void put_str(struct nessie_ctx *ctx, const char *k, const char *v)
+{
+    assert_int_equal(nessie_store(ctx, NESSIE_SET, k, strlen(k), v, strlen(v), 0, 0, 0, NULL),
+                     NESSIE_OK);
+}
+
+/* flush_all N (memcached): nothing changes until its time; then everything written before it
+ * is gone on every node, what was written after the command but before its time too, and
+ * what is written after stays. An immediate flush_all replaces a pending one; a delayed one
+ * whose time has come stays in effect when a later delayed one is set. It used to flush at
+ * once. */
+static void test_delayed_flush(void **state)
+{
+    (void)state;
+    cluster_open(2, 1024, 1 << 20, NULL);
+    put_str(C.ctx[0], "before", "1");
+    /* Whole seconds, as memcached: 2 is at least one second away, at most two. */
+    assert_int_equal(nessie_flush_delayed(C.ctx[0], 2), NESSIE_OK);
+    check_value(C.ctx[1], "before", "1");
+    put_str(C.ctx[1], "between", "2");
+    check_value(C.ctx[0], "between", "2");
+    usleep(2100 * 1000);
+    check_value(C.ctx[0], "before", NULL);
+    check_value(C.ctx[1], "between", NULL);
+    put_str(C.ctx[1], "after", "3");
+    check_value(C.ctx[0], "after", "3");
+
+    /* A later delayed flush keeps the one in effect (before, between stay gone)... */
+    assert_int_equal(nessie_flush_delayed(C.ctx[1], 100), NESSIE_OK);
+    check_value(C.ctx[0], "between", NULL);
+    check_value(C.ctx[0], "after", "3");
+    /* ... and an immediate one replaces it: "late" survives the time the delayed one named. */
+    assert_int_equal(nessie_flush_delayed(C.ctx[0], 2), NESSIE_OK);
+    assert_int_equal(nessie_flush(C.ctx[1]), NESSIE_OK);
+    check_value(C.ctx[0], "after", NULL);
+    put_str(C.ctx[0], "late", "4");
+    usleep(3100 * 1000);
+    check_value(C.ctx[1], "late", "4");
+}
+
 /* Hole 5 of issue 14 (dead nodes): flush_all stopped at the first unreachable node, so nodes
  * disagreed about it. Now it reaches every live node, and a node that was down learns it
  * (nessie_flush_catch_up, which a daemon runs before it serves) when it returns. */
@@ -1829,6 +1869,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stall_past_expiration_no_aba, teardown),
         cmocka_unit_test_teardown(test_late_recycle_mark_is_harmless, teardown),
         cmocka_unit_test_teardown(test_flush_with_a_node_down, teardown),
+        cmocka_unit_test_teardown(test_delayed_flush, teardown),
         cmocka_unit_test_teardown(test_orphan_of_a_silent_owner_ages, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
