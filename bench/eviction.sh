@@ -12,7 +12,9 @@
 #   uniform: the same with uniform keys.
 # Prints `ratio fill_ops` (SET ops/s in `full`, Nessie / memcached), `fill_errors N` (SETs Nessie
 # refused in fill and full), `ratio zipf_hit` (GET hit ratio in `zipf`, Nessie / memcached),
-# `ratio uniform_hit`, and each system's evictions as its stats report them. Writes eviction.csv
+# `ratio uniform_hit`, `ratio get_full_vs_empty` (Nessie's GETs of a tenth of the capacity in
+# resident keys, BENCH_SECONDS each, on the full cache at the end / on the empty one before the
+# fill), and each system's evictions as its stats report them. Writes eviction.csv
 # (loadgen rows), series-*.csv (per second), eviction.png (hit ratio and ops/s over time).
 #
 # Nessie's expiration period is BENCH_EXPIRATION_MS (100 here, the config's default is the
@@ -24,7 +26,7 @@
 # Usage: bench/eviction.sh [--help]   (environment: BENCH_SECONDS, BENCH_EVICT_SECONDS,
 #   BENCH_EVICT_DATA_BYTES, BENCH_EXPIRATION_MS)
 set -eu
-case ${1:-} in -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 BENCH_SECONDS=${BENCH_SECONDS:-5}
 BENCH_WARMUP=${BENCH_WARMUP:-0}
 BENCH_EXPIRATION_MS=${BENCH_EXPIRATION_MS:-100}
@@ -106,6 +108,19 @@ nessie_stat_sum() {
 mc_start
 nessie_start $NODES "evict = true"
 
+# GETs of a few resident keys (a tenth of the capacity, preloaded), on the empty cache now and
+# on the full one at the end: what being full costs a GET (eviction's leftovers, access hints).
+GET_KEYS=$((CAPACITY / 10))
+get_phase() {
+    lg_all=$LG
+    LG="-v $VALUE -k $KEY -n $GET_KEYS"
+    nessie_phase "$1" -g 1
+    LG=$lg_all
+}
+bench_log "get-empty: GETs of $GET_KEYS resident keys on the empty Nessie cache"
+get_phase get-empty
+n_get_empty=$N_OPS
+
 bench_log "fill: $FILL_OPS SETs over $KEYS keys: memcached, nessie"
 mc_phase fill -g 0 -o "$FILL_OPS" -w 0
 nessie_phase fill -g 0 -o $((FILL_OPS / NODES)) -w 0
@@ -118,6 +133,7 @@ nessie_phase full -g 0
 n_full=$N_OPS
 fill_errors=$((fill_errors + N_ERRORS))
 
+QUICK_S=$BENCH_SECONDS
 BENCH_SECONDS=$SERIES_S
 for d in zipf uniform; do
     bench_log "$d: 90% GETs, set on miss, $SERIES_S s"
@@ -128,6 +144,12 @@ for d in zipf uniform; do
     eval "n_hit_$d=\$(awk -v h=$N_HITS -v g=$N_GETS 'BEGIN { print g ? h / g : 0 }')"
     eval "n_ops_$d=$N_OPS"
 done
+
+BENCH_SECONDS=$QUICK_S
+bench_log "get-full: GETs of the same $GET_KEYS keys (stored again) on the full Nessie cache"
+get_phase get-full
+n_get_full=$N_OPS
+n_get_full_hit=$(awk -v h=$N_HITS -v g=$N_GETS 'BEGIN { print g ? h / g : 0 }')
 
 mc_evictions=$(mc_stat evictions)
 n_evictions=$(nessie_stat_sum evictions)
@@ -148,6 +170,8 @@ echo "fill_errors $fill_errors"
 awk -v a="$n_hit_zipf" -v b="$mc_hit_zipf" 'BEGIN { printf "ratio zipf_hit %.3f\n", b ? a / b : 0 }'
 awk -v a="$n_hit_uniform" -v b="$mc_hit_uniform" 'BEGIN { printf "ratio uniform_hit %.3f\n", b ? a / b : 0 }'
 awk -v a="$n_ops_zipf" -v b="$mc_ops_zipf" 'BEGIN { printf "ratio zipf_ops %.2f\n", b ? a / b : 0 }'
+echo "nessie GETs of $GET_KEYS resident keys: empty cache $n_get_empty ops/s, full cache $n_get_full ops/s (hit ratio $n_get_full_hit)"
+awk -v a="$n_get_full" -v b="$n_get_empty" 'BEGIN { printf "ratio get_full_vs_empty %.3f\n", b ? a / b : 0 }'
 
 plot eviction <<EOF2
 set multiplot layout 2,2 title 'Full caches, same memory ($BENCH_MC_MB MiB): Nessie (3 nodes, expiration $BENCH_EXPIRATION_MS ms) vs memcached; 90% GETs, set on miss'

@@ -59,7 +59,7 @@ run cpu-cost BENCH_LOADS="10 100" BENCH_VALUE=4096
 check cpu-cost cpu-cost.csv cpu-cost.png
 run eviction BENCH_EVICT_DATA_BYTES=2097152 BENCH_EVICT_SECONDS=2
 check eviction eviction.csv eviction.png
-for r in fill_ops zipf_hit uniform_hit; do
+for r in fill_ops zipf_hit uniform_hit get_full_vs_empty; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no 'ratio $r' line"; fail=1; }
 done
 grep -Eq "^fill_errors [0-9]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no fill_errors line"; fail=1; }
