@@ -465,6 +465,9 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
 
 /* See nessie_flush: how far ahead of real time an unreachable node's version clock may be. */
 #define FLUSH_MARGIN_NS 1000000000ULL
+/* See nessie_flush_delayed: clock skew between hosts (NTP keeps it to milliseconds) plus a
+ * fabric round trip, with room to spare. */
+#define FLUSH_FOLD_MARGIN_NS 50000000ULL
 
 /* Set node n's delayed flush time (0: none). Returns the fabric's status. */
 static int flush_at_write(struct nessie_ctx *ctx, uint32_t n, uint64_t at)
@@ -555,7 +558,12 @@ int nessie_flush_delayed(struct nessie_ctx *ctx, int64_t exptime)
         if (fab_exec(ctx->ep, &rd) != FAB_OK)
             continue;
         bool ok = true;
-        if (old && old <= now) {
+        /* Judged now, not at the call's start (a slow node earlier in the loop), and with a
+         * margin for node n's clock being ahead of ours and for the time until our write
+         * lands: a pending flush that n already holds due, replaced, would bring its items
+         * back. Within the margin, memcached's "the last flush_all replaces a pending one"
+         * gives way: the old one takes effect a little early. */
+        if (old && old <= nessie_real_ns() + FLUSH_FOLD_MARGIN_NS) {
             uint64_t cur = 0, want = VERSION_TIME(old);
             for (int tries = 0; tries < 64; tries++) {
                 uint64_t seen;
@@ -597,6 +605,15 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
            !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &cur, mine, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
         ;
+    /* Our own delayed flush, if due, stays in effect whatever the peers say (they may never
+     * have learnt it): into the flush word first, as nessie_flush_delayed folds one. */
+    uint64_t own = __atomic_load_n(&nd->hdr->flush_at_ns, __ATOMIC_ACQUIRE);
+    if (own && own <= nessie_real_ns()) {
+        uint64_t want = VERSION_TIME(own), f = nessie_flush_ns(nd);
+        while (f < want && !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &f, want, false,
+                                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            ;
+    }
     /* The delayed flush as the reachable peers know it (set, replaced or cancelled while this
      * node was away): the latest of theirs, not ours; ours only if none answers. */
     uint64_t at = 0;

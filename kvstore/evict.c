@@ -144,7 +144,8 @@ static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, s
     c->dead = nessie_item_dead(nd, &c->h);
     uint64_t written = VERSION_TIME(c->h.version), now_ns = nessie_real_ns();
     c->count = acc_decayed(c->h.access, now);
-    if (now_ns > written && now_ns - written < EVICT_YOUNG_MS * 1000000ULL &&
+    /* A version ahead of this clock (a writer's clock ahead, or pushed past a flush) is young. */
+    if ((now_ns <= written || now_ns - written < EVICT_YOUNG_MS * 1000000ULL) &&
         c->count < NESSIE_ACC_INIT + 1)
         c->count = NESSIE_ACC_INIT + 1; /* young: counts as read once */
     c->idle = (now - dte_acc_time(c->h.access)) & DTE_ACC_TIME_MASK;
@@ -279,10 +280,11 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     if (pthread_mutex_trylock(&nd->evict_lock) != 0)
         return 0; /* another thread of this node is at it */
     uint64_t now = nessie_mono_ns();
-    uint64_t crawl = (now - nd->crawl_last_ns) / 1000000ULL * EVICT_CRAWL_PER_MS;
+    uint64_t ms = (now - nd->crawl_last_ns) / 1000000ULL, crawl = ms * EVICT_CRAWL_PER_MS;
     struct crawl cr = {.ctx = ctx, .now = nessie_acc_tick()};
     if (crawl > 0) {
-        nd->crawl_last_ns = now;
+        /* Whole ms paid for, the rest carried over; a long pause is not made up past a run. */
+        nd->crawl_last_ns = crawl < EVICT_CRAWL_MAX ? nd->crawl_last_ns + ms * 1000000ULL : now;
         slab_crawl(&nd->slab, &nd->crawl_page, &nd->crawl_slot,
                    crawl < EVICT_CRAWL_MAX ? (size_t)crawl : EVICT_CRAWL_MAX, crawl_slot, &cr);
     }
@@ -337,7 +339,8 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
              * items gets room by evicting, never by draining a page, which would remove every
              * item on it, the newest too. */
             want = slots / 4;
-            if (refused && items == 0 && nfree + pending >= want)
+            if (refused && items == 0 && !slab_values_refused(&nd->slab, cls) &&
+                nfree + pending >= want)
                 removed += drain_for(ctx, cls);
         }
         if (nfree + pending >= want)

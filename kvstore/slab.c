@@ -580,12 +580,13 @@ static bool take_free(struct slab *s, uint32_t cls, enum slab_use use, uint64_t 
     struct slab_class *c = &s->cls[cls];
     if (c->nfree == 0 || (use != SLAB_FOR_TOMBSTONE && c->nfree <= c->reserve))
         return false;
-    /* A draining page's free slots go round to the tail: they stay free for the page's move
-     * (unless a late value needs one: slab_use). */
-    for (size_t turns = c->nfree; s->drain_page >= 0 && use != SLAB_FOR_LATE_VALUE && turns > 0;
-         turns--) {
+    /* A draining page's free slots go round to the tail: they stay free for the page's move,
+     * unless they are all there is and a late value needs one (slab_use). */
+    for (size_t turns = c->nfree; s->drain_page >= 0 && turns > 0; turns--) {
         if ((int64_t)page_of(s, *free_at(c, 0)) != s->drain_page)
             break;
+        if (turns == 1 && use == SLAB_FOR_LATE_VALUE)
+            break; /* every free slot is on the draining page: take this one */
         uint64_t off = pop_free(s, cls);
         push_free(s, cls, off); /* cannot fail: the slot it frees is reused */
         if (turns == 1)
@@ -685,6 +686,14 @@ bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, 
     bool ours = s->drain_for == cls;
     pthread_mutex_unlock(&s->lock);
     return ours;
+}
+
+bool slab_values_refused(struct slab *s, uint32_t cls)
+{
+    pthread_mutex_lock(&s->lock);
+    bool refused = cls < s->nclasses && s->cls[cls].value_refused_ms != 0;
+    pthread_mutex_unlock(&s->lock);
+    return refused;
 }
 
 bool slab_has_spare_pages(struct slab *s)

@@ -112,6 +112,9 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
 /* Whether the region has unassigned pages a value may still take (no class needs eviction). */
 bool slab_has_spare_pages(struct slab *s);
 
+/* Whether a value of class cls was ever refused (since this process opened the region). */
+bool slab_values_refused(struct slab *s, uint32_t cls);
+
 /* Class cls as the evictor sees it: free slots (reserve excluded), slots waiting out their
  * quarantine (the owner's queue, and peers' marks as the scan saw them), slots in all, items
  * (as of the scan's last pass), allocations so far, allocations refused so far (tombstones'
