@@ -469,6 +469,26 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
  * fabric round trip, with room to spare. */
 #define FLUSH_FOLD_MARGIN_NS 50000000ULL
 
+/* Raise node n's flush word to t (a CAS loop: it is never lowered, and concurrent flushes
+ * leave the latest). Returns the fabric's status. */
+static int flush_raise(struct nessie_ctx *ctx, uint32_t n, uint64_t t)
+{
+    uint64_t cur = 0;
+    for (int tries = 0; tries < 64; tries++) {
+        uint64_t old;
+        struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = n, .region = FAB_REGION_DATA,
+                             .offset = DATA_HDR_OFF_FLUSH, .local = &old, .length = 8,
+                             .compare = cur, .swap = t};
+        int rc = fab_exec(ctx->ep, &cas);
+        if (rc != FAB_OK)
+            return rc;
+        if (old == cur || old >= t)
+            break;
+        cur = old;
+    }
+    return FAB_OK;
+}
+
 /* Set node n's delayed flush time (0: none). Returns the fabric's status. */
 static int flush_at_write(struct nessie_ctx *ctx, uint32_t n, uint64_t at)
 {
@@ -509,20 +529,8 @@ int nessie_flush(struct nessie_ctx *ctx)
             break;
         }
     for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
-        uint64_t cur = 0;
-        for (int tries = 0; reach[n] && tries < 64; tries++) {
-            uint64_t old;
-            struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = n, .region = FAB_REGION_DATA,
-                                 .offset = DATA_HDR_OFF_FLUSH, .local = &old, .length = 8,
-                                 .compare = cur, .swap = t};
-            if (fab_exec(ctx->ep, &cas) != FAB_OK) {
-                reach[n] = false;
-                break;
-            }
-            if (old == cur || old >= t)
-                break;
-            cur = old;
-        }
+        if (reach[n] && flush_raise(ctx, n, t) != FAB_OK)
+            reach[n] = false;
         reached += reach[n];
     }
     /* A delayed flush still pending is replaced by this one, as in memcached (the last
@@ -563,22 +571,8 @@ int nessie_flush_delayed(struct nessie_ctx *ctx, int64_t exptime)
          * lands: a pending flush that n already holds due, replaced, would bring its items
          * back. Within the margin, memcached's "the last flush_all replaces a pending one"
          * gives way: the old one takes effect a little early. */
-        if (old && old <= nessie_real_ns() + FLUSH_FOLD_MARGIN_NS) {
-            uint64_t cur = 0, want = VERSION_TIME(old);
-            for (int tries = 0; tries < 64; tries++) {
-                uint64_t seen;
-                struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = n, .region = FAB_REGION_DATA,
-                                     .offset = DATA_HDR_OFF_FLUSH, .local = &seen, .length = 8,
-                                     .compare = cur, .swap = want};
-                if (fab_exec(ctx->ep, &cas) != FAB_OK) {
-                    ok = false;
-                    break;
-                }
-                if (seen == cur || seen >= want)
-                    break;
-                cur = seen;
-            }
-        }
+        if (old && old <= nessie_real_ns() + FLUSH_FOLD_MARGIN_NS)
+            ok = flush_raise(ctx, n, VERSION_TIME(old)) == FAB_OK;
         if (ok && flush_at_write(ctx, n, at) == FAB_OK)
             reached++;
     }
@@ -599,21 +593,17 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
         if (n != nd->cfg.self && fab_exec(ctx->ep, &wr) == FAB_OK && f > mine)
             mine = f;
     }
+    /* Our own delayed flush, if due, stays in effect whatever the peers say (they may never
+     * have learnt it): into the flush word too, as nessie_flush_delayed folds one. */
+    uint64_t own = flush_at_due(nd, nessie_real_ns());
+    if (own && VERSION_TIME(own) > mine)
+        mine = VERSION_TIME(own);
     /* Only ever raised, by CAS, as nessie_flush does on every node. */
     uint64_t cur = nessie_flush_ns(nd);
     while (cur < mine &&
            !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &cur, mine, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED))
         ;
-    /* Our own delayed flush, if due, stays in effect whatever the peers say (they may never
-     * have learnt it): into the flush word first, as nessie_flush_delayed folds one. */
-    uint64_t own = __atomic_load_n(&nd->hdr->flush_at_ns, __ATOMIC_ACQUIRE);
-    if (own && own <= nessie_real_ns()) {
-        uint64_t want = VERSION_TIME(own), f = nessie_flush_ns(nd);
-        while (f < want && !__atomic_compare_exchange_n(&nd->hdr->flush_ns, &f, want, false,
-                                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-            ;
-    }
     /* The delayed flush as the reachable peers know it (set, replaced or cancelled while this
      * node was away): the latest of theirs, not ours; ours only if none answers. */
     uint64_t at = 0;

@@ -98,6 +98,16 @@ struct nessie_ctx {
 #define OPC(ctx) ((ctx)->ctr.op[(ctx)->kind])
 
 uint64_t nessie_mono_ns(void);
+
+/* A rate limit: true at most once per every_ns for all the callers sharing *last (relaxed: a
+ * lost race only lets one more through, or one fewer). */
+static inline bool nessie_every(_Atomic uint64_t *last, uint64_t every_ns)
+{
+    uint64_t now = nessie_mono_ns(), seen = atomic_load_explicit(last, memory_order_relaxed);
+    return now - seen >= every_ns &&
+           atomic_compare_exchange_strong_explicit(last, &seen, now, memory_order_relaxed,
+                                                   memory_order_relaxed);
+}
 uint64_t nessie_real_ns(void);
 
 /* A new CAS token: unique in the cluster (the node is in the low bits), increasing on this node,

@@ -63,16 +63,8 @@ void nessie_node_on_pressure(struct nessie_node *nd, nessie_pressure_fn fn, void
 
 void nessie_pressure(struct nessie_node *nd)
 {
-    if (!nd->pressure_fn)
-        return;
-    uint64_t now = nessie_mono_ns();
-    uint64_t last = atomic_load_explicit(&nd->pressure_last_ns, memory_order_relaxed);
-    /* Relaxed: a lost race wakes the evictor twice, or a writer a back-off step later. */
-    if (now - last < EVICT_PRESSURE_EVERY_NS ||
-        !atomic_compare_exchange_strong_explicit(&nd->pressure_last_ns, &last, now,
-                                                 memory_order_relaxed, memory_order_relaxed))
-        return;
-    nd->pressure_fn(nd->pressure_arg);
+    if (nd->pressure_fn && nessie_every(&nd->pressure_last_ns, EVICT_PRESSURE_EVERY_NS))
+        nd->pressure_fn(nd->pressure_arg);
 }
 
 uint32_t nessie_acc_tick(void)

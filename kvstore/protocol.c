@@ -775,11 +775,9 @@ static void refused_log(struct op *op)
         "an entry in flight", "a lost CAS", "an index entry that changed", "a stall",
         "a failed migration", "no room"};
     static _Atomic uint64_t last_ns;
-    uint64_t now = nessie_mono_ns(), last = atomic_load_explicit(&last_ns, memory_order_relaxed);
-    if (now - last < 1000000000ULL ||
-        !atomic_compare_exchange_strong_explicit(&last_ns, &last, now, memory_order_relaxed,
-                                                 memory_order_relaxed))
+    if (!nessie_every(&last_ns, 1000000000ULL))
         return;
+    uint64_t now = nessie_mono_ns();
     struct nessie_node *nd = op->node;
     uint64_t nfree = 0, pending = 0, items = 0, slots = 0, allocs = 0, failed = 0;
     int cls = op->want_cls;
