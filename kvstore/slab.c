@@ -2,6 +2,7 @@
 #include "slab.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -325,12 +326,21 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
     _Atomic uint32_t *quarantine = quarantine_at(s->base, off);
     uint64_t st = atomic_load_explicit(state, memory_order_acquire);
     if (!(st & DTE_RECYCLED)) {
-        const struct dte_hdr *h = (const struct dte_hdr *)(s->base + off);
-        /* Committed: immutable but for its access hint, so plain reads are safe. */
-        if ((st & (DTE_BUSY | DTE_COMMITTED)) == (DTE_BUSY | DTE_COMMITTED) &&
-            h->kind == DTE_KIND_VALUE) {
+        if ((st & (DTE_BUSY | DTE_COMMITTED)) != (DTE_BUSY | DTE_COMMITTED))
+            return false;
+        /* Committed: immutable but for its access hint. Its writer stored the header with word
+         * stores (fab_copy_to_shared), and over verbs the commit that orders them before this
+         * read was the NIC's CAS, which neither the compiler nor ThreadSanitizer sees: load the
+         * words, never the plain fields. Only the tail words (lengths, kind) are filled in. */
+        _Static_assert(offsetof(struct dte_hdr, value_len) % 8 == 0, "tail words aligned");
+        struct dte_hdr h;
+        for (size_t w = offsetof(struct dte_hdr, value_len); w < sizeof(h); w += 8) {
+            uint64_t v = atomic_load_explicit(word_at(s->base, off + w), memory_order_relaxed);
+            memcpy((unsigned char *)&h + w, &v, sizeof(v));
+        }
+        if (h.kind == DTE_KIND_VALUE) {
             s->cls[cls].used_pass++;
-            s->cls[cls].bytes_pass += dte_size(h->key_len, h->value_len);
+            s->cls[cls].bytes_pass += dte_size(h.key_len, h.value_len);
         }
         return false;
     }
