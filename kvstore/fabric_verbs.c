@@ -111,6 +111,9 @@ struct verbs_fab {
     /* Per node: since when (monotonic ns) it is believed down, 0 if not. Set by any endpoint
      * that fails to reach it, cleared by the prober only. */
     _Atomic uint64_t *down_since;
+    /* Per node: it connected to us while believed down, so it is probed at once rather than
+     * after its back-off. Set by the listener, cleared by the prober. */
+    _Atomic bool *probe_now;
     pthread_t prober;
     pthread_mutex_t probe_lock;
     pthread_cond_t probe_cond;    /* a node went down, or close: the prober looks again */
@@ -341,6 +344,18 @@ static void *listener_main(void *arg)
                 rdma_destroy_id(id);
                 continue;
             }
+            /* A peer that connects is up, whatever we believed: probe it now rather than after
+             * its back-off, so a cluster whose hosts start one after another serves as soon
+             * as the last one is up, not up to VERBS_PROBE_MAX_MS later (make test-rxe's two
+             * guests: A's daemons marked node 2 down at start, before B's was up, and A's
+             * first SET after B said it was up failed). A probe, not a plain "up": the peer
+             * reaching us does not prove we reach it. */
+            if (atomic_load(&v->down_since[h->node]) != 0) {
+                atomic_store(&v->probe_now[h->node], true);
+                pthread_mutex_lock(&v->probe_lock);
+                pthread_cond_signal(&v->probe_cond);
+                pthread_mutex_unlock(&v->probe_lock);
+            }
             rdma_ack_cm_event(ev);
         } else if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
                    ev->event == RDMA_CM_EVENT_CONNECT_ERROR ||
@@ -455,14 +470,8 @@ static int verbs_open(struct fab *fab, bool *created)
         log_error("fabric verbs: pipe: %s", strerror(errno));
         goto fail_cq;
     }
-    if (rdma_listen(v->listen_id, 64) != 0) {
-        log_error("fabric verbs: rdma_listen on %s: %s", cfg->addrs[cfg->self], strerror(errno));
-        goto fail_pipe;
-    }
-    if (pthread_create(&v->listener, NULL, listener_main, fab) != 0) {
-        log_error("fabric verbs: cannot start the listener");
-        goto fail_pipe;
-    }
+    /* The prober's state comes before the listener, which tells the prober of peers that
+     * connect; the prober itself after it. */
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the prober waits on monotonic time */
@@ -470,20 +479,33 @@ static int verbs_open(struct fab *fab, bool *created)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&v->probe_lock, NULL);
     if (!(v->down_since = calloc(cfg->nodes, sizeof(*v->down_since))) ||
-        pthread_create(&v->prober, NULL, prober_main, fab) != 0) {
+        !(v->probe_now = calloc(cfg->nodes, sizeof(*v->probe_now)))) {
+        log_error("fabric verbs: out of memory for the prober's state");
+        goto fail_probe;
+    }
+    if (rdma_listen(v->listen_id, 64) != 0) {
+        log_error("fabric verbs: rdma_listen on %s: %s", cfg->addrs[cfg->self], strerror(errno));
+        goto fail_probe;
+    }
+    if (pthread_create(&v->listener, NULL, listener_main, fab) != 0) {
+        log_error("fabric verbs: cannot start the listener");
+        goto fail_probe;
+    }
+    if (pthread_create(&v->prober, NULL, prober_main, fab) != 0) {
         log_error("fabric verbs: cannot start the prober");
         goto fail_listener;
     }
     return FAB_OK;
 
 fail_listener:
-    free(v->down_since);
-    pthread_cond_destroy(&v->probe_cond);
-    pthread_mutex_destroy(&v->probe_lock);
     if (write(v->stop_pipe[1], "x", 1) != 1)
         log_warn("fabric verbs: cannot stop the listener: %s", strerror(errno));
     pthread_join(v->listener, NULL);
-fail_pipe:
+fail_probe:
+    free(v->probe_now);
+    free(v->down_since);
+    pthread_cond_destroy(&v->probe_cond);
+    pthread_mutex_destroy(&v->probe_lock);
     close(v->stop_pipe[0]);
     close(v->stop_pipe[1]);
 fail_cq:
@@ -518,12 +540,14 @@ static void verbs_close(struct fab *fab)
     pthread_cond_signal(&v->probe_cond);
     pthread_mutex_unlock(&v->probe_lock);
     pthread_join(v->prober, NULL);
-    pthread_cond_destroy(&v->probe_cond);
-    pthread_mutex_destroy(&v->probe_lock);
-    free(v->down_since);
     if (write(v->stop_pipe[1], "x", 1) != 1)
         log_warn("fabric verbs: cannot stop the listener: %s", strerror(errno));
     pthread_join(v->listener, NULL);
+    /* The listener signals the prober: its state goes once both are gone. */
+    pthread_cond_destroy(&v->probe_cond);
+    pthread_mutex_destroy(&v->probe_lock);
+    free(v->probe_now);
+    free(v->down_since);
     close(v->stop_pipe[0]);
     close(v->stop_pipe[1]);
     /* End the accepted connections before what they use goes: their peers' requests then fail
@@ -685,6 +709,8 @@ static void *prober_main(void *arg)
                 wait_ms[i] = VERBS_PROBE_FIRST_MS;
                 next[i] = now + (uint64_t)wait_ms[i] * 1000000ULL;
             }
+            if (atomic_exchange(&v->probe_now[i], false))
+                next[i] = now; /* it connected to us: see whether we reach it too */
             if (next[i] <= now) {
                 pthread_mutex_unlock(&v->probe_lock);
                 struct verbs_conn c = {0};

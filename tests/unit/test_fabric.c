@@ -740,6 +740,40 @@ static void test_fault_injection(void **state)
     fab_close(fab);
 }
 
+/* A node believed down that connects to us is probed at once (verbs only: shm has no down
+ * state). Node 0 finds node 1 absent and marks it down; its prober's back-off then grows
+ * (50 ms, doubling, to 2 s). Node 1 opens just after the probe at 1.55 s and reads node 0:
+ * node 0 must reach node 1 within a second. Without the probe on connect its next probe came
+ * at 3.15 s (make test-rxe's two guests: a SET failed after every daemon was up). */
+static void test_peer_that_connects_is_probed_at_once(void **state)
+{
+    (void)state;
+    if (backend != FAB_BACKEND_VERBS)
+        skip();
+    struct fab *f0 = open_node(2, 0, NULL);
+    assert_non_null(f0);
+    struct fab_ep *e0, *e1;
+    assert_int_equal(fab_ep_create(f0, 0, &e0), FAB_OK);
+    uint64_t word = 0;
+    assert_int_equal(do_read(e0, 1, FAB_REGION_INDEX, 0, &word, 8), FAB_ERR_UNREACH);
+    usleep(1650 * 1000); /* probes at 50, 150, 350, 750, 1550 ms; the next at 3150 */
+    struct fab *f1 = open_node(2, 1, NULL);
+    assert_non_null(f1);
+    assert_int_equal(fab_ep_create(f1, 0, &e1), FAB_OK);
+    assert_int_equal(do_read(e1, 0, FAB_REGION_INDEX, 0, &word, 8), FAB_OK);
+    int rc = FAB_ERR_UNREACH;
+    for (int i = 0; i < 50 && rc != FAB_OK; i++) {
+        rc = do_read(e0, 1, FAB_REGION_INDEX, 0, &word, 8);
+        if (rc != FAB_OK)
+            usleep(20 * 1000);
+    }
+    assert_int_equal(rc, FAB_OK);
+    fab_ep_destroy(e1);
+    fab_ep_destroy(e0);
+    fab_close(f1);
+    fab_close(f0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -754,6 +788,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unaligned_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_configurations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_that_connects_is_probed_at_once, setup, teardown),
     };
     const char *which = getenv("NESSIE_TEST_FABRIC");
     if (which && strcmp(which, "verbs") == 0) {
