@@ -200,6 +200,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     pthread_mutex_init(&nd->ctx_lock, NULL);
     pthread_mutex_init(&nd->sweep_lock, NULL);
     pthread_mutex_init(&nd->evict_lock, NULL);
+    pthread_mutex_init(&nd->evict_pool_lock, NULL);
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
@@ -217,6 +218,8 @@ void nessie_node_close(struct nessie_node *nd)
     pthread_mutex_destroy(&nd->stage_lock);
     pthread_mutex_destroy(&nd->sweep_lock);
     pthread_mutex_destroy(&nd->evict_lock);
+    pthread_mutex_destroy(&nd->evict_pool_lock);
+    free(nd->evict_pool);
     g_free(nd->sweep_prev);
     free(nd->stage);
     slab_close(&nd->slab);

@@ -56,6 +56,9 @@ struct nessie_node {
     double evict_boost[ITE_MAX_CLASSES]; /* slack multiplier, raised while writers wait */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
     uint64_t crawl_last_ns;              /* ... and when it last moved (it is paced by time) */
+    /* The victim pools, one per class (evict.c: struct evict_pool), allocated on first use. */
+    pthread_mutex_t evict_pool_lock;
+    struct evict_pool *evict_pool;
     /* Who to wake when a writer finds no room (nessie_node_on_pressure), and when it was last
      * woken: writers that keep waiting would otherwise wake it once per back-off step each. */
     nessie_pressure_fn pressure_fn;

@@ -749,6 +749,16 @@ uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs
     return got;
 }
 
+bool slab_slot_of_class(struct slab *s, uint32_t cls, uint64_t offset)
+{
+    if (cls >= s->nclasses || offset < s->hdr->pages_offset)
+        return false;
+    uint64_t p = page_of(s, offset);
+    return p < s->hdr->page_count && page_class_of(s, offset) == cls &&
+           (offset - page_offset(s, p)) % s->cls[cls].slot_bytes == 0 &&
+           (offset - page_offset(s, p)) / s->cls[cls].slot_bytes < slots_per_page(s, cls);
+}
+
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
 {
     _Atomic uint64_t *state = word_at(s->base, offset + DTE_OFF_STATE);

@@ -140,6 +140,10 @@ bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, 
  * how many it drew (0 if the class has no page). */
 uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs, uint32_t n);
 
+/* Whether offset is the start of a slot of class cls now (a page changes class when it moves:
+ * an offset sampled before may then point into the middle of another class's slot). */
+bool slab_slot_of_class(struct slab *s, uint32_t cls, uint64_t offset);
+
 /* Whether class cls has slots marked recycled that have not expired yet, as the scans last saw
  * them, or a page draining for it: an allocation that failed may succeed once they expire
  * (within one period). */
