@@ -249,8 +249,66 @@ static void after_fork_child(void)
     shim_nb_drop(); /* the forking thread's operations rode on its parent's channel */
 }
 
+/* nessie-run preloads PHP's extension chain into PHP alone (tools/nessie-run: PHP binds its
+ * extensions past LD_PRELOAD otherwise) and names those files in NESSIE_PRELOAD_PROGRAM_ONLY.
+ * The loader has read LD_PRELOAD by the time this runs, so they leave the environment here:
+ * a program PHP starts inherits the shim alone (a shell given the chain failed to start:
+ * "undefined symbol: OnUpdateBool"). Never fails: on a malformed or over-long list the
+ * environment is left as it is. */
+static void preload_scope(void)
+{
+    const char *only = getenv("NESSIE_PRELOAD_PROGRAM_ONLY");
+    const char *pre = getenv("LD_PRELOAD");
+    if (!only)
+        return;
+    char kept[4096], item[1024];
+    size_t klen = 0;
+    bool ok = pre != NULL;
+    /* LD_PRELOAD's items are separated by spaces or colons (ld.so(8)). */
+    for (const char *q = pre; ok && *q;) {
+        size_t n = strcspn(q, " :");
+        if (n > 0) {
+            if (n >= sizeof(item)) {
+                ok = false;
+                break;
+            }
+            memcpy(item, q, n);
+            item[n] = '\0';
+            /* An item listed in `only` (space-separated, whole words) goes. */
+            bool drop = false;
+            for (const char *o = only; *o && !drop;) {
+                size_t m = strcspn(o, " ");
+                drop = m == n && memcmp(o, item, n) == 0;
+                o += m;
+                o += strspn(o, " ");
+            }
+            if (!drop) {
+                if (klen + n + 2 > sizeof(kept)) {
+                    ok = false;
+                    break;
+                }
+                if (klen)
+                    kept[klen++] = ' ';
+                memcpy(kept + klen, item, n);
+                klen += n;
+            }
+        }
+        q += n;
+        q += strspn(q, " :");
+    }
+    if (ok) {
+        kept[klen] = '\0';
+        if (klen)
+            setenv("LD_PRELOAD", kept, 1);
+        else
+            unsetenv("LD_PRELOAD");
+    }
+    unsetenv("NESSIE_PRELOAD_PROGRAM_ONLY");
+}
+
 __attribute__((constructor)) static void shim_init(void)
 {
+    preload_scope();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 

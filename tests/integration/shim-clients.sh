@@ -6,9 +6,10 @@
 # same transcript, in ascii and in binary mode: the libmemcached tools
 # (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), Perl
 # (tests/clients/perl_scenario.pl), PHP (tests/clients/php_scenario.php), and the C API
-# (build/tests/capi-scenario). Then memcslap with 4 threads (get, mget; ascii and binary), the
-# non-blocking extensions, the channels a client holds (build/tests/channels-scenario), and
-# the fallback: without a daemon and without NESSIE_STRICT, calls reach the configured server.
+# (build/tests/capi-scenario). A program PHP starts under nessie-run. Then memcslap with 4
+# threads (get, mget; ascii and binary), the non-blocking extensions, the channels a client
+# holds (build/tests/channels-scenario), and the fallback: without a daemon and without
+# NESSIE_STRICT, calls reach the configured server.
 #
 # Environment: BUILD (default build).
 set -eu
@@ -84,6 +85,17 @@ for mode in "" --binary; do
     NESSIE_STRICT=1 "$run" "$BUILD/tests/capi-scenario" "--SERVER=$nowhere$opt" >"$dir/ns.txt" 2>&1
     compare "C API $m"
 done
+
+# nessie-run gives PHP's extension chain to PHP alone: a program PHP runs inherits the shim only
+# (a shell given the chain failed to start: "undefined symbol: OnUpdateBool").
+got=$(NESSIE_STRICT=1 "$run" php -r 'system("sh -c \"echo child-ok; echo \\\$LD_PRELOAD\"");' 2>&1)
+if [ "$got" = "child-ok
+$NESSIE_SHIM" ]; then
+    echo "nessie-run php: a program PHP starts runs, with the shim alone preloaded"
+else
+    echo "nessie-run php: a program PHP starts: $got"
+    fail=1
+fi
 
 # memcslap, 4 threads. Its errors go to stderr; there must be none.
 for t in get mget; do
