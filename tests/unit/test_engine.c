@@ -1571,10 +1571,11 @@ static void key_spanning(uint32_t first, uint32_t later, char *out, size_t len)
  *   down: node + 1; once `after_cas` CASes went through, every request to that node fails
  *         (DROP: a peer gone);
  *   lose_cas: that CAS runs but its completion reports failure (LOSE);
+ *   drop_cas: that CAS never runs, and its completion reports failure (DROP);
  *   stall_cas: `action` runs right before that CAS is posted, after every check the operation
  *         made before it (a thread descheduled at the worst moment). */
 struct fault_script {
-    int after_cas, down, lose_cas, stall_cas;
+    int after_cas, down, lose_cas, stall_cas, drop_cas;
     void (*action)(void);
     int cas_seen, fired;
 };
@@ -1594,6 +1595,10 @@ static enum fab_fault fault_fn(void *user, struct fab_ep *ep, const struct fab_w
             F.fired = 1;
             return FAB_FAULT_LOSE;
         }
+        if (n == F.drop_cas) {
+            F.fired = 1;
+            return FAB_FAULT_DROP;
+        }
     }
     if (F.down && F.cas_seen >= F.after_cas && (int)wr->node == F.down - 1) {
         F.fired = 1;
@@ -1609,6 +1614,38 @@ static void faults_on(uint32_t node, struct fault_script fs)
 }
 
 static void faults_off(uint32_t node) { fab_set_fault(nessie_node_fabric(C.node[node]), NULL, NULL); }
+
+/* A MIGRATE that read its source before a DELETE of the moved key, linked its copy after it, and
+ * got no answer to step 7 (emptying the source; the CAS never ran). Reading the source again
+ * found it empty, which the migration took for its own CAS having run: it committed its copy,
+ * and the deleted item was back (nessie-stress's faults run, about 1 run in 30). An empty source
+ * cannot say who emptied it: the copy is left uncommitted, for the takeover to judge by the
+ * source's life (copy_undo). Before the fix the GETs below returned "victim". */
+static void delete_victim_then_drop_step7(void)
+{
+    delete_rc = nessie_delete(C.ctx[2], g_victim, strlen(g_victim));
+    /* Node 1's next INDEX CASes: step 6 (the destination), then step 7 (the source). */
+    faults_on(1, (struct fault_script){.drop_cas = 2});
+}
+
+static void test_migration_source_cas_lost_after_delete(void **state)
+{
+    (void)state;
+    int z_rc = migrate_past_deleted_victim(faults_cfg, delete_victim_then_drop_step7);
+    faults_off(1);
+    assert_true(S.fired);
+    assert_true(F.fired);
+    assert_int_equal(delete_rc, NESSIE_OK);
+    get_victim();
+    assert_true(seen_rc == NESSIE_NOT_FOUND || seen_rc == NESSIE_TIMEOUT);
+    sleep_ms(600); /* past the grace period (420 ms): the copy's takeover may run */
+    for (uint32_t n = 0; n < 3; n++)
+        nessie_recycle_run(C.ctx2[n], 0); /* publish the owners' clocks; mark what is staged */
+    check_value(C.ctx[0], g_victim, NULL);
+    check_value(C.ctx[2], g_victim, NULL);
+    if (z_rc == NESSIE_OK)
+        check_value(C.ctx[0], "z", "zzz");
+}
 
 /* Hole 1 of issue 14: a PUT whose candidate CAS succeeded and whose next step finds a peer
  * down must not report a definite failure and take effect later (an orphan takeover committing
@@ -1883,6 +1920,7 @@ int main(void)
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
         cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
+        cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
