@@ -1231,13 +1231,6 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1, "aborting
      * migration"): the copy was visible, so it is recycled, not freed. */
     *status = ite_cas_resolve(op, src, sv, 0, &ok, &clean);
-    if (*status == NESSIE_OK && ok && !clean) {
-        /* The CAS's answer was lost and the source reads empty. That says nothing of who
-         * emptied it: this CAS, or a DELETE (or any write) of the key that replaced the source
-         * and unlinked its own entry meanwhile; committing the copy then would bring a removed
-         * item back (test_migration_source_cas_lost_after_delete). Unknown, as below. */
-        *status = NESSIE_FABRIC_ERROR;
-    }
     if (*status != NESSIE_OK) {
         /* Whether the source is empty is unknown: the copy stays as it is, uncommitted. A
          * takeover commits it after the grace period, which completes the move if the source
@@ -1247,6 +1240,20 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
         result = A_DONE;
         goto out;
     }
+    /* The CAS's answer was lost and the source reads empty. That says nothing of who emptied
+     * it: this CAS, or a DELETE (or any write) of the key that replaced the source and unlinked
+     * its own entry meanwhile, and committing the copy then brought a removed item back
+     * (test_migration_source_cas_lost_after_delete). Left uncommitted for a takeover, the copy
+     * would block the key for a grace period. Undone instead, as when the CAS fails: the key
+     * is absent after, which is right if a DELETE emptied the source and is an eviction if
+     * this CAS did (a cache may lose an item to a fault, as to memory; a removed one must never
+     * come back). Reported as an eviction whose effect is unknown. */
+    bool lost = *status == NESSIE_OK && ok && !clean;
+    if (lost) {
+        if (nessie_evict_hook)
+            nessie_evict_hook(nessie_evict_hook_user, skey, sklen, false, 0);
+        ok = false;
+    }
     if (!ok) {
         bool cleared;
         uint64_t old;
@@ -1255,6 +1262,13 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
                       dte_state(ite_gen(copy), DTE_BUSY | DTE_ABANDONED), &old);
         if (ite_cas_resolve(op, dst, copy, 0, &cleared, &clean) == NESSIE_OK && cleared)
             nessie_recycle(ctx, copy);
+        if (lost) {
+            /* Unlinked by this CAS or by the write that emptied the source, which recycles it
+             * too: a second mark of the same life is harmless. */
+            nessie_recycle(ctx, sv);
+            if (nessie_evict_hook)
+                nessie_evict_hook(nessie_evict_hook_user, skey, sklen, true, NESSIE_TIMEOUT);
+        }
         count_abort(op, NESSIE_ABORT_CAS_FAILED);
         goto out;
     }

@@ -1619,8 +1619,8 @@ static void faults_off(uint32_t node) { fab_set_fault(nessie_node_fabric(C.node[
  * got no answer to step 7 (emptying the source; the CAS never ran). Reading the source again
  * found it empty, which the migration took for its own CAS having run: it committed its copy,
  * and the deleted item was back (nessie-stress's faults run, about 1 run in 30). An empty source
- * cannot say who emptied it: the copy is left uncommitted, for the takeover to judge by the
- * source's life (copy_undo). Before the fix the GETs below returned "victim". */
+ * cannot say who emptied it: the move is undone (the item is gone either way: deleted, or lost
+ * to the fault as to an eviction). Before the fix the GETs below returned "victim". */
 static void delete_victim_then_drop_step7(void)
 {
     delete_rc = nessie_delete(C.ctx[2], g_victim, strlen(g_victim));
