@@ -8,6 +8,7 @@
  * Values returned to the caller are allocated with the handle's allocators, NUL-terminated.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -965,6 +966,112 @@ memcached_return_t memcached_stat_execute(memcached_st *memc, const char *args,
     }
     free(text);
     return ret;
+}
+
+/* One "STAT name value" of the daemon into st, as the library fills it from a server's answer:
+ * memcached's names; Nessie's own have no field and are skipped. */
+static void stat_set(memcached_stat_st *st, const char *name, const char *value)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+        bool wide; /* unsigned long long, else unsigned long */
+    } fields[] = {
+#define F(n, w) {#n, offsetof(memcached_stat_st, n), w}
+        F(connection_structures, false), F(curr_connections, false), F(curr_items, false),
+        F(pointer_size, false), F(threads, false), F(time, false), F(total_connections, false),
+        F(total_items, false), F(uptime, false), F(bytes, true), F(bytes_read, true),
+        F(bytes_written, true), F(cmd_get, true), F(cmd_set, true), F(evictions, true),
+        F(get_hits, true), F(get_misses, true), F(limit_maxbytes, true),
+#undef F
+    };
+    unsigned long long v = strtoull(value, NULL, 10);
+    if (strcmp(name, "pid") == 0) {
+        st->pid = (pid_t)v;
+    } else if (strcmp(name, "version") == 0) {
+        snprintf(st->version, sizeof(st->version), "%s", value);
+    } else if (strcmp(name, "rusage_user") == 0 || strcmp(name, "rusage_system") == 0) {
+        bool user = name[7] == 'u';
+        const char *dot = strchr(value, '.');
+        unsigned long us = dot ? strtoul(dot + 1, NULL, 10) : 0;
+        *(user ? &st->rusage_user_seconds : &st->rusage_system_seconds) = (unsigned long)v;
+        *(user ? &st->rusage_user_microseconds : &st->rusage_system_microseconds) = us;
+    } else {
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+            if (strcmp(name, fields[i].name) != 0)
+                continue;
+            char *f = (char *)st + fields[i].off;
+            if (fields[i].wide)
+                *(unsigned long long *)(void *)f = v;
+            else
+                *(unsigned long *)(void *)f = (unsigned long)v;
+            break;
+        }
+    }
+}
+
+/* pylibmc's get_stats() and the library's own stats array: one entry per server of the handle,
+ * each holding the daemon's stats (every server of the handle is served by this Nessie node),
+ * allocated with the handle's allocators so that memcached_stat_free frees it, read with the
+ * library's memcached_stat_get_keys and memcached_stat_get_value. Sub-commands ("slabs",
+ * "items"...) are memcached's own: NOT SUPPORTED. Without an answer from the daemon, every entry
+ * keeps pid -1 and the call says SOME ERRORS, as the library does for servers that fail. */
+memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_return_t *error)
+{
+    memcached_return_t unused;
+    if (!error)
+        error = &unused;
+    if (!shim_serving() || no_servers(ptr)) {
+        if (shim_refusing() && !no_servers(ptr)) {
+            *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        return REAL(memcached_stat)(ptr, args, error);
+    }
+    if (!ptr) {
+        *error = MEMCACHED_INVALID_ARGUMENTS;
+        return NULL;
+    }
+    if (args && *args) {
+        *error = MEMCACHED_NOT_SUPPORTED;
+        return NULL;
+    }
+    uint32_t n = REAL(memcached_server_count)(ptr);
+    memcached_malloc_fn m;
+    memcached_free_fn f;
+    memcached_realloc_fn r;
+    memcached_calloc_fn c;
+    REAL(memcached_get_memory_allocators)(ptr, &m, &f, &r, &c);
+    void *actx = REAL(memcached_get_memory_allocators_context)(ptr);
+    memcached_stat_st *stats = c ? c(ptr, n, sizeof(*stats), actx) : NULL;
+    if (!stats) {
+        *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        stats[i].pid = -1;
+        stats[i].root = ptr;
+    }
+    char *text;
+    if (shim_stats(shim_socket_path(), &text) != WIRE_OK) {
+        *error = MEMCACHED_SOME_ERRORS;
+        return stats;
+    }
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        if (strncmp(line, "STAT ", 5) != 0)
+            continue;
+        char *name = line + 5, *sp = strchr(name, ' ');
+        if (!sp)
+            continue;
+        *sp = '\0';
+        stat_set(&stats[0], name, sp + 1);
+    }
+    free(text);
+    for (uint32_t i = 1; i < n; i++)
+        stats[i] = stats[0];
+    *error = MEMCACHED_SUCCESS;
+    return stats;
 }
 
 /* The servers' versions: every server is Nessie, which is there (the daemon answered). The

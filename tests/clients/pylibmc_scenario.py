@@ -61,6 +61,14 @@ def main():
     step("cas stale", lambda: mc.cas("m2", "b3", 12345))
     step("get after cas", lambda: mc.get("m2"))
     step("expired", lambda: (mc.set("e", "x", time=-1), mc.get("e"))[1])
+    # get_stats(): one (server, stats) pair per server, memcached's stat names (the library's
+    # list); the values differ from server to server, so only their shape is compared.
+    def stats_shape():
+        servers = mc.get_stats()
+        st = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in servers[0][1].items()}
+        return (len(servers), sorted(st), int(st["pid"]) > 0, st["version"].split(".")[0].isdigit(),
+                int(st["cmd_get"]) > 0, int(st["get_hits"]) > 0, int(st["limit_maxbytes"]) > 0)
+    step("stats", stats_shape)
     step("flush all", lambda: mc.flush_all())
     step("get after flush", lambda: mc.get("m2"))
     print("\n".join(out))
