@@ -188,6 +188,56 @@ static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 
 /* ---- storage ---------------------------------------------------------------------------------- */
 
+/* ---- values at rest: memcached_set_encoding_key ------------------------------------------------ */
+
+/* The handle's cipher when the application gave it an encoding key, else NULL. The library
+ * encrypts a value before it leaves (set, add, replace, cas; append and prepend are refused) and
+ * decrypts it as it arrives, with the handle's hashkit. The shim makes the same calls, so Nessie
+ * holds the bytes a memcached would, never the plain value, and a handle with another key (or
+ * none) reads what it would read from memcached. The kit is the handle's own: the library
+ * itself encrypts through it, and a handle is used by one thread at a time. */
+static hashkit_st *cipher_of(memcached_st *ptr)
+{
+    hashkit_st *kit = ptr ? (hashkit_st *)REAL(memcached_get_hashkit)(ptr) : NULL;
+    return kit && kit->_key ? kit : NULL;
+}
+
+bool shim_encrypted(memcached_st *ptr) { return cipher_of(ptr) != NULL; }
+
+/* The cipher a value read through ptr is decrypted with: the library decrypts what the ascii
+ * protocol brings, and hands over what the binary protocol brings as it came, sealed (measured
+ * against memcached with libmemcached 1.1.4: tests/clients/capi_scenario.c). */
+static hashkit_st *opener_of(memcached_st *ptr)
+{
+    return binary_mode(ptr) ? NULL : cipher_of(ptr);
+}
+
+/* Decrypt *value (len bytes, malloc'd, of handle ptr) in place: true with the plain value in a
+ * malloc'd buffer, false if it cannot be decrypted (another key, or stored in plain by a handle
+ * without one: the library's MEMCACHED_FAILURE) or memory ran out (*oom). Leaves empty values. */
+static bool decrypt_value(memcached_st *ptr, void **value, size_t *len, bool *oom)
+{
+    hashkit_st *kit = opener_of(ptr);
+    *oom = false;
+    if (!kit || *len == 0)
+        return true;
+    hashkit_string_st *plain = REAL(hashkit_decrypt)(kit, *value, *len);
+    if (!plain)
+        return false;
+    size_t n = REAL(hashkit_string_length)(plain);
+    void *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, REAL(hashkit_string_c_str)(plain), n);
+        ((char *)out)[n] = '\0';
+        free(*value);
+        *value = out;
+        *len = n;
+    }
+    REAL(hashkit_string_free)(plain);
+    *oom = out == NULL;
+    return out != NULL;
+}
+
 static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mode,
                                       const char *key, size_t klen, const char *value,
                                       size_t vlen, time_t exp, uint32_t flags, uint64_t cas)
@@ -201,11 +251,23 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
         return rc;
     if (!value && vlen)
         return MEMCACHED_INVALID_ARGUMENTS;
+    hashkit_st *kit = cipher_of(ptr);
+    if (kit && (mode == WIRE_APPEND || mode == WIRE_PREPEND))
+        return MEMCACHED_NOT_SUPPORTED; /* the library's answer: ciphertexts do not concatenate */
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
+    hashkit_string_st *sealed = NULL;
+    if (kit) {
+        if (!(sealed = REAL(hashkit_encrypt)(kit, value ? value : "", vlen)))
+            return MEMCACHED_FAILURE;
+        value = REAL(hashkit_string_c_str)(sealed);
+        vlen = REAL(hashkit_string_length)(sealed);
+    }
     int w = shim_ch_store(ch, mode, k, kl, value ? value : "", vlen, flags, exptime_of(ptr, exp), cas,
                           NULL);
+    if (sealed)
+        REAL(hashkit_string_free)(sealed);
     return store_status(w, mode, binary_mode(ptr));
 }
 
@@ -288,6 +350,22 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
         *error = rc == -ENOMEM ? MEMCACHED_MEMORY_ALLOCATION_FAILURE : shim_status(rc);
         return NULL;
     }
+    if (opener_of(ptr) && v.len > 0) {
+        /* Decrypted into the handle's memory, as the caller frees it with the handle's free. */
+        hashkit_string_st *plain = REAL(hashkit_decrypt)(opener_of(ptr), v.data, v.len);
+        handle_release(ptr, v.data);
+        if (!plain) {
+            *error = MEMCACHED_FAILURE;
+            return NULL;
+        }
+        v.len = REAL(hashkit_string_length)(plain);
+        v.data = shim_dup_value(ptr, REAL(hashkit_string_c_str)(plain), v.len);
+        REAL(hashkit_string_free)(plain);
+        if (!v.data) {
+            *error = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+            return NULL;
+        }
+    }
     if (vlen)
         *vlen = v.len;
     if (flags)
@@ -339,6 +417,7 @@ struct pending_item {
     size_t vlen;
     uint32_t flags;
     uint64_t cas;
+    bool sealed; /* it could not be decrypted with the handle's key (MEMCACHED_FAILURE) */
 };
 
 /* Per handle: the hits of its last mget not fetched yet. A side table keyed by the handle's
@@ -403,6 +482,7 @@ static void pending_drop(const memcached_st *ptr)
 }
 
 struct collect {
+    memcached_st *ptr;
     struct pending *p;
     const char *const *keys; /* the caller's, without namespace */
     const size_t *klens;
@@ -428,6 +508,9 @@ static void on_hit(void *user, size_t index, struct shim_value *v)
     it->vlen = v->len;
     it->flags = v->flags;
     it->cas = v->version;
+    bool oom;
+    it->sealed = !decrypt_value(c->ptr, &it->value, &it->vlen, &oom) && !oom;
+    c->oom |= oom;
     p->any_hit = true;
 }
 
@@ -462,7 +545,7 @@ static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
         shim_full_key(ptr, keys[i], klens[i], full[i], &kl[i]);
         kp[i] = full[i];
     }
-    struct collect c = {.p = p, .keys = keys, .klens = klens};
+    struct collect c = {.ptr = ptr, .p = p, .keys = keys, .klens = klens};
     int rc = shim_ch_mget(ch, kp, kl, n, on_hit, &c);
     if (rc != WIRE_OK)
         ret = shim_status(rc);
@@ -567,6 +650,11 @@ memcached_result_st *memcached_fetch_result(memcached_st *ptr, memcached_result_
             *error = MEMCACHED_NOTFOUND;
         return NULL;
     }
+    if (it.sealed) {
+        free(it.value);
+        *error = MEMCACHED_FAILURE; /* the library's answer when its decryption fails */
+        return NULL;
+    }
     memcached_result_st *r = result ? result : REAL(memcached_result_create)(ptr, NULL);
     if (!r) {
         free(it.value);
@@ -594,9 +682,14 @@ char *memcached_fetch(memcached_st *ptr, char *key, size_t *key_length, size_t *
     if (!error)
         error = &dummy;
     struct pending_item it;
-    if (!ptr || !pending_next(ptr, &it, error)) {
-        if (!ptr)
+    bool got = ptr && pending_next(ptr, &it, error);
+    if (!got || it.sealed) {
+        if (!ptr) {
             *error = MEMCACHED_INVALID_ARGUMENTS;
+        } else if (got) { /* the library's answer when its decryption fails */
+            free(it.value);
+            *error = MEMCACHED_FAILURE;
+        }
         if (value_length)
             *value_length = 0;
         return NULL;
@@ -627,6 +720,11 @@ static memcached_return_t serve_fetch_execute(memcached_st *ptr, memcached_execu
     memcached_return_t end;
     size_t delivered = 0;
     while (pending_next(ptr, &it, &end)) {
+        if (it.sealed) { /* the library's fetch loop ends at a value it cannot decrypt */
+            free(it.value);
+            REAL(memcached_result_free)(&r);
+            return MEMCACHED_FAILURE;
+        }
         fill_result(ptr, &r, &it);
         free(it.value);
         delivered++;

@@ -183,7 +183,9 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     uint32_t f = flags ? *flags : 0;
     char k[KEY_MAX];
     size_t kl;
-    if (!shim_serving() || !ptr || shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS)
+    /* An encrypted handle's values go through the blocking path, which seals them. */
+    if (!shim_serving() || !ptr || shim_encrypted(ptr) ||
+        shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS)
         return done_now(req, memcached_set(ptr, key, klen, value, vlen, exp, f));
     struct shim_ch *ch;
     struct nb_op *o = take_op(&ch);
@@ -238,7 +240,8 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
     req_init(req);
     char k[KEY_MAX];
     size_t kl;
-    if (!shim_serving() || !ptr || shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS) {
+    if (!shim_serving() || !ptr || shim_encrypted(ptr) ||
+        shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS) {
         *error = get_now(ptr, key, klen, vlen, flags, req);
         return NULL;
     }

@@ -28,6 +28,8 @@ void *shim_real(const char *name);
 bool shim_serving(void);
 /* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
 bool shim_refusing(void);
+/* The handle has an encoding key (memcached_set_encoding_key): its values are encrypted. */
+bool shim_encrypted(memcached_st *ptr);
 
 /* The daemon's socket this process uses (valid once shim_serving() was called). */
 const char *shim_socket_path(void);
