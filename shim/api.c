@@ -8,6 +8,7 @@
  * Values returned to the caller are allocated with the handle's allocators, NUL-terminated.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
@@ -188,6 +189,14 @@ static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 
 /* ---- storage ---------------------------------------------------------------------------------- */
 
+/* Buffered writes (below): queue one, or send what the handle queued before it asks anything
+ * else. */
+static memcached_return_t queue_write(memcached_st *ptr, bool del, const char *k, size_t kl,
+                                      const void *value, size_t vlen, uint32_t flags,
+                                      int64_t exptime);
+static void drain_writes(memcached_st *ptr);
+static bool buffering(memcached_st *ptr);
+
 /* ---- values at rest: memcached_set_encoding_key ------------------------------------------------ */
 
 /* The handle's cipher when the application gave it an encoding key, else NULL. The library
@@ -254,9 +263,13 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
     hashkit_st *kit = cipher_of(ptr);
     if (kit && (mode == WIRE_APPEND || mode == WIRE_PREPEND))
         return MEMCACHED_NOT_SUPPORTED; /* the library's answer: ciphertexts do not concatenate */
-    struct shim_ch *ch = shim_channel();
-    if (!ch)
-        return MEMCACHED_CONNECTION_FAILURE;
+    bool queue = mode == WIRE_SET && buffering(ptr);
+    struct shim_ch *ch = NULL;
+    if (!queue) {
+        drain_writes(ptr);
+        if (!(ch = shim_channel()))
+            return MEMCACHED_CONNECTION_FAILURE;
+    }
     hashkit_string_st *sealed = NULL;
     if (kit) {
         if (!(sealed = REAL(hashkit_encrypt)(kit, value ? value : "", vlen)))
@@ -264,11 +277,17 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
         value = REAL(hashkit_string_c_str)(sealed);
         vlen = REAL(hashkit_string_length)(sealed);
     }
-    int w = shim_ch_store(ch, mode, k, kl, value ? value : "", vlen, flags, exptime_of(ptr, exp), cas,
-                          NULL);
+    memcached_return_t ret;
+    if (queue) {
+        ret = queue_write(ptr, false, k, kl, value, vlen, flags, exptime_of(ptr, exp));
+    } else {
+        int w = shim_ch_store(ch, mode, k, kl, value ? value : "", vlen, flags,
+                              exptime_of(ptr, exp), cas, NULL);
+        ret = store_status(w, mode, binary_mode(ptr));
+    }
     if (sealed)
         REAL(hashkit_string_free)(sealed);
-    return store_status(w, mode, binary_mode(ptr));
+    return ret;
 }
 
 #define STORE_FN(name, mode)                                                                  \
@@ -336,6 +355,7 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
     size_t kl;
     if ((*error = shim_full_key(ptr, key, klen, k, &kl)) != MEMCACHED_SUCCESS)
         return NULL;
+    drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch) {
         *error = MEMCACHED_CONNECTION_FAILURE;
@@ -410,6 +430,26 @@ char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t grou
 
 /* ---- multi-get: results held per handle until fetched ----------------------------------------- */
 
+/* ---- buffered writes: MEMCACHED_BEHAVIOR_BUFFER_REQUESTS --------------------------------------- */
+
+/* With the behaviour set, the library answers a SET or a DELETE with ACTION QUEUED and only
+ * writes it out ahead of the handle's next other command, at memcached_flush_buffers, or at
+ * memcached_free; meanwhile other handles do not see it (measured against memcached, both
+ * protocols). The shim queues them per handle the same way, and drops their outcomes as the
+ * library drops the replies. */
+struct queued_write {
+    bool del;
+    char key[KEY_MAX]; /* with the namespace */
+    size_t kl;
+    void *value;       /* sealed already if the handle encrypts */
+    size_t vlen;
+    uint32_t flags;
+    int64_t exptime;
+};
+
+/* Writes queued by all handles: every served call checks it, one load while there are none. */
+static _Atomic size_t queued_total;
+
 struct pending_item {
     char key[KEY_MAX + 1];
     size_t klen;
@@ -428,6 +468,8 @@ struct pending {
     struct pending_item *items;
     size_t n, next;
     bool any_hit, active;
+    struct queued_write *q; /* writes queued while the handle buffers them, oldest first */
+    size_t nq;
     struct pending *chain;
 };
 
@@ -477,9 +519,65 @@ static void pending_drop(const memcached_st *ptr)
     pthread_mutex_unlock(&pending_lock);
     if (p) {
         pending_clear(p);
+        for (size_t i = 0; i < p->nq; i++)
+            free(p->q[i].value);
+        atomic_fetch_sub_explicit(&queued_total, p->nq, memory_order_relaxed);
+        free(p->q);
         free(p);
     }
 }
+
+static bool buffering(memcached_st *ptr)
+{
+    return REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS) != 0;
+}
+
+static memcached_return_t queue_write(memcached_st *ptr, bool del, const char *k, size_t kl,
+                                      const void *value, size_t vlen, uint32_t flags,
+                                      int64_t exptime)
+{
+    struct pending *p = pending_of(ptr, true);
+    struct queued_write *q = p ? realloc(p->q, (p->nq + 1) * sizeof(*q)) : NULL;
+    if (!q)
+        return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    p->q = q;
+    void *copy = vlen ? malloc(vlen) : NULL;
+    if (vlen && !copy)
+        return MEMCACHED_MEMORY_ALLOCATION_FAILURE;
+    if (vlen)
+        memcpy(copy, value, vlen);
+    q[p->nq] = (struct queued_write){.del = del, .kl = kl, .value = copy, .vlen = vlen,
+                                     .flags = flags, .exptime = exptime};
+    memcpy(q[p->nq].key, k, kl);
+    p->nq++;
+    atomic_fetch_add_explicit(&queued_total, 1, memory_order_relaxed);
+    return MEMCACHED_BUFFERED;
+}
+
+static void drain_writes(memcached_st *ptr)
+{
+    if (atomic_load_explicit(&queued_total, memory_order_relaxed) == 0 || !ptr)
+        return;
+    struct pending *p = pending_of(ptr, false);
+    if (!p || p->nq == 0)
+        return;
+    struct shim_ch *ch = shim_channel();
+    for (size_t i = 0; i < p->nq; i++) {
+        struct queued_write *w = &p->q[i];
+        if (ch && w->del)
+            shim_ch_delete(ch, w->key, w->kl);
+        else if (ch)
+            shim_ch_store(ch, WIRE_SET, w->key, w->kl, w->value ? w->value : "", w->vlen,
+                          w->flags, w->exptime, 0, NULL);
+        free(w->value);
+    }
+    atomic_fetch_sub_explicit(&queued_total, p->nq, memory_order_relaxed);
+    free(p->q);
+    p->q = NULL;
+    p->nq = 0;
+}
+
+void shim_drain_writes(memcached_st *ptr) { drain_writes(ptr); }
 
 struct collect {
     memcached_st *ptr;
@@ -530,6 +628,7 @@ static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
     for (size_t i = 0; i < n; i++)
         if (!keys[i] || klens[i] == 0 || klens[i] + nsl > KEY_MAX)
             return MEMCACHED_BAD_KEY_PROVIDED;
+    drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
@@ -794,6 +893,9 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
     memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
         return rc;
+    if (op == K_DELETE && buffering(ptr))
+        return queue_write(ptr, true, k, kl, NULL, 0, 0, 0);
+    drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
@@ -894,6 +996,7 @@ static memcached_return_t serve_arith(memcached_st *ptr, bool incr, const char *
             *value = UINT64_MAX;
         return MEMCACHED_INVALID_ARGUMENTS;
     }
+    drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
@@ -1004,6 +1107,7 @@ memcached_return_t memcached_flush(memcached_st *ptr, time_t expiration)
     NOT_SERVED(memcached_flush, ptr, expiration);
     if (!ptr)
         return MEMCACHED_INVALID_ARGUMENTS;
+    drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
@@ -1014,11 +1118,14 @@ memcached_return_t memcached_flush(memcached_st *ptr, time_t expiration)
 memcached_return_t memcached_flush_buffers(memcached_st *mem)
 {
     NOT_SERVED(memcached_flush_buffers, mem);
-    return MEMCACHED_SUCCESS; /* every served call is complete when it returns */
+    drain_writes(mem); /* the queued writes; every other served call is complete already */
+    return MEMCACHED_SUCCESS;
 }
 
 void memcached_free(memcached_st *ptr)
 {
+    if (ptr && shim_serving())
+        drain_writes(ptr); /* the library writes queued commands out before it closes */
     if (ptr)
         pending_drop(ptr);
     void (*real)(memcached_st *) = REAL(memcached_free);
@@ -1042,6 +1149,7 @@ memcached_return_t memcached_stat_execute(memcached_st *memc, const char *args,
     const memcached_instance_st *inst = REAL(memcached_server_instance_by_position)(memc, 0);
     if (!inst)
         return MEMCACHED_NO_SERVERS;
+    drain_writes(memc);
     char *text;
     int rc = shim_stats(shim_socket_path(), &text);
     if (rc != WIRE_OK)
@@ -1150,6 +1258,7 @@ memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_retur
         stats[i].pid = -1;
         stats[i].root = ptr;
     }
+    drain_writes(ptr);
     char *text;
     if (shim_stats(shim_socket_path(), &text) != WIRE_OK) {
         *error = MEMCACHED_SOME_ERRORS;
@@ -1179,5 +1288,6 @@ memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_retur
 memcached_return_t memcached_version(memcached_st *ptr)
 {
     NOT_SERVED(memcached_version, ptr);
+    drain_writes(ptr);
     return MEMCACHED_SUCCESS;
 }

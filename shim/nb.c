@@ -183,8 +183,10 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     uint32_t f = flags ? *flags : 0;
     char k[KEY_MAX];
     size_t kl;
-    /* An encrypted handle's values go through the blocking path, which seals them. */
+    /* An encrypted handle's values go through the blocking path, which seals them (and a
+     * buffering handle's, which queues them). */
     if (!shim_serving() || !ptr || shim_encrypted(ptr) ||
+        REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS) ||
         shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS)
         return done_now(req, memcached_set(ptr, key, klen, value, vlen, exp, f));
     struct shim_ch *ch;
@@ -245,6 +247,7 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
         *error = get_now(ptr, key, klen, vlen, flags, req);
         return NULL;
     }
+    shim_drain_writes(ptr); /* queued writes go out ahead of this read, as on a connection */
     struct shim_ch *ch;
     struct nb_op *o = take_op(&ch);
     if (!o) {

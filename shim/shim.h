@@ -30,6 +30,9 @@ bool shim_serving(void);
 bool shim_refusing(void);
 /* The handle has an encoding key (memcached_set_encoding_key): its values are encrypted. */
 bool shim_encrypted(memcached_st *ptr);
+/* Send the writes ptr queued while buffering them (MEMCACHED_BEHAVIOR_BUFFER_REQUESTS): before
+ * any other call of the handle is served. */
+void shim_drain_writes(memcached_st *ptr);
 
 /* The daemon's socket this process uses (valid once shim_serving() was called). */
 const char *shim_socket_path(void);

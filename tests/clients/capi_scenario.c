@@ -89,6 +89,36 @@ static void encoding_key(void)
     memcached_free(e);
 }
 
+/* MEMCACHED_BEHAVIOR_BUFFER_REQUESTS: a SET or a DELETE answers ACTION QUEUED and is written
+ * out ahead of the handle's next other command, at memcached_flush_buffers or at memcached_free;
+ * until then another handle does not see it. */
+static void buffered_writes(void)
+{
+    memcached_st *b = memcached_clone(NULL, m), *o = memcached_clone(NULL, m);
+    const char *keys[] = {"bw1", "bw2", "bw3", "bw4", "bw5", "bw6"};
+    for (int i = 0; i < 6; i++)
+        memcached_delete(o, keys[i], 3, 0);
+    memcached_behavior_set(b, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS, 1);
+    show("buffered set bw1", memcached_set(b, "bw1", 3, "one", 3, 0, 0));
+    get_on(o, "other get bw1", "bw1", "one");
+    show("add bw2 (not buffered)", memcached_add(b, "bw2", 3, "two", 3, 0, 0));
+    get_on(o, "other get bw1 after the add", "bw1", "one");
+    show("buffered set bw3", memcached_set(b, "bw3", 3, "three", 5, 0, 0));
+    get_on(b, "own get bw3", "bw3", "three");
+    show("buffered set bw4", memcached_set(b, "bw4", 3, "four", 4, 0, 0));
+    show("buffered delete bw9", memcached_delete(b, "bw9", 3, 0));
+    get_on(o, "other get bw4", "bw4", "four");
+    show("buffered set bw5", memcached_set(b, "bw5", 3, "five", 4, 0, 0));
+    show("flush_buffers", memcached_flush_buffers(b));
+    usleep(200 * 1000); /* memcached reads the flushed bytes in its own time */
+    get_on(o, "other get bw5", "bw5", "five");
+    show("buffered set bw6", memcached_set(b, "bw6", 3, "six", 3, 0, 0));
+    memcached_free(b);
+    usleep(200 * 1000);
+    get_on(o, "other get bw6 after free", "bw6", "six");
+    memcached_free(o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -307,6 +337,7 @@ int main(int argc, char **argv)
     show("set d3", memcached_set(m, "d3", 2, "three", 5, 0, 0));
     get("get d3 after", "d3");
     encoding_key();
+    buffered_writes();
     memcached_free(m);
     return 0;
 }
