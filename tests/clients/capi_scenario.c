@@ -119,6 +119,96 @@ static void buffered_writes(void)
     memcached_free(o);
 }
 
+/* More of what clients do: absolute TTLs (past 30 days a TTL is a Unix time), a multi-get of
+ * 1000 keys, touch_by_key, a CAS race between two handles, and NOREPLY. */
+static void more_calls(void)
+{
+    time_t now = time(NULL);
+    show("set ttl absolute future", memcached_set(m, "ta", 2, "fut", 3, now + 100, 0));
+    get("get ttl absolute future", "ta");
+    show("set ttl absolute past", memcached_set(m, "tp", 2, "past", 4, now - 100, 0));
+    get("get ttl absolute past", "tp");
+    show("set ttl 31 days (a time in 1970)", memcached_set(m, "t31", 3, "old", 3, 31 * 86400, 0));
+    get("get ttl 31 days", "t31");
+    show("set ttl 30 days (relative)", memcached_set(m, "t30", 3, "rel", 3, 30 * 86400, 0));
+    get("get ttl 30 days", "t30");
+
+    static char keys[1000][8];
+    const char *kp[1000];
+    size_t kl[1000];
+    int stored = 0;
+    for (int i = 0; i < 1000; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mk%d", i);
+        kp[i] = keys[i];
+        kl[i] = strlen(keys[i]);
+        if (i % 3 != 0) /* a third are misses */
+            stored += memcached_set(m, keys[i], kl[i], keys[i], kl[i], 0, (uint32_t)i) ==
+                      MEMCACHED_SUCCESS;
+    }
+    printf("stored for mget: %d\n", stored);
+    show("mget 1000", memcached_mget(m, kp, kl, 1000));
+    memcached_return_t rc;
+    memcached_result_st *r;
+    int got = 0, right = 0;
+    while ((r = memcached_fetch_result(m, NULL, &rc))) {
+        got++;
+        right += memcached_result_length(r) == memcached_result_key_length(r) &&
+                 !memcmp(memcached_result_value(r), memcached_result_key_value(r),
+                         memcached_result_length(r));
+        memcached_result_free(r);
+    }
+    printf("mget 1000: fetched %d, each its own value: %d, end %s\n", got, right,
+           memcached_strerror(m, rc));
+
+    show("touch_by_key", memcached_touch_by_key(m, "grp", 3, "mk1", 3, 100));
+    show("touch_by_key missing", memcached_touch_by_key(m, "grp", 3, "mk0", 3, 100));
+
+    memcached_st *h1 = memcached_clone(NULL, m), *h2 = memcached_clone(NULL, m);
+    show("cas race: set", memcached_set(h1, "race", 4, "v0", 2, 0, 0));
+    const char *rk[] = {"race"};
+    size_t rl[] = {4};
+    memcached_mget(h1, rk, rl, 1);
+    r = memcached_fetch_result(h1, NULL, &rc);
+    uint64_t cas = r ? memcached_result_cas(r) : 0;
+    if (r)
+        memcached_result_free(r);
+    while ((r = memcached_fetch_result(h1, NULL, &rc)))
+        memcached_result_free(r);
+    show("cas race: the other handle sets", memcached_set(h2, "race", 4, "v2", 2, 0, 0));
+    show("cas race: the first handle's cas", memcached_cas(h1, "race", 4, "v1", 2, 0, 0, cas));
+    get("cas race: get", "race");
+    memcached_free(h2);
+    memcached_free(h1);
+}
+
+/* MEMCACHED_BEHAVIOR_NOREPLY: writes answer SUCCESS whatever the server would have said (an
+ * incr's value reads all ones). Reads through the same handle afterwards are left out: over
+ * binary, libmemcached 1.1.4 then reads the quiet commands' stray answers as theirs. */
+static void noreply_calls(void)
+{
+    memcached_st *n = memcached_clone(NULL, m), *o = memcached_clone(NULL, m);
+    memcached_delete(o, "nr1", 3, 0);
+    memcached_delete(o, "nr2", 3, 0);
+    memcached_behavior_set(n, MEMCACHED_BEHAVIOR_NOREPLY, 1);
+    show("noreply set", memcached_set(n, "nr1", 3, "one", 3, 0, 0));
+    usleep(200 * 1000); /* memcached answers nothing: give it the time to apply it */
+    get_on(o, "other get nr1", "nr1", "one");
+    show("noreply add existing", memcached_add(n, "nr1", 3, "two", 3, 0, 0));
+    show("noreply replace missing", memcached_replace(n, "nr2", 3, "x", 1, 0, 0));
+    show("noreply delete missing", memcached_delete(n, "nr2", 3, 0));
+    show("noreply append", memcached_append(n, "nr1", 3, "+", 1, 0, 0));
+    usleep(200 * 1000);
+    get_on(o, "other get nr1 after", "nr1", "one+");
+    uint64_t v = 7;
+    show("noreply incr non-numeric", memcached_increment(n, "nr1", 3, 1, &v));
+    printf("noreply incr value: %llu\n", (unsigned long long)v);
+    show("noreply delete", memcached_delete(n, "nr1", 3, 0));
+    usleep(200 * 1000);
+    get_on(o, "other get nr1 after delete", "nr1", "one+");
+    memcached_free(n);
+    memcached_free(o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -338,6 +428,8 @@ int main(int argc, char **argv)
     get("get d3 after", "d3");
     encoding_key();
     buffered_writes();
+    more_calls();
+    noreply_calls();
     memcached_free(m);
     return 0;
 }
