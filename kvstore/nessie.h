@@ -136,6 +136,8 @@ struct nessie_counters {
     uint64_t reclaimed;           /* expired or flushed items removed, their memory reused */
     uint64_t expired_unfetched;   /* ... that nobody had read */
     uint64_t evict_skipped;       /* victims that changed or were in use when their turn came */
+    uint64_t moves_undone;        /* MIGRATEs undone after a lost answer: the item is gone, as if
+                                     evicted (protocol.c, migrate step 7) */
 };
 
 struct nessie_node;

@@ -1266,6 +1266,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
             /* Unlinked by this CAS or by the write that emptied the source, which recycles it
              * too: a second mark of the same life is harmless. */
             nessie_recycle(ctx, sv);
+            CTR_ADD(ctx->ctr.moves_undone, 1);
             if (nessie_evict_hook)
                 nessie_evict_hook(nessie_evict_hook_user, skey, sklen, true, NESSIE_TIMEOUT);
         }

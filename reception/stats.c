@@ -225,6 +225,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_recursive_migrations", c.recursive_migrations);
     STAT_U("nessie_takeovers", c.takeovers);
     STAT_U("nessie_evict_skipped", c.evict_skipped);
+    STAT_U("nessie_moves_undone", c.moves_undone);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

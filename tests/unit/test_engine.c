@@ -1636,6 +1636,7 @@ static void test_migration_source_cas_lost_after_delete(void **state)
     assert_true(S.fired);
     assert_true(F.fired);
     assert_int_equal(delete_rc, NESSIE_OK);
+    assert_int_equal(nessie_ctx_counters(C.ctx[1])->moves_undone, 1);
     get_victim();
     assert_true(seen_rc == NESSIE_NOT_FOUND || seen_rc == NESSIE_TIMEOUT);
     sleep_ms(600); /* past the grace period (420 ms): the copy's takeover may run */
