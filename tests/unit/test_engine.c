@@ -627,11 +627,15 @@ static void short_expiry(struct nessie_config *c)
     c->background_recycle = true;
 }
 
-static void inline_recycle_50ms(struct nessie_config *c)
+/* The period is long so that the writer fills the region well inside one period however slow the
+ * build (sanitizers) or the machine: at 50 ms a TSan build on a busy CI machine wrote slower than
+ * the period freed entries, so no SET ever waited and the test failed. 1 MiB holds under a
+ * thousand 1000-byte values: filling it within 500 ms needs no more than ~500 us per SET. */
+static void inline_recycle_500ms(struct nessie_config *c)
 {
     c->max_item_size = 4096;
-    c->expiration_ms = 50;
-    c->op_timeout_ms = 2000;
+    c->expiration_ms = 500;
+    c->op_timeout_ms = 5000;
     c->background_recycle = false;
 }
 
@@ -640,7 +644,7 @@ static void inline_recycle_50ms(struct nessie_config *c)
 static void test_full_of_recycled_entries_waits(void **state)
 {
     (void)state;
-    cluster_open(1, 1024, 1 << 20, inline_recycle_50ms);
+    cluster_open(1, 1024, 1 << 20, inline_recycle_500ms);
     char v[1000];
     memset(v, 'w', sizeof(v));
     for (int i = 0; i < 3000; i++) {
