@@ -47,6 +47,10 @@ void nessie_config_defaults(struct nessie_config *cfg)
     cfg->multi_read_bytes = 2048;
     cfg->cache_bytes = 4 * 1024 * 1024;
     cfg->cache_entries = 4096;
+    cfg->mode = NESSIE_MODE_CD;
+    /* A ring slot per request a node has in flight to one home node: the daemon's workers (a
+     * handful) each have one call at a time, and more slots only cost MSG region memory. */
+    cfg->sd_slots = 8;
 }
 
 uint64_t nessie_mono_ns(void)
@@ -144,6 +148,10 @@ static int check_config(const struct nessie_config *c)
         why = "max item size too small for a 250-byte key";
     else if (c->expiration_ms == 0)
         why = "expiration period must be positive";
+    else if (c->sd_slots == 0 || c->sd_slots > 64)
+        why = "sd_slots must be 1..64";
+    else if ((unsigned)c->mode > NESSIE_MODE_HY)
+        why = "unknown mode";
     if (why)
         log_error("engine: bad configuration: %s", why);
     return why ? NESSIE_INVALID : NESSIE_OK;
@@ -171,7 +179,9 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         .nodes = cfg->nodes,
         .self = cfg->self,
         .region_size = {[FAB_REGION_INDEX] = cfg->index_slots * 8,
-                        [FAB_REGION_DATA] = cfg->data_bytes},
+                        [FAB_REGION_DATA] = cfg->data_bytes,
+                        [FAB_REGION_MSG] = msg_region_bytes(cfg->nodes, cfg->sd_slots,
+                                                            cfg->max_item_size)},
         .addrs = cfg->addrs,
         .device = cfg->device,
     };
@@ -201,6 +211,11 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     pthread_mutex_init(&nd->sweep_lock, NULL);
     pthread_mutex_init(&nd->evict_lock, NULL);
     pthread_mutex_init(&nd->evict_pool_lock, NULL);
+    if (sd_open(nd) != NESSIE_OK) {
+        log_error("engine: node %u: out of memory for the request rings' state", cfg->self);
+        nessie_node_close(nd);
+        return NESSIE_NO_MEMORY;
+    }
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
@@ -220,6 +235,7 @@ void nessie_node_close(struct nessie_node *nd)
     pthread_mutex_destroy(&nd->evict_lock);
     pthread_mutex_destroy(&nd->evict_pool_lock);
     free(nd->evict_pool);
+    sd_close(nd);
     g_free(nd->sweep_prev);
     free(nd->stage);
     slab_close(&nd->slab);
@@ -263,6 +279,7 @@ int nessie_ctx_create(struct nessie_node *nd, struct nessie_ctx **out)
     nd->ctxs = ctx;
     pthread_mutex_unlock(&nd->ctx_lock);
     ctx->rng = nessie_mono_ns() ^ ((uint64_t)ctx->id << 32) ^ 0x9e3779b97f4a7c15ULL;
+    ctx->mode = nd->cfg.mode;
     *out = ctx;
     return NESSIE_OK;
 }
@@ -292,6 +309,8 @@ void nessie_ctx_destroy(struct nessie_ctx *ctx)
     pthread_mutex_unlock(&nd->ctx_lock);
     for (int b = 0; b < 3; b++)
         free(ctx->buf[b]);
+    free(ctx->sd_buf[0]);
+    free(ctx->sd_buf[1]);
     cache_destroy(ctx->cache);
     fab_ep_destroy(ctx->ep);
     free(ctx->clock_seen);

@@ -65,6 +65,9 @@ struct nessie_node {
     void *pressure_arg;
     _Atomic uint64_t pressure_last_ns;
 
+    /* Server-driven execution's state (sd.c): the ring slots' counts, on both sides. */
+    struct sd_state *sd;
+
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
     pthread_mutex_t ctx_lock;
     struct nessie_ctx *ctxs;
@@ -94,6 +97,10 @@ struct nessie_ctx {
     struct nessie_clock_seen {
         uint64_t published, first_seen;
     } *clock_seen;
+    enum nessie_mode mode;      /* who carries out its operations (sd.c) */
+    /* Server-driven messages (sd.c), one slot long each: [0] the request (built here, or copied
+     * out of the ring by a server), [1] the reply (built by a server, or copied in here). */
+    unsigned char *sd_buf[2];
 };
 
 #define CTR_ADD(field, n) \
@@ -144,6 +151,32 @@ uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t
 
 /* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
 bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h);
+
+/* Charge a finished call's fabric traffic (requests posted, bytes moved) to the histograms of
+ * the kind ctx->kind names. */
+void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes);
+
+/* --- server-driven execution (sd.c) ----------------------------------------------------------- */
+
+/* Set up (sd_open: at node open, after the fabric; takes every request already in this node's
+ * ring as served, since it was meant for an earlier life) and free (sd_close) the node's
+ * server-driven state. sd_open returns NESSIE_OK or NESSIE_NO_MEMORY. */
+int sd_open(struct nessie_node *nd);
+void sd_close(struct nessie_node *nd);
+
+/* Whether ctx ships an operation on key (a write, or a GET) with a payload of key_len +
+ * value_len bytes, and if so to which node (*home). */
+bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_len,
+              size_t value_len, uint32_t *home);
+
+/* Carry out a GET at its home node. Returns its outcome (as nessie_get_into), or -1 when the
+ * value turned out larger than a slot: the caller then runs the GET itself. */
+int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_len, void *buf,
+           size_t cap, struct nessie_item *out);
+/* Carry out a write at its home node: rq names it (op, sub, lengths, flags, exptime, arg);
+ * returns its outcome, and on NESSIE_OK the new version (and for arith the new value). */
+int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, const void *key,
+             size_t key_len, const void *value, uint64_t *version_out, uint64_t *num_out);
 
 /* --- eviction (evict.c) ----------------------------------------------------------------------- */
 

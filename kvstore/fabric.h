@@ -4,7 +4,7 @@
  * The model is RDMA's, so that the engine runs unchanged on the shared-memory backend (one host)
  * and on rdma-core verbs (many hosts):
  *
- *   - Every node owns named regions (FAB_REGION_INDEX, FAB_REGION_DATA). A node creates its own
+ *   - Every node owns named regions (FAB_REGION_INDEX, FAB_REGION_DATA, FAB_REGION_MSG). A node creates its own
  *     regions, or re-attaches them if they outlived a previous process; peers only ever reach them
  *     through work requests. Region sizes are a cluster-wide setting: every node's INDEX region has
  *     the same size, and so does every node's DATA region.
@@ -41,6 +41,7 @@
 enum fab_region {
     FAB_REGION_INDEX = 0, /* index table entries: 64-bit words, changed only by CAS */
     FAB_REGION_DATA = 1,  /* data table entries: written by the owner, read by everyone */
+    FAB_REGION_MSG = 2,   /* server-driven requests and replies (kvstore/sd.c): written by peers */
     FAB_REGION_COUNT
 };
 

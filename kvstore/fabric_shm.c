@@ -38,7 +38,7 @@
 
 #include "log.h"
 
-static const char *const region_names[FAB_REGION_COUNT] = {"index", "data"};
+static const char *const region_names[FAB_REGION_COUNT] = {"index", "data", "msg"};
 
 struct shm_fab {
     /* Serializes the first attach of a peer region, so two threads of one process never map it

@@ -81,7 +81,7 @@
 #define VERBS_HELLO_MAGIC 0x4E565242u /* "NVRB" */
 
 /* Connection private data, both ways: who is asking (request) and where the regions are (reply).
- * 40 bytes: inside the 56 an RC connection request may carry. */
+ * 52 bytes: inside the 56 an RC connection request may carry (so a fourth region would not fit). */
 struct verbs_hello {
     uint32_t magic;
     uint32_t node;
@@ -89,6 +89,7 @@ struct verbs_hello {
     uint64_t addr[FAB_REGION_COUNT];
     uint32_t rkey[FAB_REGION_COUNT];
 };
+_Static_assert(sizeof(struct verbs_hello) <= 56, "hello fits a connection request's private data");
 
 struct verbs_fab {
     void *shm_priv;                      /* the shared-memory backend's state (the regions) */

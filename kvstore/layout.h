@@ -242,4 +242,72 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
 #define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
 #define DATA_HDR_OFF_FLUSH_AT ((uint64_t)__builtin_offsetof(struct data_hdr, flush_at_ns))
 
+/* --- the MSG region: server-driven requests and replies (kvstore/sd.c, issue 16) -------------- */
+
+/*
+ * A node's MSG region holds, after a reserved header page, nodes x sd_slots request slots (slot
+ * (r, s) is written only by node r: its ring of requests to this node) and then nodes x sd_slots
+ * reply slots (slot (h, s) is written only by node h: its replies to this node's requests in its
+ * ring slot s). Every slot is MSG_SLOT_BYTES(cfg) long and holds one message: a 64-byte header,
+ * the payload, and at the next 8-byte boundary the header's seq again (the trailer).
+ *
+ * A message arrives with one WRITE, whose bytes may land in any order (verbs promises no order
+ * within a WRITE; neither does memcpy between processes), so a reader takes it only when the
+ * header's seq and incarnation are new, the trailer repeats the seq, the checksum (zlib's crc32
+ * over the header with crc = 0, then the payload) matches, and the header's seq still reads the
+ * same after the copy. (incarnation, seq) only grows for a slot: a request replayed from an
+ * earlier life is recognized as old.
+ */
+#define MSG_HDR_BYTES 4096 /* reserved: what a home node publishes about its load */
+#define MSG_INLINE_MAX (1u << 20) /* largest payload a slot carries (the slot grows no further) */
+
+enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH, SD_OP_END };
+
+struct sd_req {
+    uint64_t seq;         /* this slot's request count in the requester's incarnation (from 1) */
+    uint32_t incarnation; /* the requester's (data_hdr.incarnation): grows at every restart */
+    uint32_t crc;
+    uint8_t op;           /* enum sd_op */
+    uint8_t sub;          /* store: enum nessie_store_mode; arith: 1 incr, 0 decr */
+    uint8_t key_len;
+    uint8_t pad0;
+    uint32_t value_len;
+    uint32_t flags;
+    uint32_t pad1;
+    int64_t exptime;      /* as the client gave it: the home node makes it absolute */
+    uint64_t arg;         /* store: the CAS token; arith: the delta */
+    uint64_t pad2[2];
+};                        /* then key, value, trailer */
+_Static_assert(sizeof(struct sd_req) == 64, "request header is one cache line");
+
+/* A reply's status beyond enum nessie_status: the value does not fit a slot (the requester then
+ * reads it itself, client-driven). */
+#define SD_STATUS_TOO_LARGE 255
+
+struct sd_rep {
+    uint64_t seq;         /* the request's */
+    uint32_t incarnation; /* the request's */
+    uint32_t crc;
+    uint32_t status;      /* enum nessie_status, or SD_STATUS_TOO_LARGE */
+    uint32_t value_len;
+    uint32_t flags;
+    uint32_t exptime;
+    uint64_t version;
+    uint64_t num;         /* arith: the new value */
+    uint64_t pad[2];
+};                        /* then value, trailer */
+_Static_assert(sizeof(struct sd_rep) == 64, "reply header is one cache line");
+
+static inline uint64_t msg_round8(uint64_t n) { return (n + 7) & ~7ULL; }
+/* Bytes of one slot for a cluster whose items are at most max_item bytes. */
+static inline uint64_t msg_slot_bytes(uint32_t max_item)
+{
+    uint64_t payload = max_item < MSG_INLINE_MAX ? max_item : MSG_INLINE_MAX;
+    return (64 + payload + 8 + 63) & ~63ULL;
+}
+static inline uint64_t msg_region_bytes(uint32_t nodes, uint32_t slots, uint32_t max_item)
+{
+    return MSG_HDR_BYTES + 2ULL * nodes * slots * msg_slot_bytes(max_item);
+}
+
 #endif

@@ -75,6 +75,16 @@ struct nessie_config {
      * it evicts (nessie_evict_run, and a write that finds no room evicts on its own). Expired and
      * flushed items are reclaimed either way. */
     bool no_evict;
+    /* Who carries out an operation (issue 16; nessie_ctx_set_mode overrides it per context). */
+    enum nessie_mode {
+        NESSIE_MODE_CD = 0, /* client-driven: the calling node, one-sided (the paper's Nessie) */
+        NESSIE_MODE_SD,     /* server-driven: shipped to the key's home node (NessieSD) */
+        NESSIE_MODE_HY,     /* hybrid: GETs client-driven, writes shipped (NessieHY) */
+    } mode;
+    /* Requests one node may have in flight to one home node at once (1..64, default 8): the
+     * slots of its request ring there. Each slot holds a request and its reply inline, so the
+     * MSG region costs 2 x nodes x sd_slots x (max item, at most 1 MiB) bytes per node. */
+    uint32_t sd_slots;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
@@ -138,6 +148,12 @@ struct nessie_counters {
     uint64_t evict_skipped;       /* victims that changed or were in use when their turn came */
     uint64_t moves_undone;        /* MIGRATEs undone after a lost answer: the item is gone, as if
                                      evicted (protocol.c, migrate step 7) */
+    /* Server-driven execution (sd.c), on the requesting node and on the home node: */
+    uint64_t sd_shipped[NESSIE_OPK_COUNT]; /* operations shipped to their home node */
+    uint64_t sd_no_reply;         /* ... whose reply did not come in time (TIMEOUT) */
+    uint64_t sd_served;           /* requests this node executed for its peers */
+    uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
+    uint64_t sd_queue_ns;         /* served requests' waits in the ring, summed (ns) */
 };
 
 struct nessie_node;
@@ -223,6 +239,34 @@ int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool i
                  uint64_t delta, uint64_t *result, uint64_t *version_out);
 
 int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime);
+
+/*
+ * Server-driven execution (issue 16). A context whose mode (nessie_config.mode, or the override
+ * below) ships an operation sends it, with a one-sided WRITE, into a slot of its home node's
+ * request ring (the node of the key's first candidate slot: keys are partitioned among nodes as
+ * in NessieSD), and waits for the reply, which the home node WRITEs back into this node's MSG
+ * region. The home node runs the same protocol on the same tables, so shipped and client-driven
+ * operations on the same keys interleave linearizably. Operations on keys whose home is this
+ * node, multi-gets' keys one by one, and items larger than a ring slot (1 MiB) run here.
+ * Outcomes stay honest: a shipped write whose request may have arrived but whose reply did not
+ * come within its budget (the home node dead, or its server stalled) is NESSIE_TIMEOUT.
+ */
+void nessie_ctx_set_mode(struct nessie_ctx *ctx, enum nessie_mode mode);
+enum nessie_mode nessie_ctx_mode(const struct nessie_ctx *ctx);
+/* "cd", "sd", "hy"; parse returns false on anything else. */
+const char *nessie_mode_name(enum nessie_mode mode);
+bool nessie_mode_parse(const char *s, enum nessie_mode *out);
+
+/*
+ * Serve requests peers shipped to this node: scan the request slots that belong to server
+ * `worker` of `workers` (slot i is served by worker i % workers, always the same one, so each
+ * slot's requests run in order and one reply at a time), execute every new request with ctx as
+ * a client-driven operation, and WRITE its reply. A request that is malformed or whose checksum
+ * does not match is waited for a moment (a WRITE still landing) and then dropped, counted and
+ * logged; it never reaches the tables. Returns the number of requests served (0: the caller may
+ * wait). The daemon's SD server threads call this in a loop; never blocks.
+ */
+size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers);
 
 /* flush_all: every item written before this call reads as absent afterwards, on every node.
  * Nodes that cannot be reached learn it when they return (nessie_flush_catch_up), before they

@@ -804,15 +804,19 @@ static int finish(struct op *op, int status)
     }
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
-    uint64_t ops = st->reads + st->writes + st->cas - op->fab_ops0;
-    uint64_t bytes = st->bytes_read + st->bytes_written - op->fab_bytes0;
+    nessie_count_traffic(op->ctx, st->reads + st->writes + st->cas - op->fab_ops0,
+                         st->bytes_read + st->bytes_written - op->fab_bytes0);
+    return status;
+}
+
+void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes)
+{
     int ob = ops < NESSIE_HIST_OPS ? (int)ops : NESSIE_HIST_OPS - 1;
     int bb = bytes ? 64 - __builtin_clzll(bytes) : 0;
     if (bb >= NESSIE_HIST_BYTES)
         bb = NESSIE_HIST_BYTES - 1;
-    CTR_ADD(OPC(op->ctx).ops_hist[ob], 1);
-    CTR_ADD(OPC(op->ctx).bytes_hist[bb], 1);
-    return status;
+    CTR_ADD(OPC(ctx).ops_hist[ob], 1);
+    CTR_ADD(OPC(ctx).bytes_hist[bb], 1);
 }
 
 static int check_key(const void *key, size_t klen)
@@ -832,6 +836,12 @@ int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, voi
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    uint32_t home;
+    if (sd_route(ctx, false, key, key_len, 0, &home)) {
+        int rc = sd_get(ctx, home, key, key_len, buf, cap, out);
+        if (rc >= 0)
+            return rc;
+    }
     struct op op;
     op_init(&op, ctx, NESSIE_OPK_GET, key, key_len);
     op.dst = buf;
@@ -861,6 +871,17 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
 {
     if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
         return NESSIE_INVALID;
+    if (ctx->mode == NESSIE_MODE_SD) {
+        /* Server-driven: each key is shipped to its own home node (or read here if that is
+         * this node), one after the other. */
+        for (size_t i = 0; i < n; i++) {
+            struct nessie_item it;
+            int rc = nessie_get_into(ctx, keys[i], lens[i], bufs ? bufs[i] : NULL,
+                                     bufs && bufs[i] ? caps[i] : 0, &it);
+            done(user, i, rc, rc == NESSIE_OK ? &it : NULL);
+        }
+        return NESSIE_OK;
+    }
     for (size_t base = 0; base < n; base += MULTI_WINDOW) {
         size_t m = n - base < MULTI_WINDOW ? n - base : MULTI_WINDOW;
         struct op ops[MULTI_WINDOW];
@@ -1960,6 +1981,12 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
         return NESSIE_BAD_KEY;
     if (dte_size((uint32_t)key_len, 0) + value_len > ctx->node->cfg.max_item_size)
         return NESSIE_TOO_BIG;
+    uint32_t home;
+    if (sd_route(ctx, true, key, key_len, value_len, &home)) {
+        struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode, .value_len = (uint32_t)value_len,
+                            .flags = flags, .exptime = exptime, .arg = cas};
+        return sd_write(ctx, home, &rq, key, key_len, value, version_out, NULL);
+    }
     struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
                      .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas};
     int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
@@ -1974,6 +2001,11 @@ int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    uint32_t home;
+    if (sd_route(ctx, true, key, key_len, 0, &home)) {
+        struct sd_req rq = {.op = SD_OP_DELETE};
+        return sd_write(ctx, home, &rq, key, key_len, NULL, NULL, NULL);
+    }
     struct wreq w = {.mode = W_DELETE};
     return run_write(ctx, NESSIE_OPK_DELETE, key, key_len, &w);
 }
@@ -1985,6 +2017,11 @@ int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool i
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    uint32_t home;
+    if (sd_route(ctx, true, key, key_len, 0, &home)) {
+        struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta};
+        return sd_write(ctx, home, &rq, key, key_len, NULL, version_out, result);
+    }
     struct wreq w = {.mode = incr ? W_INCR : W_DECR, .delta = delta};
     int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
     if (rc == NESSIE_OK) {
@@ -2002,6 +2039,11 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    uint32_t home;
+    if (sd_route(ctx, true, key, key_len, 0, &home)) {
+        struct sd_req rq = {.op = SD_OP_TOUCH, .exptime = exptime};
+        return sd_write(ctx, home, &rq, key, key_len, NULL, NULL, NULL);
+    }
     struct wreq w = {.mode = W_TOUCH, .exptime = nessie_abs_exptime(exptime)};
     return run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
 }

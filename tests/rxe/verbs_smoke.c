@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
     char a0[64], a1[64]; snprintf(a0, 64, "%s:7000", ip); snprintf(a1, 64, "%s:7001", ip);
     const char *addrs[2] = {a0, a1};
     struct fab_config c = {.backend = FAB_BACKEND_VERBS, .cluster = "smoke", .nodes = 2, .self = 0,
-        .region_size = {65536, 1 << 20}, .addrs = addrs};
+        .region_size = {65536, 1 << 20, 4096}, .addrs = addrs};
     struct fab *f0, *f1; struct fab_ep *ep;
     fab_unlink(FAB_BACKEND_VERBS, "smoke", 0); fab_unlink(FAB_BACKEND_VERBS, "smoke", 1);
     if (fab_open(&c, &f0, NULL)) { printf("open0 failed\n"); return 1; }

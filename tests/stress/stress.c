@@ -70,7 +70,11 @@ static gint opt_stall_every = 0, opt_stall_ms = 0;
 static gint opt_kill_at = 0, opt_dead_for = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
-static gchar *opt_fabric = NULL, *opt_addr = NULL;
+static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
+/* --mode: who carries out the operations (nessie.h, enum nessie_mode); mixed: each operation
+ * picks cd, sd or hy at random, so shipped and client-driven operations meet on every key. */
+static enum nessie_mode run_mode = NESSIE_MODE_CD;
+static bool run_mixed;
 static gint opt_port_base = 7400;
 /* --fabric verbs: node n listens on opt_addr:opt_port_base+n. */
 static char verbs_addr[64][64];
@@ -114,6 +118,9 @@ static GOptionEntry entries[] = {
      "verbs: the address of the RDMA netdev the nodes listen on (default 10.77.0.1)", "IP"},
     {"port-base", 0, 0, G_OPTION_ARG_INT, &opt_port_base,
      "verbs: node N listens on port PORT+N (default 7400)", "PORT"},
+    {"mode", 0, 0, G_OPTION_ARG_STRING, &opt_mode,
+     "who carries out operations: cd (default: the calling node), sd (the key's home node), hy "
+     "(GETs cd, writes sd), or mixed (each operation picks one at random)", "M"},
     {"dump", 0, 0, G_OPTION_ARG_FILENAME, &opt_dump,
      "write the history of every key that fails the check to DIR/key-NNN.txt", "DIR"},
     G_OPTION_ENTRY_NULL,
@@ -347,6 +354,8 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
     struct nessie_item it;
     uint64_t version = 0;
     int rc;
+    if (run_mixed)
+        nessie_ctx_set_mode(ctx, (enum nessie_mode)(rnd(w) % 3));
     e->call_ns = mono_ns();
     switch (e->op) {
     case LC_GET:
@@ -418,6 +427,9 @@ static void *worker_main(void *p)
     struct nessie_ctx *ctx;
     if (nessie_ctx_create(w->node, &ctx) != NESSIE_OK)
         return (void *)1;
+    /* Only the workers ship: the parent's checks after the run read every key themselves,
+     * with no servers left to ship to. */
+    nessie_ctx_set_mode(ctx, run_mode);
     struct event *mine = hist + ((uint64_t)w->node_id * (uint64_t)opt_threads + w->thread) * per_thread;
     _Atomic uint64_t *next = &sh->next[w->node_id][w->thread];
     uint64_t i = atomic_load(next);
@@ -462,6 +474,33 @@ static void *recycler_main(void *p)
     return NULL;
 }
 
+/* The node's server of shipped operations (a daemon's SD server thread, in miniature): every
+ * node runs one, whatever the mode, since peers in sd, hy or mixed mode ship to it. */
+static void *server_main(void *p)
+{
+    struct recycler *r = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(r->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    unsigned idle = 0;
+    while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
+        if (nessie_sd_serve(ctx, 0, 1)) {
+            idle = 0;
+            continue;
+        }
+        /* Yield while requests came recently; nap once the rings have been quiet a while (a
+         * spinning server would take a core from the workers on small machines). */
+        if (++idle < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
 static int node_main(uint32_t id, bool restart)
 {
     struct nessie_config cfg;
@@ -482,9 +521,10 @@ static int node_main(uint32_t id, bool restart)
     if (opt_inject > 0 || opt_stall_every > 0)
         fab_set_fault(nessie_node_fabric(node), stress_fault, NULL);
 
-    struct recycler rec = {.node = node};
-    pthread_t rt;
+    struct recycler rec = {.node = node}, srv = {.node = node};
+    pthread_t rt, st;
     pthread_create(&rt, NULL, recycler_main, &rec);
+    pthread_create(&st, NULL, server_main, &srv);
     pthread_t *th = calloc((size_t)opt_threads, sizeof(*th));
     struct worker *w = calloc((size_t)opt_threads, sizeof(*w));
     for (int t = 0; t < opt_threads; t++) {
@@ -518,6 +558,9 @@ static int node_main(uint32_t id, bool restart)
     for (int n = 0; n < opt_nodes; n++)
         while (!atomic_load(&sh->quiet[n]))
             usleep(1000);
+    /* Every node's workers are done, so nothing is shipped any more. */
+    atomic_store_explicit(&srv.stop, 1, memory_order_release);
+    pthread_join(st, NULL);
     nessie_node_counters(node, &sh->node[id].ctr);
     sh->node[id].failed = failed;
     free(th);
@@ -852,6 +895,12 @@ int main(int argc, char **argv)
         return 2;
     }
     g_option_context_free(oc);
+    if (opt_mode && strcmp(opt_mode, "mixed") == 0) {
+        run_mixed = true;
+    } else if (opt_mode && !nessie_mode_parse(opt_mode, &run_mode)) {
+        fprintf(stderr, "nessie-stress: --mode must be cd, sd, hy or mixed\n");
+        return 2;
+    }
     if (opt_stall_ms == 0)
         opt_stall_ms = 3 * opt_expiration_ms;
     if (opt_dead_for == 0)
@@ -1078,9 +1127,13 @@ int main(int argc, char **argv)
                         "check would miss some; failing the run\n", elog->cap);
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
-           " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 "\n",
+           " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
+           " dropped=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
-           undecided, injected, stalls, evictions);
+           undecided, injected, stalls, evictions,
+           sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
+               sum.sd_shipped[NESSIE_OPK_DELETE],
+           sum.sd_dropped);
 
     for (int n = 0; n < opt_nodes; n++) {
         nessie_node_close(nodes[n]);

@@ -51,7 +51,8 @@ static struct fab_config config(uint32_t nodes, uint32_t self)
         .cluster = cluster,
         .nodes = nodes,
         .self = self,
-        .region_size = {[FAB_REGION_INDEX] = INDEX_BYTES, [FAB_REGION_DATA] = DATA_BYTES},
+        .region_size = {[FAB_REGION_INDEX] = INDEX_BYTES, [FAB_REGION_DATA] = DATA_BYTES,
+                        [FAB_REGION_MSG] = 4096},
         .addrs = addrs,
     };
     return c;

@@ -1,0 +1,392 @@
+/*
+ * test_sd.c - server-driven execution (kvstore/sd.c, issue 16): every operation shipped to its
+ * key's home node gives memcached's answers and the same state a client-driven one would; the
+ * hybrid mode ships writes only; a request ring that receives garbage (torn, malformed, replayed
+ * requests) drops it and keeps serving; a home node that does not answer costs its requesters a
+ * TIMEOUT, never a hang or a false answer, and serves again once it is back.
+ *
+ * Nodes are engine instances in this process on the shared-memory fabric, each with a server
+ * thread (the daemon's SD server, in miniature) unless a test wants a silent one.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "layout.h"
+#include "nessie.h"
+
+#define NODES 2
+
+struct server {
+    struct nessie_node *node;
+    pthread_t thread;
+    _Atomic int stop;
+    bool running;
+};
+
+static struct {
+    char name[64];
+    struct nessie_node *node[NODES];
+    struct nessie_ctx *ctx[NODES];
+    struct server srv[NODES];
+} C;
+
+static void *server_main(void *p)
+{
+    struct server *s = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(s->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load(&s->stop))
+        if (nessie_sd_serve(ctx, 0, 1) == 0)
+            usleep(50);
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+static void server_start(uint32_t n)
+{
+    struct server *s = &C.srv[n];
+    s->node = C.node[n];
+    atomic_store(&s->stop, 0);
+    assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+    s->running = true;
+}
+
+static void server_stop(uint32_t n)
+{
+    struct server *s = &C.srv[n];
+    if (!s->running)
+        return;
+    atomic_store(&s->stop, 1);
+    pthread_join(s->thread, NULL);
+    s->running = false;
+}
+
+/* Open NODES nodes, short periods so a silent home node costs little time. */
+static void cluster_open(bool servers)
+{
+    static unsigned seq;
+    memset(&C, 0, sizeof(C));
+    snprintf(C.name, sizeof(C.name), "test-sd-%d-%u", (int)getpid(), seq++);
+    for (uint32_t i = 0; i < NODES; i++) {
+        struct nessie_config cfg;
+        nessie_config_defaults(&cfg);
+        cfg.cluster = C.name;
+        cfg.nodes = NODES;
+        cfg.self = i;
+        cfg.index_slots = 256;
+        cfg.data_bytes = 1 << 20;
+        cfg.max_item_size = 4096;
+        cfg.expiration_ms = 50;
+        cfg.op_timeout_ms = 200;
+        cfg.sd_slots = 2;
+        assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
+        assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
+    }
+    if (servers)
+        for (uint32_t i = 0; i < NODES; i++)
+            server_start(i);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (uint32_t i = 0; i < NODES; i++)
+        server_stop(i);
+    for (uint32_t i = 0; i < NODES; i++) {
+        nessie_ctx_destroy(C.ctx[i]);
+        nessie_node_close(C.node[i]);
+        fab_unlink(FAB_BACKEND_SHM, C.name, i);
+    }
+    return 0;
+}
+
+/* A key whose home (the node of its first candidate slot) is node `home`. */
+static void key_homed(char *buf, size_t len, uint32_t home, int nth)
+{
+    const struct nessie_config *cfg = nessie_node_config(C.node[0]);
+    for (int i = 0;; i++) {
+        snprintf(buf, len, "sd-key-%d", i);
+        uint64_t pos[8];
+        nessie_key_positions(C.node[0], buf, strlen(buf), pos);
+        if (pos[0] / cfg->index_slots == home && nth-- == 0)
+            return;
+    }
+}
+
+static void expect_item(struct nessie_ctx *ctx, const char *key, const char *want)
+{
+    struct nessie_item it;
+    int rc = nessie_get(ctx, key, strlen(key), &it);
+    if (!want) {
+        assert_int_equal(rc, NESSIE_NOT_FOUND);
+        return;
+    }
+    assert_int_equal(rc, NESSIE_OK);
+    assert_int_equal(it.value_len, strlen(want));
+    assert_memory_equal(it.value, want, it.value_len);
+}
+
+static uint64_t shipped(struct nessie_ctx *ctx, enum nessie_opkind k)
+{
+    return nessie_ctx_counters(ctx)->sd_shipped[k];
+}
+
+static uint64_t node_counter(uint32_t n, size_t off)
+{
+    struct nessie_counters c;
+    nessie_node_counters(C.node[n], &c);
+    return *(const uint64_t *)((const char *)&c + off);
+}
+
+struct mget_got {
+    int rc[3];
+    char v[3][16];
+};
+
+static void done(void *user, size_t i, int status, const struct nessie_item *item)
+{
+    struct mget_got *got = user;
+    got->rc[i] = status;
+    if (item)
+        snprintf(got->v[i], sizeof(got->v[i]), "%.*s", (int)item->value_len,
+                 (const char *)item->value);
+}
+
+/* Every operation, shipped from node 0 to node 1: memcached's answers, and the state node 1's
+ * own client-driven reads see. */
+static void test_every_operation_shipped(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *sd = C.ctx[0], *cd = C.ctx[1];
+    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
+    assert_int_equal(nessie_ctx_mode(sd), NESSIE_MODE_SD);
+    char k[32], n[32], far[32];
+    key_homed(k, sizeof(k), 1, 0);
+    key_homed(n, sizeof(n), 1, 1);
+    uint64_t v1 = 0, v2 = 0;
+
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "one", 3, 7, 0, 0, &v1), NESSIE_OK);
+    expect_item(cd, k, "one");
+    struct nessie_item it;
+    assert_int_equal(nessie_get(sd, k, strlen(k), &it), NESSIE_OK);
+    assert_int_equal(it.flags, 7);
+    assert_true(it.version == v1);
+    char buf[16];
+    assert_int_equal(nessie_get_into(sd, k, strlen(k), buf, sizeof(buf), &it), NESSIE_OK);
+    assert_ptr_equal(it.value, buf);
+    assert_memory_equal(buf, "one", 3);
+
+    assert_int_equal(nessie_store(sd, NESSIE_ADD, k, strlen(k), "x", 1, 0, 0, 0, NULL), NESSIE_NOT_STORED);
+    assert_int_equal(nessie_store(sd, NESSIE_REPLACE, k, strlen(k), "two", 3, 0, 0, 0, &v2), NESSIE_OK);
+    assert_int_equal(nessie_store(sd, NESSIE_CAS, k, strlen(k), "bad", 3, 0, 0, v1, NULL), NESSIE_EXISTS);
+    assert_int_equal(nessie_store(sd, NESSIE_CAS, k, strlen(k), "three", 5, 0, 0, v2, NULL), NESSIE_OK);
+    assert_int_equal(nessie_store(sd, NESSIE_APPEND, k, strlen(k), "+a", 2, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(nessie_store(sd, NESSIE_PREPEND, k, strlen(k), "p-", 2, 0, 0, 0, NULL), NESSIE_OK);
+    expect_item(cd, k, "p-three+a");
+    expect_item(sd, k, "p-three+a");
+
+    uint64_t num = 0;
+    assert_int_equal(nessie_arith(sd, k, strlen(k), true, 1, &num, NULL), NESSIE_NON_NUMERIC);
+    assert_int_equal(nessie_arith(sd, n, strlen(n), true, 1, &num, NULL), NESSIE_NOT_FOUND);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, n, strlen(n), "10", 2, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(nessie_arith(sd, n, strlen(n), true, 5, &num, NULL), NESSIE_OK);
+    assert_int_equal(num, 15);
+    assert_int_equal(nessie_arith(sd, n, strlen(n), false, 20, &num, NULL), NESSIE_OK);
+    assert_int_equal(num, 0);
+    expect_item(cd, n, "0 "); /* memcached keeps the length: "15" - 20 is "0 " */
+
+    assert_int_equal(nessie_touch(sd, k, strlen(k), 100), NESSIE_OK);
+    assert_int_equal(nessie_get(cd, k, strlen(k), &it), NESSIE_OK);
+    assert_true(it.exptime > 0);
+    assert_int_equal(nessie_delete(sd, k, strlen(k)), NESSIE_OK);
+    expect_item(cd, k, NULL);
+    expect_item(sd, k, NULL);
+    assert_int_equal(nessie_delete(sd, k, strlen(k)), NESSIE_NOT_FOUND);
+    assert_int_equal(nessie_touch(sd, k, strlen(k), 100), NESSIE_NOT_FOUND);
+    /* An expiry in the past, as the client gave it: the home node judges it. */
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "gone", 4, 0, -1, 0, NULL), NESSIE_OK);
+    expect_item(cd, k, NULL);
+
+    assert_true(shipped(sd, NESSIE_OPK_GET) >= 4);
+    assert_true(shipped(sd, NESSIE_OPK_PUT) >= 12);
+    assert_int_equal(shipped(sd, NESSIE_OPK_DELETE), 2);
+    assert_true(node_counter(1, offsetof(struct nessie_counters, sd_served)) >=
+                shipped(sd, NESSIE_OPK_GET) + shipped(sd, NESSIE_OPK_PUT));
+
+    /* A key at home on the calling node runs there: nothing shipped. */
+    key_homed(far, sizeof(far), 0, 0);
+    uint64_t before = shipped(sd, NESSIE_OPK_PUT);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, far, strlen(far), "here", 4, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(shipped(sd, NESSIE_OPK_PUT), before);
+    expect_item(cd, far, "here");
+
+    /* A multi-get ships each key to its own home. */
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "again", 5, 0, 0, 0, NULL), NESSIE_OK);
+    const void *keys[3] = {k, far, n};
+    size_t lens[3] = {strlen(k), strlen(far), strlen(n)};
+    struct mget_got got = {{-1, -1, -1}, {{0}}};
+    before = shipped(sd, NESSIE_OPK_GET);
+    assert_int_equal(nessie_get_multi(sd, 3, keys, lens, done, &got), NESSIE_OK);
+    assert_int_equal(got.rc[0], NESSIE_OK);
+    assert_int_equal(got.rc[1], NESSIE_OK);
+    assert_int_equal(got.rc[2], NESSIE_OK);
+    assert_string_equal(got.v[0], "again");
+    assert_string_equal(got.v[1], "here");
+    assert_string_equal(got.v[2], "0 ");
+    assert_int_equal(shipped(sd, NESSIE_OPK_GET), before + 2);
+}
+
+
+/* Hybrid: GETs run on the calling node, writes are shipped. */
+static void test_hybrid_ships_writes_only(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *hy = C.ctx[0];
+    nessie_ctx_set_mode(hy, NESSIE_MODE_HY);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    assert_int_equal(nessie_store(hy, NESSIE_SET, k, strlen(k), "hy", 2, 0, 0, 0, NULL), NESSIE_OK);
+    expect_item(hy, k, "hy");
+    assert_int_equal(nessie_delete(hy, k, strlen(k)), NESSIE_OK);
+    expect_item(hy, k, NULL);
+    assert_int_equal(shipped(hy, NESSIE_OPK_PUT), 1);
+    assert_int_equal(shipped(hy, NESSIE_OPK_DELETE), 1);
+    assert_int_equal(shipped(hy, NESSIE_OPK_GET), 0);
+    assert_true(nessie_ctx_counters(hy)->op[NESSIE_OPK_GET].ite_reads > 0);
+}
+
+/* Node 0's request slot s in node 1's ring: read it, or write into it as a peer would (the
+ * server reads it meanwhile). */
+static uint64_t ring_slot(uint32_t s)
+{
+    const struct nessie_config *cfg = nessie_node_config(C.node[1]);
+    return MSG_HDR_BYTES + (0 * cfg->sd_slots + s) * msg_slot_bytes(cfg->max_item_size);
+}
+
+static void ring_read(uint32_t s, void *dst, size_t len)
+{
+    assert_int_equal(fab_local_read(nessie_node_fabric(C.node[1]), FAB_REGION_MSG, ring_slot(s),
+                                    dst, (uint32_t)len), FAB_OK);
+}
+
+static void ring_write(uint32_t s, const void *src, size_t len)
+{
+    assert_int_equal(fab_local_write(nessie_node_fabric(C.node[1]), FAB_REGION_MSG, ring_slot(s),
+                                     src, (uint32_t)len), FAB_OK);
+}
+
+static bool wait_dropped(uint64_t want)
+{
+    for (int i = 0; i < 400; i++) {
+        if (node_counter(1, offsetof(struct nessie_counters, sd_dropped)) >= want)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
+/* Garbage in a ring: a replayed request (one already served, written again), a torn one (its
+ * checksum does not match) and a malformed one (no key) are dropped, counted, and change
+ * nothing; the ring serves the same requester's next requests as before. */
+static void test_garbage_in_the_ring_is_dropped(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *sd = C.ctx[0];
+    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    size_t slot_bytes = msg_slot_bytes(nessie_node_config(C.node[1])->max_item_size);
+    unsigned char *old = malloc(slot_bytes), *bad = malloc(slot_bytes);
+    assert_non_null(old);
+    assert_non_null(bad);
+
+    /* One thread, one call at a time: every request goes through slot 0. */
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "first", 5, 0, 0, 0, NULL), NESSIE_OK);
+    ring_read(0, old, slot_bytes);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "second", 6, 0, 0, 0, NULL), NESSIE_OK);
+    expect_item(C.ctx[1], k, "second");
+
+    /* Replay: the first SET's bytes, whole and valid, written again. */
+    ring_write(0, old, slot_bytes);
+    assert_true(wait_dropped(1));
+    expect_item(C.ctx[1], k, "second");
+
+    /* Torn: a new count, but a value byte changed after the checksum. */
+    memcpy(bad, old, slot_bytes);
+    struct sd_req *q = (struct sd_req *)bad;
+    q->seq += 1000;
+    memcpy(bad + msg_round8(64 + q->key_len + q->value_len), &q->seq, 8);
+    bad[64 + q->key_len] ^= 0x20;
+    ring_write(0, bad, slot_bytes);
+    assert_true(wait_dropped(2));
+    expect_item(C.ctx[1], k, "second");
+
+    /* Malformed: no key, an unknown operation. */
+    memset(bad, 0xA5, 64);
+    q->seq = 5000;
+    q->key_len = 0;
+    ring_write(0, bad, 64);
+    assert_true(wait_dropped(3));
+
+    /* The requester's next requests are served: the garbage's high count did not make them
+     * look like replays. */
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "third", 5, 0, 0, 0, NULL), NESSIE_OK);
+    expect_item(sd, k, "third");
+    expect_item(C.ctx[1], k, "third");
+    free(old);
+    free(bad);
+}
+
+/* A home node that does not serve: its requesters get TIMEOUT (a shipped write's effect is
+ * unknown) within their budget, never a hang; once it serves again, so do their calls. */
+static void test_silent_home_times_out_then_serves(void **state)
+{
+    (void)state;
+    cluster_open(false);
+    server_start(0);
+    struct nessie_ctx *sd = C.ctx[0];
+    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "lost", 4, 0, 0, 0, NULL), NESSIE_TIMEOUT);
+    struct nessie_item it;
+    assert_int_equal(nessie_get(sd, k, strlen(k), &it), NESSIE_TIMEOUT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_true(secs < 10); /* bounded by the budgets (about 1.5 s here), not a hang */
+    assert_int_equal(nessie_ctx_counters(sd)->sd_no_reply, 2);
+
+    server_start(1);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "back", 4, 0, 0, 0, NULL), NESSIE_OK);
+    expect_item(sd, k, "back");
+    expect_item(C.ctx[1], k, "back");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_every_operation_shipped, teardown),
+        cmocka_unit_test_teardown(test_hybrid_ships_writes_only, teardown),
+        cmocka_unit_test_teardown(test_garbage_in_the_ring_is_dropped, teardown),
+        cmocka_unit_test_teardown(test_silent_home_times_out_then_serves, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
