@@ -18,12 +18,12 @@
 static const char *const known_cluster[] = {
     "name", "nodes", "fabric", "index_slots", "data_bytes", "ways", "filter_bits",
     "max_item_size", "expiration_ms", "op_timeout_ms", "migrate_depth", "addresses", "device",
-    "evict", NULL};
+    "evict", "mode", "sd_slots", NULL};
 static const char *const known_opt[] = {"cache", "previous_versions", "multi_read",
                                         "multi_read_bytes", "cache_entries", "cache_bytes", NULL};
 static const char *const known_recep[] = {"workers", "recyclers", "arena_bytes", "max_channels",
                                           "spin_us", "sweep_every_s", "socket", "socket_mode",
-                                          NULL};
+                                          "sd_servers", "sd_poll", NULL};
 static const struct {
     const char *group;
     const char *const *keys;
@@ -159,6 +159,8 @@ static void defaults(struct recep_config *cfg)
     cfg->spin_us = 50;
     cfg->sweep_every_s = 0;
     cfg->socket_mode = 0600;
+    cfg->sd_servers = 1;
+    cfg->sd_poll = RECEP_SD_POLL_ADAPTIVE;
 }
 
 int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
@@ -179,7 +181,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
     }
     const char *p = path ? path : "(defaults)";
     struct nessie_config *e = &cfg->engine;
-    char fabric[16] = "shm";
+    char fabric[16] = "shm", mode_s[16] = "cd", poll_s[16] = "adaptive";
     char sock[sizeof(cfg->socket_path)] = "";
     uint64_t mode = 0600;
     bool cache = true, prev = true, multi = true, evict = true;
@@ -196,6 +198,10 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
              get_u32(kf, p, "cluster", "op_timeout_ms", 0, 3600 * 1000, &e->op_timeout_ms) |
              get_u32(kf, p, "cluster", "migrate_depth", 0, 64, &e->migrate_depth) |
              get_bool(kf, p, "cluster", "evict", &evict) |
+             get_str(kf, p, "cluster", "mode", mode_s, sizeof(mode_s)) |
+             get_u32(kf, p, "cluster", "sd_slots", 1, 64, &e->sd_slots) |
+             get_u32(kf, p, "reception", "sd_servers", 1, 64, &cfg->sd_servers) |
+             get_str(kf, p, "reception", "sd_poll", poll_s, sizeof(poll_s)) |
              get_bool(kf, p, "optimizations", "cache", &cache) |
              get_bool(kf, p, "optimizations", "previous_versions", &prev) |
              get_bool(kf, p, "optimizations", "multi_read", &multi) |
@@ -245,6 +251,18 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
         e->device = cfg->device[0] ? cfg->device : NULL;
     } else {
         log_error("config %s: [cluster] fabric = \"%s\": expected shm or verbs", p, fabric);
+        return -1;
+    }
+    if (!nessie_mode_parse(mode_s, &e->mode)) {
+        log_error("config %s: [cluster] mode = \"%s\": expected cd, sd or hy", p, mode_s);
+        return -1;
+    }
+    if (strcmp(poll_s, "adaptive") == 0) {
+        cfg->sd_poll = RECEP_SD_POLL_ADAPTIVE;
+    } else if (strcmp(poll_s, "spin") == 0) {
+        cfg->sd_poll = RECEP_SD_POLL_SPIN;
+    } else {
+        log_error("config %s: [reception] sd_poll = \"%s\": expected adaptive or spin", p, poll_s);
         return -1;
     }
     if (node >= e->nodes) {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "nessie.h"
+#include "sdserver.h"
 
 struct recep_config {
     struct nessie_config engine; /* cluster, table sizes, optimizations; engine.self = --node */
@@ -24,6 +25,8 @@ struct recep_config {
     uint32_t max_channels; /* per daemon */
     uint32_t spin_us;      /* busy-wait before sleeping, both sides of a channel */
     uint32_t sweep_every_s;/* leak sweep period (0: only after a restart) */
+    uint32_t sd_servers;   /* threads serving peers' shipped operations */
+    enum recep_sd_poll sd_poll;
     mode_t socket_mode;
     char run_dir[256];
     char socket_path[108]; /* sun_path's size */

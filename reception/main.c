@@ -25,6 +25,7 @@
 #include "nessie.h"
 #include "receptionist.h"
 #include "recycler.h"
+#include "sdserver.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -88,6 +89,7 @@ static int mkdir_p(const char *dir)
 int main(int argc, char **argv)
 {
     gchar *config_path = NULL, *run_dir = NULL, *socket_path = NULL, *log_level = NULL;
+    gchar *mode = NULL;
     gint node = -1;
     gboolean show_version = FALSE;
     GOptionEntry entries[] = {
@@ -101,6 +103,9 @@ int main(int argc, char **argv)
          "Unix socket path (default <run-dir>/node<ID>.sock)", "PATH"},
         {"log-level", 'l', 0, G_OPTION_ARG_STRING, &log_level,
          "error, warn, info (default) or debug", "LEVEL"},
+        {"mode", 'm', 0, G_OPTION_ARG_STRING, &mode,
+         "Who carries out this node's clients' operations, overriding [cluster] mode: cd (this "
+         "node, one-sided), sd (each key's home node) or hy (GETs cd, writes sd)", "MODE"},
         {"version", 'V', 0, G_OPTION_ARG_NONE, &show_version, "Print the version and exit", NULL},
         {NULL, 0, 0, 0, NULL, NULL, NULL}};
     GOptionContext *oc = g_option_context_new("- the Nessie reception daemon of one node");
@@ -139,6 +144,10 @@ int main(int argc, char **argv)
     struct recep_config cfg;
     if (recep_config_load(&cfg, config_path, (uint32_t)node, run_dir, socket_path) != 0)
         goto out_config;
+    if (mode && !nessie_mode_parse(mode, &cfg.engine.mode)) {
+        log_error("reception: --mode %s: expected cd, sd or hy", mode);
+        goto out_config;
+    }
     if (mkdir_p(cfg.run_dir) != 0) {
         log_error("reception: cannot create run directory %s: %s", cfg.run_dir, strerror(errno));
         goto out_config;
@@ -166,9 +175,13 @@ int main(int argc, char **argv)
     struct recep_recycler *rec;
     if (recep_recycler_start(nd, cfg.recyclers, cfg.sweep_every_s, &rec) != 0)
         goto out_node;
+    /* Peers may ship requests as soon as this node is open: serve them before taking clients. */
+    struct recep_sdserver *sds;
+    if (recep_sdserver_start(nd, cfg.sd_servers, cfg.sd_poll, cfg.spin_us, &sds) != 0)
+        goto out_recyclers;
     struct recep_worker **workers = calloc(cfg.workers, sizeof(*workers));
     if (!workers)
-        goto out_recyclers;
+        goto out_sdservers;
     uint32_t started = 0;
     for (; started < cfg.workers; started++)
         if (recep_worker_start(nd, started, cfg.spin_us, &workers[started]) != 0)
@@ -192,9 +205,11 @@ int main(int argc, char **argv)
     } else {
         log_warn("reception: cannot write %s: %s", pidfile, strerror(errno));
     }
-    log_info("reception: node %d of %u serving on %s (%u workers, %u recyclers, arena %u bytes, "
-             "cluster \"%s\")", node, cfg.engine.nodes, cfg.socket_path, cfg.workers,
-             cfg.recyclers, cfg.arena_bytes, cfg.cluster);
+    log_info("reception: node %d of %u serving on %s (%u workers, %u recyclers, mode %s, %u sd "
+             "servers polling %s, arena %u bytes, cluster \"%s\")", node, cfg.engine.nodes,
+             cfg.socket_path, cfg.workers, cfg.recyclers, nessie_mode_name(cfg.engine.mode),
+             cfg.sd_servers, cfg.sd_poll == RECEP_SD_POLL_SPIN ? "by spinning" : "adaptively",
+             cfg.arena_bytes, cfg.cluster);
 
     int sig = 0;
     sigwait(&stopset, &sig);
@@ -209,6 +224,8 @@ out_workers:
     for (uint32_t i = started; i-- > 0;)
         recep_worker_stop(workers[i]);
     free(workers);
+out_sdservers:
+    recep_sdserver_stop(sds);
 out_recyclers:
     recep_recycler_stop(rec);
 out_node:
@@ -218,6 +235,7 @@ out_config:
     g_free(run_dir);
     g_free(socket_path);
     g_free(log_level);
+    g_free(mode);
     if (status == 0)
         log_info("reception: stopped; tables kept in shared memory");
     return status;

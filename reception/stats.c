@@ -114,6 +114,7 @@ static const char *const abort_name[NESSIE_ABORT_COUNT] = {"invalid_dte", "cas_f
 #define STAT_U(name, v) g_string_append_printf(out, "STAT %s %llu\r\n", (name), \
                                                (unsigned long long)(v))
 #define STAT_F(name, v) g_string_append_printf(out, "STAT %s %.3f\r\n", (name), (double)(v))
+#define STAT_S(name, v) g_string_append_printf(out, "STAT %s %s\r\n", (name), (v))
 
 static double per(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
@@ -226,6 +227,14 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_takeovers", c.takeovers);
     STAT_U("nessie_evict_skipped", c.evict_skipped);
     STAT_U("nessie_moves_undone", c.moves_undone);
+    /* Server-driven execution: what this node's clients shipped, and what it ran for peers. */
+    STAT_S("nessie_mode", nessie_mode_name(cfg->mode));
+    STAT_U("nessie_sd_shipped_get", c.sd_shipped[NESSIE_OPK_GET]);
+    STAT_U("nessie_sd_shipped_put", c.sd_shipped[NESSIE_OPK_PUT]);
+    STAT_U("nessie_sd_shipped_delete", c.sd_shipped[NESSIE_OPK_DELETE]);
+    STAT_U("nessie_sd_no_reply", c.sd_no_reply);
+    STAT_U("nessie_sd_served", c.sd_served);
+    STAT_U("nessie_sd_dropped", c.sd_dropped);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

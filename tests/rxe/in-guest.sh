@@ -10,12 +10,17 @@
 #   evict    nessie-stress --check with more keys than the data regions hold: the evictions
 #            (DELETEs over verbs; a few hundred in 20000 operations) are in the checked history,
 #            and the readers' access records are posted WRITEs nobody waits for
+#   sd       the server-driven modes (issue 16): nessie-stress --check --mode mixed (each
+#            operation picks cd, sd or hy: requests and replies cross rxe0 as WRITEs into the
+#            peers' rings while client-driven operations run on the same keys), then --mode sd
+#            while a random node is killed and restarted every 3 s
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
-# EVICT_OPS (default 20000), RXE_STEPS (default "fabric stress crash dead evict shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# EVICT_OPS (default 20000), SD_OPS (default 20000), RXE_STEPS (default "fabric stress crash
+# dead evict sd shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -80,6 +85,15 @@ evict() {
         --expiration-ms 100 --check --quiet
 }
 
+sd() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7500 --nodes 3 --threads 2 \
+        --keys 64 --index-slots 32 --ops "${SD_OPS:-20000}" --expiration-ms 100 --mode mixed \
+        --check --quiet &&
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7520 --nodes 3 --threads 2 \
+        --keys 64 --index-slots 32 --ops "${CRASH_OPS:-8000}" --expiration-ms 100 --mode sd \
+        --crash-every 3000 --check --quiet
+}
+
 shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
@@ -122,7 +136,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead evict shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead evict sd shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"

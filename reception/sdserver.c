@@ -1,0 +1,117 @@
+/*
+ * sdserver.c - the daemon's server-driven threads (sdserver.h).
+ */
+#include "sdserver.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+/* An adaptive server that found nothing sleeps this long at first, doubling up to the cap: an
+ * idle daemon wakes about 5000 times a second at the cap, and a request that arrives during a
+ * sleep waits at most the cap. The paper's servers spin instead (sd_poll = spin). */
+#define SD_NAP_MIN_NS 2000
+#define SD_NAP_MAX_NS 200000
+
+struct sd_thread {
+    struct recep_sdserver *owner;
+    struct nessie_ctx *ctx;
+    pthread_t thread;
+    uint32_t index;
+    bool started;
+};
+
+struct recep_sdserver {
+    _Atomic int stop;
+    enum recep_sd_poll poll;
+    uint64_t spin_ns;
+    uint32_t n;
+    struct sd_thread *t;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void *sdserver_main(void *arg)
+{
+    struct sd_thread *t = arg;
+    struct recep_sdserver *s = t->owner;
+    uint64_t last_work = now_ns(), nap = SD_NAP_MIN_NS;
+    while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
+        if (nessie_sd_serve(t->ctx, t->index, s->n)) {
+            last_work = 0;
+            nap = SD_NAP_MIN_NS;
+            continue;
+        }
+        if (s->poll == RECEP_SD_POLL_SPIN) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        uint64_t now = now_ns();
+        if (last_work == 0)
+            last_work = now;
+        if (now - last_work < s->spin_ns) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        struct timespec ts = {0, (long)nap};
+        nanosleep(&ts, NULL);
+        nap = nap * 2 > SD_NAP_MAX_NS ? SD_NAP_MAX_NS : nap * 2;
+    }
+    return NULL;
+}
+
+int recep_sdserver_start(struct nessie_node *node, uint32_t n, enum recep_sd_poll poll,
+                         uint32_t spin_us, struct recep_sdserver **out)
+{
+    struct recep_sdserver *s = calloc(1, sizeof(*s));
+    if (!s || !(s->t = calloc(n, sizeof(*s->t)))) {
+        free(s);
+        log_error("sd server: out of memory");
+        return -1;
+    }
+    s->n = n;
+    s->poll = poll;
+    s->spin_ns = (uint64_t)spin_us * 1000;
+    for (uint32_t i = 0; i < n; i++) {
+        struct sd_thread *t = &s->t[i];
+        t->owner = s;
+        t->index = i;
+        if (nessie_ctx_create(node, &t->ctx) != NESSIE_OK) {
+            log_error("sd server %u: cannot create an engine context", i);
+            recep_sdserver_stop(s);
+            return -1;
+        }
+        int rc = pthread_create(&t->thread, NULL, sdserver_main, t);
+        if (rc != 0) {
+            log_error("sd server %u: pthread_create: %s", i, strerror(rc));
+            recep_sdserver_stop(s);
+            return -1;
+        }
+        t->started = true;
+    }
+    *out = s;
+    return 0;
+}
+
+void recep_sdserver_stop(struct recep_sdserver *s)
+{
+    if (!s)
+        return;
+    atomic_store_explicit(&s->stop, 1, memory_order_release);
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (s->t[i].started)
+            pthread_join(s->t[i].thread, NULL);
+        nessie_ctx_destroy(s->t[i].ctx);
+    }
+    free(s->t);
+    free(s);
+}
