@@ -50,7 +50,7 @@ void nessie_config_defaults(struct nessie_config *cfg)
     cfg->mode = NESSIE_MODE_CD;
     /* A ring slot per request a node has in flight to one home node: the daemon's workers (a
      * handful) each have one call at a time, and more slots only cost MSG region memory. */
-    cfg->sd_slots = 8;
+    cfg->sd_slots = 4;
 }
 
 uint64_t nessie_mono_ns(void)

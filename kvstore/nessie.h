@@ -81,7 +81,7 @@ struct nessie_config {
         NESSIE_MODE_SD,     /* server-driven: shipped to the key's home node (NessieSD) */
         NESSIE_MODE_HY,     /* hybrid: GETs client-driven, writes shipped (NessieHY) */
     } mode;
-    /* Requests one node may have in flight to one home node at once (1..64, default 8): the
+    /* Requests one node may have in flight to one home node at once (1..64, default 4): the
      * slots of its request ring there. Each slot holds a request and its reply inline, so the
      * MSG region costs 2 x nodes x sd_slots x (max item, at most 1 MiB) bytes per node. */
     uint32_t sd_slots;
