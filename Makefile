@@ -78,7 +78,7 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick rxe-selftest \
+.PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick bench-modes rxe-selftest \
 	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
@@ -200,6 +200,11 @@ bench-quick: deps
 # old design must fail.
 model: deps
 	@model/run.sh
+
+# bench-modes: the client-driven design against the server-driven and hybrid ones (issue 16).
+bench-modes: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/modes.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all

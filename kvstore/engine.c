@@ -150,7 +150,7 @@ static int check_config(const struct nessie_config *c)
         why = "expiration period must be positive";
     else if (c->sd_slots == 0 || c->sd_slots > 64)
         why = "sd_slots must be 1..64";
-    else if ((unsigned)c->mode > NESSIE_MODE_HY)
+    else if ((unsigned)c->mode > NESSIE_MODE_AUTO)
         why = "unknown mode";
     if (why)
         log_error("engine: bad configuration: %s", why);

@@ -169,6 +169,17 @@ void sd_close(struct nessie_node *nd);
 bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_len,
               size_t value_len, uint32_t *home);
 
+/* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD, which the
+ * caller runs it in), then, once it ended, teach the selector how long it took. */
+struct sd_choice {
+    struct sd_est *est; /* NULL: nothing to learn (the key's home is this node) */
+    int way;            /* 0 cd, 1 sd */
+    uint64_t t0;
+};
+enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,
+                                size_t key_len, size_t value_len, struct sd_choice *ch);
+void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch);
+
 /* Carry out a GET at its home node. Returns its outcome (as nessie_get_into), or -1 when the
  * value turned out larger than a slot: the caller then runs the GET itself. */
 int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_len, void *buf,

@@ -80,6 +80,7 @@ struct nessie_config {
         NESSIE_MODE_CD = 0, /* client-driven: the calling node, one-sided (the paper's Nessie) */
         NESSIE_MODE_SD,     /* server-driven: shipped to the key's home node (NessieSD) */
         NESSIE_MODE_HY,     /* hybrid: GETs client-driven, writes shipped (NessieHY) */
+        NESSIE_MODE_AUTO,   /* per operation, the way that has lately been faster (sd.c) */
     } mode;
     /* Requests one node may have in flight to one home node at once (1..64, default 4): the
      * slots of its request ring there. Each slot holds a request and its reply inline, so the
@@ -153,6 +154,7 @@ struct nessie_counters {
     uint64_t sd_no_reply;         /* ... whose reply did not come in time (TIMEOUT) */
     uint64_t sd_served;           /* requests this node executed for its peers */
     uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
+    uint64_t sd_auto[2];          /* mode auto's choices: [0] client-driven, [1] shipped */
     uint64_t sd_queue_ns;         /* served requests' waits in the ring, summed (ns) */
 };
 
@@ -253,7 +255,15 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
  */
 void nessie_ctx_set_mode(struct nessie_ctx *ctx, enum nessie_mode mode);
 enum nessie_mode nessie_ctx_mode(const struct nessie_ctx *ctx);
-/* "cd", "sd", "hy"; parse returns false on anything else. */
+/* "cd", "sd", "hy", "auto"; parse returns false on anything else.
+ *
+ * Mode auto is Cell's locality selector (its section 4.2) for Nessie: per home node, kind of
+ * operation (GET, write) and size of value, the node keeps a moving average of how long the
+ * calls of each way took (measured by the caller: a home node whose server thread is starved
+ * of CPU cannot measure its own delay), runs each call the way whose average is lower, and
+ * explores the other way with a small probability, and whenever its average is older than
+ * 100 ms, so it follows a change of load on either side within a second. Keys at home on the
+ * calling node, and multi-gets, run client-driven. */
 const char *nessie_mode_name(enum nessie_mode mode);
 bool nessie_mode_parse(const char *s, enum nessie_mode *out);
 

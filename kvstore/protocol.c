@@ -824,6 +824,20 @@ static int check_key(const void *key, size_t klen)
     return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
 }
 
+/* Mode auto (sd.c): the selector picks the way of this call; `call`, the public function
+ * itself, runs in that mode, and the selector learns how long it took. */
+#define AUTO_RUN(ctx, write, key, klen, vlen, call)                                      \
+    do {                                                                                 \
+        if ((ctx)->mode == NESSIE_MODE_AUTO) {                                           \
+            struct sd_choice ch_;                                                        \
+            (ctx)->mode = sd_auto_choose((ctx), (write), (key), (klen), (vlen), &ch_);   \
+            int rc_ = (call);                                                            \
+            (ctx)->mode = NESSIE_MODE_AUTO;                                              \
+            sd_auto_learn((ctx), &ch_);                                                  \
+            return rc_;                                                                  \
+        }                                                                                \
+    } while (0)
+
 int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
 {
     return nessie_get_into(ctx, key, key_len, NULL, 0, out);
@@ -836,6 +850,7 @@ int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, voi
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    AUTO_RUN(ctx, false, key, key_len, 0, nessie_get_into(ctx, key, key_len, buf, cap, out));
     uint32_t home;
     if (sd_route(ctx, false, key, key_len, 0, &home)) {
         int rc = sd_get(ctx, home, key, key_len, buf, cap, out);
@@ -1981,6 +1996,9 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
         return NESSIE_BAD_KEY;
     if (dte_size((uint32_t)key_len, 0) + value_len > ctx->node->cfg.max_item_size)
         return NESSIE_TOO_BIG;
+    AUTO_RUN(ctx, true, key, key_len, value_len,
+             nessie_store(ctx, mode, key, key_len, value, value_len, flags, exptime, cas,
+                          version_out));
     uint32_t home;
     if (sd_route(ctx, true, key, key_len, value_len, &home)) {
         struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode, .value_len = (uint32_t)value_len,
@@ -2001,6 +2019,7 @@ int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    AUTO_RUN(ctx, true, key, key_len, 0, nessie_delete(ctx, key, key_len));
     uint32_t home;
     if (sd_route(ctx, true, key, key_len, 0, &home)) {
         struct sd_req rq = {.op = SD_OP_DELETE};
@@ -2017,6 +2036,8 @@ int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool i
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    AUTO_RUN(ctx, true, key, key_len, 0,
+             nessie_arith(ctx, key, key_len, incr, delta, result, version_out));
     uint32_t home;
     if (sd_route(ctx, true, key, key_len, 0, &home)) {
         struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta};
@@ -2039,6 +2060,7 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    AUTO_RUN(ctx, true, key, key_len, 0, nessie_touch(ctx, key, key_len, exptime));
     uint32_t home;
     if (sd_route(ctx, true, key, key_len, 0, &home)) {
         struct sd_req rq = {.op = SD_OP_TOUCH, .exptime = exptime};

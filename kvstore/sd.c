@@ -32,6 +32,7 @@
 #include <zlib.h>
 
 #include "engine_int.h"
+#include "hash.h"
 #include "log.h"
 
 /* A request that stays torn, or fails its checksum, this long is garbage, not a WRITE still
@@ -49,6 +50,26 @@
 #define SD_WAIT_SPIN 256
 #define SD_WAIT_YIELD_NS (50 * 1000)
 #define SD_WAIT_SLEEP_MAX_US 200
+
+/* Mode auto (nessie.h): Cell's selector. Its moving averages weigh a new sample 1/8 (about the
+ * last 20 calls count); a sample is capped at 8 times the average, so one call descheduled for
+ * a long time does not flip the choice (Cell discards samples beyond 3 sigma), while a lasting
+ * change still wins within a few calls. Each call explores the way estimated worse with
+ * probability 1/64 (Cell: 1 %), and any call does when that way's average is older than
+ * AUTO_STALE_MS, which keeps both averages fresh at low rates too. */
+#define AUTO_SHIFT 3
+#define AUTO_CAP 8
+#define AUTO_EXPLORE 64
+#define AUTO_STALE_MS 100
+/* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
+ * crossover between the ways lies between 8 and 16 KiB). A GET's size is unknown before it
+ * runs, so GETs share one set per home node. */
+#define AUTO_BUCKETS 3
+
+struct sd_est {
+    _Atomic uint64_t ns[2];    /* moving average of a call's time, [0] cd, [1] sd; 0: none yet */
+    _Atomic uint64_t at_ms[2]; /* when it was last updated or explored (this node's clock) */
+};
 
 /* One requester slot's state, touched only by the thread holding the slot. */
 struct sd_out {
@@ -73,6 +94,9 @@ struct sd_state {
     _Atomic uint64_t *free;
     struct sd_out *out;         /* [home * slots + s] */
     struct sd_in *in;           /* [requester * slots + s] */
+    /* Mode auto's averages, [(home * 2 + write) * AUTO_BUCKETS + bucket]; shared by every
+     * context of the node (relaxed: a lost update loses one sample). */
+    struct sd_est *est;
     _Atomic uint64_t drop_logged_ns; /* rate limit of the garbage warning */
 };
 
@@ -102,8 +126,9 @@ int sd_open(struct nessie_node *nd)
     st->free = calloc(st->nodes, sizeof(*st->free));
     st->out = calloc((size_t)st->nodes * st->slots, sizeof(*st->out));
     st->in = calloc((size_t)st->nodes * st->slots, sizeof(*st->in));
+    st->est = calloc((size_t)st->nodes * 2 * AUTO_BUCKETS, sizeof(*st->est));
     nd->sd = st;
-    if (!st->free || !st->out || !st->in)
+    if (!st->free || !st->out || !st->in || !st->est)
         return NESSIE_NO_MEMORY; /* the caller closes the node, and sd_close frees these */
     uint64_t all = st->slots == 64 ? UINT64_MAX : (1ULL << st->slots) - 1;
     for (uint32_t h = 0; h < st->nodes; h++)
@@ -127,29 +152,31 @@ void sd_close(struct nessie_node *nd)
     free(st->free);
     free(st->out);
     free(st->in);
+    free(st->est);
     free(st);
     nd->sd = NULL;
 }
 
 void nessie_ctx_set_mode(struct nessie_ctx *ctx, enum nessie_mode mode)
 {
-    if ((unsigned)mode <= NESSIE_MODE_HY)
+    if ((unsigned)mode <= NESSIE_MODE_AUTO)
         ctx->mode = mode;
 }
 
 enum nessie_mode nessie_ctx_mode(const struct nessie_ctx *ctx) { return ctx->mode; }
 
 static const char *const mode_names[] = {
-    [NESSIE_MODE_CD] = "cd", [NESSIE_MODE_SD] = "sd", [NESSIE_MODE_HY] = "hy"};
+    [NESSIE_MODE_CD] = "cd", [NESSIE_MODE_SD] = "sd", [NESSIE_MODE_HY] = "hy",
+    [NESSIE_MODE_AUTO] = "auto"};
 
 const char *nessie_mode_name(enum nessie_mode mode)
 {
-    return (unsigned)mode <= NESSIE_MODE_HY ? mode_names[mode] : "unknown";
+    return (unsigned)mode <= NESSIE_MODE_AUTO ? mode_names[mode] : "unknown";
 }
 
 bool nessie_mode_parse(const char *s, enum nessie_mode *out)
 {
-    for (unsigned m = 0; s && m <= NESSIE_MODE_HY; m++)
+    for (unsigned m = 0; s && m <= NESSIE_MODE_AUTO; m++)
         if (strcmp(s, mode_names[m]) == 0) {
             *out = (enum nessie_mode)m;
             return true;
@@ -160,7 +187,9 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out)
 bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_len,
               size_t value_len, uint32_t *home)
 {
-    if (ctx->mode == NESSIE_MODE_CD || (ctx->mode == NESSIE_MODE_HY && !write))
+    /* (Mode auto has chosen cd or sd before a call gets here: sd_auto_choose.) */
+    if (ctx->mode == NESSIE_MODE_CD || ctx->mode == NESSIE_MODE_AUTO ||
+        (ctx->mode == NESSIE_MODE_HY && !write))
         return false;
     struct nessie_node *nd = ctx->node;
     uint64_t pos[NESSIE_MAX_WAYS];
@@ -171,6 +200,61 @@ bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_le
         return false;
     *home = h;
     return true;
+}
+
+static uint64_t now_ms(void) { return nessie_mono_ns() / 1000000ULL; }
+
+enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,
+                                size_t key_len, size_t value_len, struct sd_choice *ch)
+{
+    struct nessie_node *nd = ctx->node;
+    struct sd_state *st = nd->sd;
+    ch->est = NULL;
+    ch->t0 = nessie_mono_ns();
+    uint64_t pos[NESSIE_MAX_WAYS];
+    nessie_key_positions(nd, key, key_len, pos);
+    uint32_t home = (uint32_t)(pos[0] / nd->cfg.index_slots);
+    if (home == nd->cfg.self || key_len + value_len > slot_payload(st))
+        return NESSIE_MODE_CD; /* nothing to choose: nothing to learn */
+    uint32_t bucket = !write ? 0 : value_len <= 1024 ? 0 : value_len <= 16384 ? 1 : 2;
+    struct sd_est *e = &st->est[((size_t)home * 2 + write) * AUTO_BUCKETS + bucket];
+    uint64_t cd = atomic_load_explicit(&e->ns[0], memory_order_relaxed);
+    uint64_t sd = atomic_load_explicit(&e->ns[1], memory_order_relaxed);
+    int best = sd < cd ? 1 : 0, way = best;
+    if (cd == 0 || sd == 0) {
+        way = cd == 0 ? 0 : 1; /* a way never measured is tried first */
+    } else {
+        /* Explore the other way now and then, and when its average has gone stale; the
+         * timestamp is claimed by CAS, so one call per period explores, not every thread. */
+        uint64_t now = now_ms();
+        uint64_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
+        if ((now - at >= AUTO_STALE_MS &&
+             atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
+                                                     memory_order_relaxed, memory_order_relaxed)) ||
+            hash_xorshift(&ctx->rng) % AUTO_EXPLORE == 0)
+            way = !best;
+    }
+    ch->est = e;
+    ch->way = way;
+    CTR_ADD(ctx->ctr.sd_auto[way], 1);
+    return way ? NESSIE_MODE_SD : NESSIE_MODE_CD;
+}
+
+void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
+{
+    (void)ctx;
+    if (!ch->est)
+        return;
+    uint64_t s = nessie_mono_ns() - ch->t0;
+    if (s == 0)
+        s = 1;
+    _Atomic uint64_t *avg = &ch->est->ns[ch->way];
+    uint64_t a = atomic_load_explicit(avg, memory_order_relaxed);
+    if (a && s > a * AUTO_CAP)
+        s = a * AUTO_CAP;
+    uint64_t next = a ? a - (a >> AUTO_SHIFT) + (s >> AUTO_SHIFT) : s;
+    atomic_store_explicit(avg, next ? next : 1, memory_order_relaxed);
+    atomic_store_explicit(&ch->est->at_ms[ch->way], now_ms(), memory_order_relaxed);
 }
 
 /* Ensure ctx's message buffers exist (a slot each). Returns false on out of memory. */

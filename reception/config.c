@@ -254,7 +254,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
         return -1;
     }
     if (!nessie_mode_parse(mode_s, &e->mode)) {
-        log_error("config %s: [cluster] mode = \"%s\": expected cd, sd or hy", p, mode_s);
+        log_error("config %s: [cluster] mode = \"%s\": expected cd, sd, hy or auto", p, mode_s);
         return -1;
     }
     if (strcmp(poll_s, "adaptive") == 0) {

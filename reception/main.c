@@ -105,7 +105,8 @@ int main(int argc, char **argv)
          "error, warn, info (default) or debug", "LEVEL"},
         {"mode", 'm', 0, G_OPTION_ARG_STRING, &mode,
          "Who carries out this node's clients' operations, overriding [cluster] mode: cd (this "
-         "node, one-sided), sd (each key's home node) or hy (GETs cd, writes sd)", "MODE"},
+         "node, one-sided), sd (each key's home node), hy (GETs cd, writes sd) or auto (per "
+         "operation, the way lately faster)", "MODE"},
         {"version", 'V', 0, G_OPTION_ARG_NONE, &show_version, "Print the version and exit", NULL},
         {NULL, 0, 0, 0, NULL, NULL, NULL}};
     GOptionContext *oc = g_option_context_new("- the Nessie reception daemon of one node");
@@ -145,7 +146,7 @@ int main(int argc, char **argv)
     if (recep_config_load(&cfg, config_path, (uint32_t)node, run_dir, socket_path) != 0)
         goto out_config;
     if (mode && !nessie_mode_parse(mode, &cfg.engine.mode)) {
-        log_error("reception: --mode %s: expected cd, sd or hy", mode);
+        log_error("reception: --mode %s: expected cd, sd, hy or auto", mode);
         goto out_config;
     }
     if (mkdir_p(cfg.run_dir) != 0) {

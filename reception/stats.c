@@ -235,6 +235,8 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_sd_no_reply", c.sd_no_reply);
     STAT_U("nessie_sd_served", c.sd_served);
     STAT_U("nessie_sd_dropped", c.sd_dropped);
+    STAT_U("nessie_sd_auto_cd", c.sd_auto[0]);
+    STAT_U("nessie_sd_auto_sd", c.sd_auto[1]);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

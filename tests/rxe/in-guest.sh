@@ -11,7 +11,7 @@
 #            (DELETEs over verbs; a few hundred in 20000 operations) are in the checked history,
 #            and the readers' access records are posted WRITEs nobody waits for
 #   sd       the server-driven modes (issue 16): nessie-stress --check --mode mixed (each
-#            operation picks cd, sd or hy: requests and replies cross rxe0 as WRITEs into the
+#            operation picks cd, sd, hy or auto: requests and replies cross rxe0 as WRITEs into the
 #            peers' rings while client-driven operations run on the same keys), then --mode sd
 #            while a random node is killed and restarted every 3 s
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients

@@ -72,7 +72,7 @@ static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
 /* --mode: who carries out the operations (nessie.h, enum nessie_mode); mixed: each operation
- * picks cd, sd or hy at random, so shipped and client-driven operations meet on every key. */
+ * picks cd, sd, hy or auto at random, so shipped and client-driven operations meet on every key. */
 static enum nessie_mode run_mode = NESSIE_MODE_CD;
 static bool run_mixed;
 static gint opt_port_base = 7400;
@@ -120,7 +120,8 @@ static GOptionEntry entries[] = {
      "verbs: node N listens on port PORT+N (default 7400)", "PORT"},
     {"mode", 0, 0, G_OPTION_ARG_STRING, &opt_mode,
      "who carries out operations: cd (default: the calling node), sd (the key's home node), hy "
-     "(GETs cd, writes sd), or mixed (each operation picks one at random)", "M"},
+     "(GETs cd, writes sd), auto (the selector), or mixed (each operation picks one of those at "
+     "random)", "M"},
     {"dump", 0, 0, G_OPTION_ARG_FILENAME, &opt_dump,
      "write the history of every key that fails the check to DIR/key-NNN.txt", "DIR"},
     G_OPTION_ENTRY_NULL,
@@ -355,7 +356,7 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
     uint64_t version = 0;
     int rc;
     if (run_mixed)
-        nessie_ctx_set_mode(ctx, (enum nessie_mode)(rnd(w) % 3));
+        nessie_ctx_set_mode(ctx, (enum nessie_mode)(rnd(w) % 4));
     e->call_ns = mono_ns();
     switch (e->op) {
     case LC_GET:
@@ -898,7 +899,7 @@ int main(int argc, char **argv)
     if (opt_mode && strcmp(opt_mode, "mixed") == 0) {
         run_mixed = true;
     } else if (opt_mode && !nessie_mode_parse(opt_mode, &run_mode)) {
-        fprintf(stderr, "nessie-stress: --mode must be cd, sd, hy or mixed\n");
+        fprintf(stderr, "nessie-stress: --mode must be cd, sd, hy, auto or mixed\n");
         return 2;
     }
     if (opt_stall_ms == 0)

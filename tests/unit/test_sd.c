@@ -380,6 +380,70 @@ static void test_silent_home_times_out_then_serves(void **state)
     expect_item(C.ctx[1], k, "back");
 }
 
+/* The selector's world, changed by the test: node 0's one-sided READs (a client-driven GET's
+ * reads) or its WRITEs of requests (a shipped call's) are made slow, as a busy NIC or a starved
+ * home node would make them. Small WRITEs (access records, poisonings) pass. */
+static _Atomic int slow_what; /* 0 nothing, FAB_OP_READ, FAB_OP_WRITE */
+
+static enum fab_fault slow_fault(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user;
+    (void)ep;
+    int what = atomic_load(&slow_what);
+    if (what && (int)wr->opcode == what && (what == FAB_OP_READ || wr->length > 64))
+        usleep(2000);
+    return FAB_FAULT_NONE;
+}
+
+/* GETs in mode auto until n of the last 100 went the way `sd` says (true: shipped), or 3000
+ * calls; returns how many calls that took. */
+static int gets_until(struct nessie_ctx *ctx, const char *key, bool sd, int n)
+{
+    uint64_t ways[100][2];
+    for (int i = 0; i < 3000; i++) {
+        const struct nessie_counters *c = nessie_ctx_counters(ctx);
+        ways[i % 100][0] = c->sd_auto[0];
+        ways[i % 100][1] = c->sd_auto[1];
+        struct nessie_item it;
+        assert_int_equal(nessie_get(ctx, key, strlen(key), &it), NESSIE_OK);
+        if (i >= 100 && (int)(c->sd_auto[sd] - ways[(i + 1) % 100][sd]) >= n)
+            return i;
+    }
+    return -1;
+}
+
+/* Mode auto follows the load: with client-driven reads slowed it ships GETs, with shipped
+ * requests slowed instead it reads them itself again, each within a few hundred calls. */
+static void test_auto_follows_the_faster_way(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *au = C.ctx[0];
+    nessie_ctx_set_mode(au, NESSIE_MODE_AUTO);
+    assert_string_equal(nessie_mode_name(nessie_ctx_mode(au)), "auto");
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    assert_int_equal(nessie_store(au, NESSIE_SET, k, strlen(k), "auto", 4, 0, 0, 0, NULL), NESSIE_OK);
+    fab_set_fault(nessie_node_fabric(C.node[0]), slow_fault, NULL);
+
+    atomic_store(&slow_what, FAB_OP_READ);
+    int took = gets_until(au, k, true, 90);
+    printf("reads slowed: 90 of the last 100 GETs shipped after %d calls\n", took);
+    assert_true(took >= 0);
+    atomic_store(&slow_what, FAB_OP_WRITE);
+    took = gets_until(au, k, false, 90);
+    printf("requests slowed: 90 of the last 100 GETs client-driven after %d calls\n", took);
+    assert_true(took >= 0);
+    atomic_store(&slow_what, 0);
+    fab_set_fault(nessie_node_fabric(C.node[0]), NULL, NULL);
+    /* A key at home here never asks the selector. */
+    char own[32];
+    key_homed(own, sizeof(own), 0, 0);
+    uint64_t asked = nessie_ctx_counters(au)->sd_auto[0] + nessie_ctx_counters(au)->sd_auto[1];
+    assert_int_equal(nessie_store(au, NESSIE_SET, own, strlen(own), "x", 1, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(nessie_ctx_counters(au)->sd_auto[0] + nessie_ctx_counters(au)->sd_auto[1], asked);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +451,7 @@ int main(void)
         cmocka_unit_test_teardown(test_hybrid_ships_writes_only, teardown),
         cmocka_unit_test_teardown(test_garbage_in_the_ring_is_dropped, teardown),
         cmocka_unit_test_teardown(test_silent_home_times_out_then_serves, teardown),
+        cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

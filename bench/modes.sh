@@ -1,0 +1,98 @@
+#!/bin/sh
+# bench/modes.sh - `make bench-modes`: the paper's comparisons of the client-driven design (cd)
+# with the server-driven (sd, NessieSD) and hybrid (hy, NessieHY) ones (section 6), and the
+# selector between them (auto), with memcached beside them, in one run and with the same loadgen
+# binary, in under five minutes.
+#
+# A 3-node cluster (shm fabric) restarted in each mode; one client thread through the shim on
+# node 0, so two keys in three live on a peer: cd reaches them one-sided, sd ships the operation
+# to the key's home node (its SD server polls adaptively, the daemon default), hy ships writes.
+# Scenarios, each closed loop unless said: small (256 B, 90 % GETs, 10000 keys), base (16 KiB, 90 %
+# GETs), low (16 KiB at LOW_PCT % of memcached's base ops/s, open loop: CPU per op), contended
+# (16 KiB with BURNERS CPU burners), large_put (128 KiB, 50 % GETs, 1000 keys). Prints the ratio
+# lines of issue 16 (auto_vs_best: the lowest, over small, base, contended and large_put, of
+# auto's goodput over the best fixed mode's) and writes modes.csv and modes.png.
+#
+# Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS)
+set -eu
+case ${1:-} in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+. "$(dirname "$0")/lib.sh"
+
+LOW_PCT=${BENCH_LOW_PCT:-20}
+BURNERS_N=${BENCH_BURNERS:-2}
+MODES="cd sd hy auto"
+bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs 10000 keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs 1000 keys; $(nproc) cpus"
+trap 'burners_stop; bench_cleanup' EXIT
+COLS_HEADER="scenario,system"
+
+# run SYSTEM SCENARIO [LOADGEN ARGS...]: one row, through memcached or the cluster as it runs.
+run() {
+    sys=$1 sc=$2
+    shift 2
+    COLS="$sc,$sys"
+    bench_log "$sc: $sys"
+    if [ "$sys" = memcached ]; then run_memcached "$sys" "$@"; else run_nessie "$sys" "$@"; fi
+}
+
+# The same scenarios, in the same order, for every system; the low-load rate comes from
+# memcached's base run, which goes first.
+scenarios() {
+    s=$1
+    run "$s" small -v 256 -n 10000 -g 0.9
+    run "$s" base -v 16384 -n 10000 -g 0.9
+    [ -n "${LOW_RATE:-}" ] || LOW_RATE=$(row_field "$LAST_ROW" ops_per_s | awk -v p="$LOW_PCT" '{ printf "%.0f", $1 * p / 100 }')
+    run "$s" low -v 16384 -n 10000 -g 0.9 -r "$LOW_RATE" --no-preload
+    burners_add "$BURNERS_N"
+    run "$s" contended -v 16384 -n 10000 -g 0.9 --no-preload
+    burners_stop
+    run "$s" large_put -v 131072 -n 1000 -g 0.5
+}
+
+mc_start
+scenarios memcached
+mc_stop
+for m in $MODES; do
+    nessie_start 3 "mode = $m"
+    scenarios "$m"
+    nessie_stop
+done
+bench_cleanup
+
+sc=$(col scenario); sy=$(col system); gp=$(col goodput_mb_s); cpu=$(col cpu_us_per_op)
+awk -F, -v sc="$sc" -v sy="$sy" -v gp="$gp" -v cpu="$cpu" -v lowpct="$LOW_PCT" -v rate="$LOW_RATE" '
+/^#/ { next }
+!hdr { hdr = 1; next }
+{ g[$sc, $sy] = $gp; c[$sc, $sy] = $cpu }
+function div(a, b) { return b > 0 ? a / b : 0 }
+END {
+    printf "%-12s %10s %10s %10s %10s %10s   (goodput MB/s; low: CPU us per op at %s ops/s, %s %% load)\n", "scenario", "memcached", "cd", "sd", "hy", "auto", rate, lowpct
+    n = split("small base contended large_put", s, " ")
+    worst = -1
+    for (i = 1; i <= n; i++) {
+        printf "%-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", s[i], g[s[i], "memcached"], g[s[i], "cd"], g[s[i], "sd"], g[s[i], "hy"], g[s[i], "auto"]
+        best = g[s[i], "cd"]
+        if (g[s[i], "sd"] > best) best = g[s[i], "sd"]
+        if (g[s[i], "hy"] > best) best = g[s[i], "hy"]
+        r = div(g[s[i], "auto"], best)
+        if (worst < 0 || r < worst) worst = r
+    }
+    printf "%-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "low (CPU)", c["low", "memcached"], c["low", "cd"], c["low", "sd"], c["low", "hy"], c["low", "auto"]
+    printf "ratio contended_cd_vs_sd %.2f\n", div(g["contended", "cd"], g["contended", "sd"])
+    printf "ratio large_put_cd_vs_sd %.2f\n", div(g["large_put", "cd"], g["large_put", "sd"])
+    printf "ratio low_load_cpu_sd_vs_cd %.2f\n", div(c["low", "sd"], c["low", "cd"])
+    printf "ratio small_sd_vs_cd %.2f\n", div(g["small", "sd"], g["small", "cd"])
+    printf "ratio auto_vs_best %.2f\n", worst
+}' "$CSV" | tee "$OUT/summary.txt"
+
+plot modes <<EOF2
+set multiplot layout 1,2 title 'cd, sd, hy and memcached: 1 client thread, 3 nodes, $(nproc) cpus (paper figures 4, 5, 14)'
+set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1
+set boxwidth 0.9; set xtics rotate by -20
+set title 'goodput (MB/s, log)'; set logscale y; set ylabel 'MB/s'
+plot for [s in "memcached cd sd hy auto"] '$CSV' using (strcol($sy) eq s && strcol($sc) ne 'low' ? \$$gp : NaN):xtic(strcol($sy) eq 'memcached' && strcol($sc) ne 'low' ? strcol($sc) : '') title s
+unset logscale y
+set title 'CPU us per operation (all processes)'; set ylabel 'us'
+plot for [s in "memcached cd sd hy auto"] '$CSV' using (strcol($sy) eq s ? \$$cpu : NaN):xtic(strcol($sy) eq 'memcached' ? strcol($sc) : '') title s
+unset multiplot
+EOF2
+bench_end
