@@ -13,15 +13,18 @@
 # lines of issue 16 (auto_vs_best: the lowest, over small, base, contended and large_put, of
 # auto's goodput over the best fixed mode's) and writes modes.csv and modes.png.
 #
-# Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS)
+# Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS,
+#        BENCH_KEYS (10000), BENCH_LARGE_KEYS (1000))
 set -eu
-case ${1:-} in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 . "$(dirname "$0")/lib.sh"
 
 LOW_PCT=${BENCH_LOW_PCT:-20}
 BURNERS_N=${BENCH_BURNERS:-2}
+KEYS=${BENCH_KEYS:-10000}
+LARGE_KEYS=${BENCH_LARGE_KEYS:-1000}
 MODES="cd sd hy auto"
-bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs 10000 keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs 1000 keys; $(nproc) cpus"
+bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; $(nproc) cpus"
 trap 'burners_stop; bench_cleanup' EXIT
 COLS_HEADER="scenario,system"
 
@@ -38,14 +41,14 @@ run() {
 # memcached's base run, which goes first.
 scenarios() {
     s=$1
-    run "$s" small -v 256 -n 10000 -g 0.9
-    run "$s" base -v 16384 -n 10000 -g 0.9
+    run "$s" small -v 256 -n "$KEYS" -g 0.9
+    run "$s" base -v 16384 -n "$KEYS" -g 0.9
     [ -n "${LOW_RATE:-}" ] || LOW_RATE=$(row_field "$LAST_ROW" ops_per_s | awk -v p="$LOW_PCT" '{ printf "%.0f", $1 * p / 100 }')
-    run "$s" low -v 16384 -n 10000 -g 0.9 -r "$LOW_RATE" --no-preload
+    run "$s" low -v 16384 -n "$KEYS" -g 0.9 -r "$LOW_RATE" --no-preload
     burners_add "$BURNERS_N"
-    run "$s" contended -v 16384 -n 10000 -g 0.9 --no-preload
+    run "$s" contended -v 16384 -n "$KEYS" -g 0.9 --no-preload
     burners_stop
-    run "$s" large_put -v 131072 -n 1000 -g 0.5
+    run "$s" large_put -v 131072 -n "$LARGE_KEYS" -g 0.5
 }
 
 mc_start

@@ -76,6 +76,8 @@ static int own_region_open(struct fab *fab, int region, bool *made)
     uint64_t size = fab->cfg.region_size[region];
     shm_name(name, sizeof(name), fab->cluster, fab->cfg.self, region);
 
+    bool remade = false;
+again:
     *made = false;
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd >= 0) {
@@ -101,6 +103,15 @@ static int own_region_open(struct fab *fab, int region, bool *made)
             goto fail;
         }
         *made = true;
+    } else if ((uint64_t)st.st_size != size && region == FAB_REGION_MSG && !remade) {
+        /* The MSG region holds only messages in flight, and its size follows sd_slots and
+         * max_item_size: made again at the configured size rather than refused. */
+        log_info("fabric shm: %s has %lld bytes, the configuration %llu: made again", name,
+                 (long long)st.st_size, (unsigned long long)size);
+        close(fd);
+        shm_unlink(name);
+        remade = true;
+        goto again;
     } else if ((uint64_t)st.st_size != size) {
         log_error("fabric shm: %s exists with %lld bytes, configuration says %llu; remove it "
                   "(rm /dev/shm%s) or fix the configuration",
@@ -164,9 +175,9 @@ static int shm_open_fab(struct fab *fab, bool *created)
         free(s);
         return rc;
     }
-    *created = false;
-    for (region = 0; region < FAB_REGION_COUNT; region++)
-        *created = *created || made[region];
+    /* New tables: the index or the data region is new. A new MSG region alone (a node that ran a
+     * version without one) keeps the tables it re-attached. */
+    *created = made[FAB_REGION_INDEX] || made[FAB_REGION_DATA];
     fab->priv = s;
     return FAB_OK;
 }

@@ -255,8 +255,8 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
  * within a WRITE; neither does memcpy between processes), so a reader takes it only when the
  * header's seq and incarnation are new, the trailer repeats the seq, the checksum (zlib's crc32
  * over the header with crc = 0, then the payload) matches, and the header's seq still reads the
- * same after the copy. (incarnation, seq) only grows for a slot: a request replayed from an
- * earlier life is recognized as old.
+ * same after the copy. Within one life of the requester the seq only grows, so a request
+ * written again (a replay) is recognized as old.
  */
 #define MSG_HDR_BYTES 4096 /* reserved: what a home node publishes about its load */
 #define MSG_INLINE_MAX (1u << 20) /* largest payload a slot carries (the slot grows no further) */
@@ -264,8 +264,8 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
 enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH, SD_OP_END };
 
 struct sd_req {
-    uint64_t seq;         /* this slot's request count in the requester's incarnation (from 1) */
-    uint32_t incarnation; /* the requester's (data_hdr.incarnation): grows at every restart */
+    uint64_t seq;         /* this slot's request count in the requester's life (from 1) */
+    uint32_t incarnation; /* the requester's life: random, drawn at every start (sd.c) */
     uint32_t crc;
     uint8_t op;           /* enum sd_op */
     uint8_t sub;          /* store: enum nessie_store_mode; arith: 1 incr, 0 decr */

@@ -28,7 +28,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "engine_int.h"
@@ -88,6 +90,13 @@ struct sd_in {
 
 struct sd_state {
     uint32_t nodes, slots;
+    /* This life of the node's requester side: random, never 0, drawn at every open. Not the
+     * data header's incarnation: regions can be removed and made again independently (an
+     * operator, `nessie-cluster stop --purge` of an older version), and a counter that starts
+     * over while a peer's ring still holds the old count made every new request look like a
+     * replay of an old one (bench/modes.sh hung so). A peer takes a request of a life other than
+     * the last one it served as new; within a life, counts only grow. */
+    uint32_t life;
     uint64_t slot_bytes;
     unsigned char *msg;         /* this node's MSG region */
     /* Per home node, which of this node's slots in its ring are free (bit s). */
@@ -123,6 +132,12 @@ int sd_open(struct nessie_node *nd)
     st->slots = nd->cfg.sd_slots;
     st->slot_bytes = msg_slot_bytes(nd->cfg.max_item_size);
     st->msg = fab_local_base(nd->fab, FAB_REGION_MSG);
+    while (st->life == 0) {
+        if (getrandom(&st->life, sizeof(st->life), 0) != (ssize_t)sizeof(st->life)) {
+            uint64_t x = nessie_mono_ns() ^ nessie_real_ns() ^ ((uint64_t)getpid() << 32);
+            st->life = (uint32_t)hash_xorshift(&x);
+        }
+    }
     st->free = calloc(st->nodes, sizeof(*st->free));
     st->out = calloc((size_t)st->nodes * st->slots, sizeof(*st->out));
     st->in = calloc((size_t)st->nodes * st->slots, sizeof(*st->in));
@@ -379,7 +394,7 @@ static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool wr
     unsigned char *msg = ctx->sd_buf[0];
     struct sd_req *rq = (struct sd_req *)msg;
     rq->seq = ++out->seq;
-    rq->incarnation = (uint32_t)nd->incarnation;
+    rq->incarnation = st->life;
     rq->crc = 0;
     uint64_t tr = msg_round8(64 + plen);
     memset(msg + 64 + plen, 0, tr - 64 - plen);
@@ -610,7 +625,7 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
             continue;
         if (seq == 0 || (seq == in->bad_seq && inc == in->bad_inc && in->bad_since == 0))
             continue; /* a poisoned slot (its next request is on its way), or dropped already */
-        bool newer = inc > in->done_inc || (inc == in->done_inc && seq > in->done_seq);
+        bool newer = inc != in->done_inc || seq > in->done_seq;
         if (!newer || !req_take(ctx, r, s, inc, seq)) {
             uint64_t now = nessie_mono_ns();
             if (in->bad_seq != seq || in->bad_inc != inc) {

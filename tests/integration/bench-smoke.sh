@@ -5,7 +5,7 @@
 # checked is that each script finishes, that every loadgen run it made read back only the values
 # it wrote (loadgen exits non-zero on a wrong value, and the scripts stop on that), that the CSV
 # files have data rows, that the plots were drawn, and that bench/quick.sh ends with its
-# `ratio NAME VALUE` lines.
+# `ratio NAME VALUE` lines, as do bench/modes.sh and bench/eviction.sh.
 #
 # Environment: BUILD (default build), SAN (skipped under sanitizers: the shim's clients would
 # need the sanitizer runtime preloaded).
@@ -57,6 +57,11 @@ run contention BENCH_MAX_BURNERS=1 BENCH_VALUE=4096
 check contention contention.csv contention.png
 run cpu-cost BENCH_LOADS="10 100" BENCH_VALUE=4096
 check cpu-cost cpu-cost.csv cpu-cost.png
+run modes BENCH_KEYS=500 BENCH_LARGE_KEYS=50 BENCH_BURNERS=1
+check modes modes.csv modes.png
+for r in contended_cd_vs_sd large_put_cd_vs_sd low_load_cpu_sd_vs_cd small_sd_vs_cd auto_vs_best; do
+    grep -Eq "^ratio $r [0-9.]+$" "$out/modes.out" || { echo "bench-smoke: modes: no 'ratio $r' line"; fail=1; }
+done
 run eviction BENCH_EVICT_DATA_BYTES=2097152 BENCH_EVICT_SECONDS=2
 check eviction eviction.csv eviction.png
 for r in fill_ops zipf_hit uniform_hit get_full_vs_empty; do

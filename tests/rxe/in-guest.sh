@@ -19,7 +19,7 @@
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
-# EVICT_OPS (default 20000), SD_OPS (default 20000), RXE_STEPS (default "fabric stress crash
+# EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), RXE_STEPS (default "fabric stress crash
 # dead evict sd shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -89,8 +89,10 @@ sd() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7500 --nodes 3 --threads 2 \
         --keys 64 --index-slots 32 --ops "${SD_OPS:-20000}" --expiration-ms 100 --mode mixed \
         --check --quiet &&
+    # Each kill costs the calls shipped to the dead node a whole budget (about 6 s here) before
+    # they say TIMEOUT: fewer operations than the crash step, for the same number of kills.
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7520 --nodes 3 --threads 2 \
-        --keys 64 --index-slots 32 --ops "${CRASH_OPS:-8000}" --expiration-ms 100 --mode sd \
+        --keys 64 --index-slots 32 --ops "${SD_CRASH_OPS:-3000}" --expiration-ms 100 --mode sd \
         --crash-every 3000 --check --quiet
 }
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -380,6 +381,42 @@ static void test_silent_home_times_out_then_serves(void **state)
     expect_item(C.ctx[1], k, "back");
 }
 
+/* A requester that starts over on new tables (its index and data regions removed and made again,
+ * as `nessie-cluster stop --purge` did while it left the MSG regions behind) counts its requests
+ * from 1 again, while its home node's ring still holds the old life's higher count. Its requests
+ * must be served, not dropped as replays: they were, when a life was the data header's
+ * incarnation, which starts over with the tables (bench/modes.sh hung on its first SET). */
+static void test_requester_on_new_tables_is_served(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    nessie_ctx_set_mode(C.ctx[0], NESSIE_MODE_SD);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), "old", 3, 0, 0, 0, NULL),
+                         NESSIE_OK);
+    /* Node 0 goes away with its tables; its MSG region stays. */
+    server_stop(0);
+    nessie_ctx_destroy(C.ctx[0]);
+    struct nessie_config cfg = *nessie_node_config(C.node[0]);
+    cfg.cluster = C.name;
+    nessie_node_close(C.node[0]);
+    char name[128];
+    snprintf(name, sizeof(name), "/nessie.%s.n0.index", C.name);
+    assert_int_equal(shm_unlink(name), 0);
+    snprintf(name, sizeof(name), "/nessie.%s.n0.data", C.name);
+    assert_int_equal(shm_unlink(name), 0);
+    assert_int_equal(nessie_node_open(&cfg, &C.node[0]), NESSIE_OK);
+    assert_int_equal(nessie_ctx_create(C.node[0], &C.ctx[0]), NESSIE_OK);
+    server_start(0);
+    nessie_ctx_set_mode(C.ctx[0], NESSIE_MODE_SD);
+    assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), "new", 3, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    expect_item(C.ctx[1], k, "new");
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_dropped)), 0);
+}
+
 /* The selector's world, changed by the test: node 0's one-sided READs (a client-driven GET's
  * reads) or its WRITEs of requests (a shipped call's) are made slow, as a busy NIC or a starved
  * home node would make them. Small WRITEs (access records, poisonings) pass. */
@@ -451,6 +488,7 @@ int main(void)
         cmocka_unit_test_teardown(test_hybrid_ships_writes_only, teardown),
         cmocka_unit_test_teardown(test_garbage_in_the_ring_is_dropped, teardown),
         cmocka_unit_test_teardown(test_silent_home_times_out_then_serves, teardown),
+        cmocka_unit_test_teardown(test_requester_on_new_tables_is_served, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
