@@ -62,7 +62,8 @@ done
 bench_cleanup
 
 sc=$(col scenario); sy=$(col system); gp=$(col goodput_mb_s); cpu=$(col cpu_us_per_op)
-awk -F, -v sc="$sc" -v sy="$sy" -v gp="$gp" -v cpu="$cpu" -v lowpct="$LOW_PCT" -v rate="$LOW_RATE" '
+awk -F, -v sc="$sc" -v sy="$sy" -v gp="$gp" -v cpu="$cpu" -v lowpct="$LOW_PCT" -v rate="$LOW_RATE" \
+    -v pivot="$OUT/pivot.csv" '
 /^#/ { next }
 !hdr { hdr = 1; next }
 { g[$sc, $sy] = $gp; c[$sc, $sy] = $cpu }
@@ -80,6 +81,11 @@ END {
         if (worst < 0 || r < worst) worst = r
     }
     printf "%-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "low (CPU)", c["low", "memcached"], c["low", "cd"], c["low", "sd"], c["low", "hy"], c["low", "auto"]
+    # The table the plot draws: a row per scenario, goodput then CPU per op of each system.
+    print "scenario,memcached,cd,sd,hy,auto,cpu_memcached,cpu_cd,cpu_sd,cpu_hy,cpu_auto" > pivot
+    m = split("small base low contended large_put", t, " ")
+    for (i = 1; i <= m; i++)
+        printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", t[i], g[t[i], "memcached"], g[t[i], "cd"], g[t[i], "sd"], g[t[i], "hy"], g[t[i], "auto"], c[t[i], "memcached"], c[t[i], "cd"], c[t[i], "sd"], c[t[i], "hy"], c[t[i], "auto"] > pivot
     printf "ratio contended_cd_vs_sd %.2f\n", div(g["contended", "cd"], g["contended", "sd"])
     printf "ratio large_put_cd_vs_sd %.2f\n", div(g["large_put", "cd"], g["large_put", "sd"])
     printf "ratio low_load_cpu_sd_vs_cd %.2f\n", div(c["low", "sd"], c["low", "cd"])
@@ -88,14 +94,14 @@ END {
 }' "$CSV" | tee "$OUT/summary.txt"
 
 plot modes <<EOF2
-set multiplot layout 1,2 title 'cd, sd, hy and memcached: 1 client thread, 3 nodes, $(nproc) cpus (paper figures 4, 5, 14)'
+set multiplot layout 1,2 title 'cd, sd, hy, auto and memcached: 1 client thread, 3 nodes, $(nproc) cpus (paper figures 4, 5, 14)'
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1
-set boxwidth 0.9; set xtics rotate by -20
-set title 'goodput (MB/s, log)'; set logscale y; set ylabel 'MB/s'
-plot for [s in "memcached cd sd hy auto"] '$CSV' using (strcol($sy) eq s && strcol($sc) ne 'low' ? \$$gp : NaN):xtic(strcol($sy) eq 'memcached' && strcol($sc) ne 'low' ? strcol($sc) : '') title s
+set boxwidth 0.9; set key top left
+set title 'goodput (MB/s, log scale; low: open loop at $LOW_PCT % load)'; set logscale y; set ylabel 'MB/s'
+plot for [i=2:6] '$OUT/pivot.csv' using i:xtic(1) title columnheader(i)
 unset logscale y
-set title 'CPU us per operation (all processes)'; set ylabel 'us'
-plot for [s in "memcached cd sd hy auto"] '$CSV' using (strcol($sy) eq s ? \$$cpu : NaN):xtic(strcol($sy) eq 'memcached' ? strcol($sc) : '') title s
+set title 'CPU us per operation, all processes'; set ylabel 'us'
+plot for [i=7:11] '$OUT/pivot.csv' using i:xtic(1) title columnheader(i)
 unset multiplot
 EOF2
 bench_end

@@ -174,6 +174,7 @@ bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_le
 struct sd_choice {
     struct sd_est *est; /* NULL: nothing to learn (the key's home is this node) */
     int way;            /* 0 cd, 1 sd */
+    bool fresh;         /* the way's average was stale: the sample replaces it */
     uint64_t t0;
 };
 enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,

@@ -56,13 +56,21 @@
 /* Mode auto (nessie.h): Cell's selector. Its moving averages weigh a new sample 1/8 (about the
  * last 20 calls count); a sample is capped at 8 times the average, so one call descheduled for
  * a long time does not flip the choice (Cell discards samples beyond 3 sigma), while a lasting
- * change still wins within a few calls. Each call explores the way estimated worse with
- * probability 1/64 (Cell: 1 %), and any call does when that way's average is older than
- * AUTO_STALE_MS, which keeps both averages fresh at low rates too. */
+ * change still wins within a few calls.
+ *
+ * Exploration costs what the worse way costs, and here the ways differ by up to 40x (a cached
+ * client-driven GET takes 1-2 us, a shipped one 50 us and more, a napping server's wake-up
+ * included), so Cell's fixed 1 % would cost half the throughput (bench/modes.sh measured auto at
+ * 0.2 of cd). A call explores the worse way with probability 1 / (AUTO_EXPLORE x r), r the ratio
+ * of the averages, which spends about 1/64 of the time exploring whatever r is; and any call does
+ * once that way's average is older than AUTO_STALE_MS x r, at most AUTO_STALE_MAX_MS. A stale
+ * average is replaced by the new sample instead of blended with it (Cell drops a history that
+ * has gone quiet), so a change is followed within about a second. */
 #define AUTO_SHIFT 3
 #define AUTO_CAP 8
 #define AUTO_EXPLORE 64
 #define AUTO_STALE_MS 100
+#define AUTO_STALE_MAX_MS 1000
 /* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
  * crossover between the ways lies between 8 and 16 KiB). A GET's size is unknown before it
  * runs, so GETs share one set per home node. */
@@ -236,18 +244,25 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *
     uint64_t cd = atomic_load_explicit(&e->ns[0], memory_order_relaxed);
     uint64_t sd = atomic_load_explicit(&e->ns[1], memory_order_relaxed);
     int best = sd < cd ? 1 : 0, way = best;
+    ch->fresh = false;
     if (cd == 0 || sd == 0) {
         way = cd == 0 ? 0 : 1; /* a way never measured is tried first */
     } else {
         /* Explore the other way now and then, and when its average has gone stale; the
          * timestamp is claimed by CAS, so one call per period explores, not every thread. */
+        uint64_t r = (best ? cd : sd) / (best ? sd : cd);
+        r = r < 1 ? 1 : r > 1024 ? 1024 : r;
+        uint64_t stale = AUTO_STALE_MS * r < AUTO_STALE_MAX_MS ? AUTO_STALE_MS * r : AUTO_STALE_MAX_MS;
         uint64_t now = now_ms();
         uint64_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
-        if ((now - at >= AUTO_STALE_MS &&
-             atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
-                                                     memory_order_relaxed, memory_order_relaxed)) ||
-            hash_xorshift(&ctx->rng) % AUTO_EXPLORE == 0)
+        if (now - at >= stale &&
+            atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
+                                                    memory_order_relaxed, memory_order_relaxed)) {
             way = !best;
+            ch->fresh = true;
+        } else if (hash_xorshift(&ctx->rng) % (AUTO_EXPLORE * r) == 0) {
+            way = !best;
+        }
     }
     ch->est = e;
     ch->way = way;
@@ -264,7 +279,7 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
     if (s == 0)
         s = 1;
     _Atomic uint64_t *avg = &ch->est->ns[ch->way];
-    uint64_t a = atomic_load_explicit(avg, memory_order_relaxed);
+    uint64_t a = ch->fresh ? 0 : atomic_load_explicit(avg, memory_order_relaxed);
     if (a && s > a * AUTO_CAP)
         s = a * AUTO_CAP;
     uint64_t next = a ? a - (a >> AUTO_SHIFT) + (s >> AUTO_SHIFT) : s;
