@@ -25,7 +25,7 @@ else
 endif
 
 # Libraries by who uses them; resolved lazily (=) so `make clean` works without pkg-config.
-NESSIE_PKGS = glib-2.0 libibverbs librdmacm zlib
+NESSIE_PKGS = glib-2.0 libibverbs librdmacm libisal
 NESSIE_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(NESSIE_PKGS))
 NESSIE_LIBS   = $(shell $(PKG_CONFIG) --libs $(NESSIE_PKGS))
 TEST_PKGS = cmocka
@@ -47,7 +47,7 @@ LIBNESSIE   := $(BUILD)/libnessie.a
 RECEP_SRC := $(wildcard reception/*.c)
 RECEP_OBJ := $(RECEP_SRC:%.c=$(BUILD)/obj/%.o)
 RECEP_BIN := $(BUILD)/reception
-RECEP_PKGS = glib-2.0 libibverbs librdmacm zlib libunwind $(if $(SAN),,jemalloc)
+RECEP_PKGS = glib-2.0 libibverbs librdmacm libisal libunwind $(if $(SAN),,jemalloc)
 RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
 
 # The client side of a channel (the shim's), and the test tools built on it.

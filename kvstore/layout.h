@@ -253,7 +253,7 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
  *
  * A message arrives with one WRITE, whose bytes may land in any order (verbs promises no order
  * within a WRITE; neither does memcpy between processes), so a reader takes it only when the
- * header's seq and incarnation are new, the trailer repeats the seq, the checksum (zlib's crc32
+ * header's seq and incarnation are new, the trailer repeats the seq, the checksum (gzip's CRC-32
  * over the header with crc = 0, then the payload) matches, and the header's seq still reads the
  * same after the copy. Within one life of the requester the seq only grows, so a request
  * written again (a replay) is recognized as old.

