@@ -12,16 +12,19 @@
 #include "log.h"
 
 /* An adaptive server that found nothing sleeps this long at first, doubling up to a cap: 200 us
- * while requests came in the last SD_IDLE_NS (a request that arrives during a nap waits at most
- * that), 2 ms once the rings have been quiet longer (an idle daemon then wakes 500 times a second:
- * at the 200 us cap the three daemons of an idle local cluster used 0.16 of a core, against 0.01
- * without SD servers). No fabric can ring a doorbell on a sleeping peer (verbs would need a
- * WRITE with immediate and a completion channel), so the first request after a quiet spell waits
- * up to 2 ms. The paper's servers spin instead (sd_poll = spin). */
+ * while requests came in the last SD_QUIET_NS (a request that arrives during a nap waits at most
+ * that), 2 ms after that, 10 ms once the rings have been quiet for SD_IDLE_NS. The three daemons
+ * of an idle local cluster used 1.56 CPU seconds in 10 s at a 200 us cap, 0.40 at 2 ms, against
+ * 0.11-0.14 without SD servers (tests/integration/cluster-kill.sh's idle line). No fabric can
+ * ring a doorbell on a sleeping peer (verbs would need a WRITE with immediate and a completion
+ * channel), so the first request after a second of silence waits up to 10 ms. The paper's
+ * servers spin instead (sd_poll = spin). */
 #define SD_NAP_MIN_NS 2000
 #define SD_NAP_BUSY_MAX_NS 200000
-#define SD_NAP_IDLE_MAX_NS 2000000
-#define SD_IDLE_NS 100000000ULL
+#define SD_NAP_QUIET_MAX_NS 2000000
+#define SD_NAP_IDLE_MAX_NS 10000000
+#define SD_QUIET_NS 100000000ULL
+#define SD_IDLE_NS 1000000000ULL
 
 struct sd_thread {
     struct recep_sdserver *owner;
@@ -70,7 +73,10 @@ static void *sdserver_main(void *arg)
         }
         struct timespec ts = {0, (long)nap};
         nanosleep(&ts, NULL);
-        uint64_t cap = now - last_work < SD_IDLE_NS ? SD_NAP_BUSY_MAX_NS : SD_NAP_IDLE_MAX_NS;
+        uint64_t quiet = now - last_work;
+        uint64_t cap = quiet < SD_QUIET_NS  ? SD_NAP_BUSY_MAX_NS
+                       : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
+                                            : SD_NAP_IDLE_MAX_NS;
         nap = nap * 2 > cap ? cap : nap * 2;
     }
     return NULL;
