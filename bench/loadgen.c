@@ -59,6 +59,7 @@ struct thread_result {
     uint64_t late;           /* open loop: ops issued more than 1 ms after their time */
     uint64_t cpu_ns;         /* thread CPU time over the measured window */
     uint64_t elapsed_ns;     /* --ops mode: the thread's measured time */
+    uint64_t good_bytes;     /* value bytes of the ok GETs and SETs (goodput) */
     uint64_t hist[OP_KINDS][HIST_BINS];
     char first_error[160];
 };
@@ -90,6 +91,7 @@ static struct {
     double rate;
     gboolean no_preload, csv_header, header_only, progress, set_on_miss;
     char *series; /* per-second CSV file */
+    char *value_sizes; /* --value-sizes A,B,..: key i's value has the (i mod n)-th size */
     char *label;
     char **watch; /* NAME:PID */
     uint64_t seed;
@@ -99,6 +101,11 @@ static struct {
 };
 
 static bool zipf;
+/* Value sizes by key: key i's value is value_len[i % n_value_lens] bytes (one size unless
+ * --value-sizes mixes several), so a GET knows the length to expect; max_value_len sizes the
+ * buffers. Set once before forking. */
+#define MAX_VALUE_SIZES 16
+static int value_len_of[MAX_VALUE_SIZES], n_value_lens = 1, max_value_len;
 /* The Zipf generator's constants (YCSB's ZipfianGenerator), computed once before forking. */
 static double zipf_zetan, zipf_alpha, zipf_eta, zipf_half_pow;
 static struct shared *sh;
@@ -241,10 +248,16 @@ static void make_key(char *buf, uint64_t i)
     buf[opt.key_size] = '\0';
 }
 
+/* Value bytes of key i. */
+static size_t value_len(uint64_t i)
+{
+    return (size_t)value_len_of[i % (uint64_t)n_value_lens];
+}
+
 /* Value of key i: its index in the first 8 bytes (checked by GETs), then a fixed pattern. */
 static void tag_value(char *val, uint64_t i)
 {
-    if (opt.value_size >= 8)
+    if (value_len(i) >= 8)
         memcpy(val, &i, 8);
 }
 
@@ -288,7 +301,7 @@ static void *client_thread(void *p)
     struct thread_result *r = &sh->res[ta->index];
     uint64_t seed = opt.seed * 1000003ULL + ta->index;
     char *key = malloc((size_t)opt.key_size + 1);
-    char *val = malloc((size_t)opt.value_size ? (size_t)opt.value_size : 1);
+    char *val = malloc((size_t)max_value_len + 1);
     memcached_st *m = connect_client();
     if (!key || !val || !m) {
         snprintf(r->first_error, sizeof(r->first_error), "cannot create a client");
@@ -297,7 +310,7 @@ static void *client_thread(void *p)
         free(val);
         return NULL;
     }
-    memset(val, 'v', (size_t)opt.value_size);
+    memset(val, 'v', (size_t)max_value_len);
     atomic_fetch_add(&sh->ready, 1);
     uint64_t t_start;
     while ((t_start = atomic_load(&sh->t_start)) == 0)
@@ -331,6 +344,7 @@ static void *client_thread(void *p)
         uint64_t k = next_key(&seed);
         make_key(key, k);
         int kind = rnd_unit(&seed) < opt.get_ratio ? OP_GET : OP_SET;
+        size_t vlen = value_len(k);
         bool ok = false;
         if (kind == OP_GET) {
             size_t len = 0;
@@ -341,7 +355,7 @@ static void *client_thread(void *p)
                 uint64_t tag = 0;
                 if (len >= 8)
                     memcpy(&tag, v, 8);
-                if (len == (size_t)opt.value_size && (opt.value_size < 8 || tag == k)) {
+                if (len == vlen && (vlen < 8 || tag == k)) {
                     ok = true;
                 } else if (measuring) {
                     r->bad_values++;
@@ -359,13 +373,13 @@ static void *client_thread(void *p)
                     /* A cache's user: fetch the value elsewhere, then store it (the SET is part
                      * of this operation's latency, counted as a SET as well). */
                     tag_value(val, k);
-                    rc = memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size,
-                                       0, 0);
+                    rc = memcached_set(m, key, (size_t)opt.key_size, val, vlen, 0, 0);
                     if (measuring) {
                         r->ops[OP_SET]++;
-                        if (rc == MEMCACHED_SUCCESS)
+                        if (rc == MEMCACHED_SUCCESS) {
                             r->ok[OP_SET]++;
-                        else
+                            r->good_bytes += vlen;
+                        } else
                             note_error(r, "set", m, rc);
                     }
                 }
@@ -374,8 +388,7 @@ static void *client_thread(void *p)
             }
         } else {
             tag_value(val, k);
-            memcached_return_t rc =
-                memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size, 0, 0);
+            memcached_return_t rc = memcached_set(m, key, (size_t)opt.key_size, val, vlen, 0, 0);
             if (rc == MEMCACHED_SUCCESS)
                 ok = true;
             else if (measuring)
@@ -388,8 +401,10 @@ static void *client_thread(void *p)
         if (period > 0 && t > sched + 1000000)
             r->late++;
         r->ops[kind]++;
-        if (ok)
+        if (ok) {
             r->ok[kind]++;
+            r->good_bytes += vlen;
+        }
         r->hist[kind][hist_bin(lat)]++;
         if (quota > 0)
             quota--;
@@ -436,15 +451,15 @@ static int64_t preload(void)
     memcached_st *m = connect_client();
     if (!m)
         return opt.keys;
-    char *key = malloc((size_t)opt.key_size + 1), *val = malloc((size_t)opt.value_size + 8);
-    memset(val, 'v', (size_t)opt.value_size + 8);
+    char *key = malloc((size_t)opt.key_size + 1), *val = malloc((size_t)max_value_len + 8);
+    memset(val, 'v', (size_t)max_value_len + 8);
     int64_t failed = 0;
     memcached_return_t last = MEMCACHED_SUCCESS;
     for (int64_t i = 0; i < opt.keys; i++) {
         make_key(key, (uint64_t)i);
         tag_value(val, (uint64_t)i);
         memcached_return_t rc =
-            memcached_set(m, key, (size_t)opt.key_size, val, (size_t)opt.value_size, 0, 0);
+            memcached_set(m, key, (size_t)opt.key_size, val, value_len((uint64_t)i), 0, 0);
         if (rc != MEMCACHED_SUCCESS) {
             failed++;
             last = rc;
@@ -493,6 +508,9 @@ static GOptionEntry entries[] = {
     {"binary", 'b', 0, G_OPTION_ARG_NONE, &opt.binary, "binary protocol (default: ascii)", NULL},
     {"key-size", 'k', 0, G_OPTION_ARG_INT, &opt.key_size, "key bytes, 16..250 (default 128, the paper's)", "N"},
     {"value-size", 'v', 0, G_OPTION_ARG_INT, &opt.value_size, "value bytes (default 1024)", "N"},
+    {"value-sizes", 0, 0, G_OPTION_ARG_STRING, &opt.value_sizes,
+     "a mix instead: key i's value has the (i mod n)-th of these sizes (the CSV's value_size is "
+     "their mean, goodput counts each op's own bytes)", "A,B[,..]"},
     {"get-ratio", 'g', 0, G_OPTION_ARG_DOUBLE, &opt.get_ratio, "fraction of GETs, 0..1 (default 0.9)", "F"},
     {"dist", 'd', 0, G_OPTION_ARG_STRING, &opt.dist, "key distribution: uniform (default) or zipf", "D"},
     {"theta", 0, 0, G_OPTION_ARG_DOUBLE, &opt.theta, "Zipf skew (default 0.99, YCSB's)", "F"},
@@ -562,6 +580,30 @@ int main(int argc, char **argv)
         bad = "--duration must be > 0; --warmup, --ops and --rate >= 0";
     else if (zipf && (opt.theta <= 0 || opt.theta >= 1))
         bad = "--theta must be in (0, 1)";
+    value_len_of[0] = max_value_len = opt.value_size;
+    if (!bad && opt.value_sizes) {
+        gchar **parts = g_strsplit(opt.value_sizes, ",", -1);
+        n_value_lens = 0;
+        max_value_len = 0;
+        int64_t sum = 0;
+        for (gchar **p = parts; *p && !bad; p++) {
+            char *end;
+            long v = strtol(*p, &end, 10);
+            if (n_value_lens == MAX_VALUE_SIZES || end == *p || *end || v < 0 ||
+                v > 64 * 1024 * 1024)
+                bad = "--value-sizes must be at most 16 sizes of 0..64 MiB, comma-separated";
+            else {
+                value_len_of[n_value_lens++] = (int)v;
+                max_value_len = v > max_value_len ? (int)v : max_value_len;
+                sum += v;
+            }
+        }
+        g_strfreev(parts);
+        if (!bad && n_value_lens == 0)
+            bad = "--value-sizes needs at least one size";
+        if (!bad)
+            opt.value_size = (int)(sum / n_value_lens);
+    }
     if (bad) {
         fprintf(stderr, "loadgen: %s\n", bad);
         return 2;
@@ -696,6 +738,7 @@ int main(int argc, char **argv)
         tot.errors += r->errors;
         tot.bad_values += r->bad_values;
         tot.late += r->late;
+        tot.good_bytes += r->good_bytes;
         cpu_client += (double)r->cpu_ns / 1e9;
         if (r->elapsed_ns > max_elapsed)
             max_elapsed = r->elapsed_ns;
@@ -713,9 +756,8 @@ int main(int argc, char **argv)
             cpu_server += (double)(watch[i].ticks1 - watch[i].ticks0) / hz;
     }
     uint64_t ops = tot.ops[OP_GET] + tot.ops[OP_SET];
-    uint64_t good = tot.ok[OP_GET] + tot.ok[OP_SET];
     double ops_s = (double)ops / seconds;
-    double goodput = (double)good * opt.value_size / seconds / 1e6;
+    double goodput = (double)tot.good_bytes / seconds / 1e6;
     double cpu_per_op = ops ? (cpu_client + cpu_server) / (double)ops * 1e6 : 0;
 
     if (opt.csv_header)

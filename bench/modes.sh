@@ -9,14 +9,16 @@
 # to the key's home node (its SD server polls adaptively, the daemon default), hy ships writes.
 # Scenarios, each closed loop unless said: small (256 B, 90 % GETs, 10000 keys), base (16 KiB, 90 %
 # GETs), low (16 KiB at LOW_PCT % of memcached's base ops/s, open loop: CPU per op), contended
-# (16 KiB with BURNERS CPU burners), large_put (128 KiB, 50 % GETs, 1000 keys). Prints the ratio
-# lines of issue 16 (auto_vs_best: the lowest, over small, base, contended and large_put, of
-# auto's goodput over the best fixed mode's) and writes modes.csv and modes.png.
+# (16 KiB with BURNERS CPU burners), large_put (128 KiB, 50 % GETs, 1000 keys), mixed (half the
+# keys 256 B, half 64 KiB, 90 % GETs: no one fixed mode is best for both). Prints the ratio lines
+# of issue 16 (auto_vs_best: the lowest, over small, base, contended and large_put, of auto's
+# goodput over the best fixed mode's; mixed_auto_vs_best: the same in the mixed scenario, above
+# 1 where choosing per operation beats every fixed mode) and writes modes.csv and modes.png.
 #
 # Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS,
 #        BENCH_KEYS (10000), BENCH_LARGE_KEYS (1000))
 set -eu
-case ${1:-} in -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 . "$(dirname "$0")/lib.sh"
 
 LOW_PCT=${BENCH_LOW_PCT:-20}
@@ -24,7 +26,7 @@ BURNERS_N=${BENCH_BURNERS:-2}
 KEYS=${BENCH_KEYS:-10000}
 LARGE_KEYS=${BENCH_LARGE_KEYS:-1000}
 MODES="cd sd hy auto"
-bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; $(nproc) cpus"
+bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; mixed 256 B and 64 KiB (half the keys each) 90% GETs $LARGE_KEYS keys; $(nproc) cpus"
 trap 'burners_stop; bench_cleanup' EXIT
 COLS_HEADER="scenario,system"
 
@@ -49,6 +51,7 @@ scenarios() {
     run "$s" contended -v 16384 -n "$KEYS" -g 0.9 --no-preload
     burners_stop
     run "$s" large_put -v 131072 -n "$LARGE_KEYS" -g 0.5
+    run "$s" mixed --value-sizes 256,65536 -n "$LARGE_KEYS" -g 0.9
 }
 
 mc_start
@@ -70,7 +73,7 @@ awk -F, -v sc="$sc" -v sy="$sy" -v gp="$gp" -v cpu="$cpu" -v lowpct="$LOW_PCT" -
 function div(a, b) { return b > 0 ? a / b : 0 }
 END {
     printf "%-12s %10s %10s %10s %10s %10s   (goodput MB/s; low: CPU us per op at %s ops/s, %s %% load)\n", "scenario", "memcached", "cd", "sd", "hy", "auto", rate, lowpct
-    n = split("small base contended large_put", s, " ")
+    n = split("small base contended large_put mixed", s, " ")
     worst = -1
     for (i = 1; i <= n; i++) {
         printf "%-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", s[i], g[s[i], "memcached"], g[s[i], "cd"], g[s[i], "sd"], g[s[i], "hy"], g[s[i], "auto"]
@@ -78,12 +81,15 @@ END {
         if (g[s[i], "sd"] > best) best = g[s[i], "sd"]
         if (g[s[i], "hy"] > best) best = g[s[i], "hy"]
         r = div(g[s[i], "auto"], best)
-        if (worst < 0 || r < worst) worst = r
+        if (s[i] == "mixed")
+            mixed = r
+        else if (worst < 0 || r < worst)
+            worst = r
     }
     printf "%-12s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "low (CPU)", c["low", "memcached"], c["low", "cd"], c["low", "sd"], c["low", "hy"], c["low", "auto"]
     # The table the plot draws: a row per scenario, goodput then CPU per op of each system.
     print "scenario,memcached,cd,sd,hy,auto,cpu_memcached,cpu_cd,cpu_sd,cpu_hy,cpu_auto" > pivot
-    m = split("small base low contended large_put", t, " ")
+    m = split("small base low contended large_put mixed", t, " ")
     for (i = 1; i <= m; i++)
         printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", t[i], g[t[i], "memcached"], g[t[i], "cd"], g[t[i], "sd"], g[t[i], "hy"], g[t[i], "auto"], c[t[i], "memcached"], c[t[i], "cd"], c[t[i], "sd"], c[t[i], "hy"], c[t[i], "auto"] > pivot
     printf "ratio contended_cd_vs_sd %.2f\n", div(g["contended", "cd"], g["contended", "sd"])
@@ -91,6 +97,7 @@ END {
     printf "ratio low_load_cpu_sd_vs_cd %.2f\n", div(c["low", "sd"], c["low", "cd"])
     printf "ratio small_sd_vs_cd %.2f\n", div(g["small", "sd"], g["small", "cd"])
     printf "ratio auto_vs_best %.2f\n", worst
+    printf "ratio mixed_auto_vs_best %.2f\n", mixed
 }' "$CSV" | tee "$OUT/summary.txt"
 
 plot modes <<EOF2
