@@ -98,6 +98,7 @@ struct nessie_ctx {
         uint64_t published, first_seen;
     } *clock_seen;
     enum nessie_mode mode;      /* who carries out its operations (sd.c) */
+    bool serving;               /* running a peer's shipped call: traffic counted as served */
     /* Server-driven messages (sd.c), one slot long each: [0] the request (built here, or copied
      * out of the ring by a server), [1] the reply (built by a server, or copied in here). */
     unsigned char *sd_buf[2];

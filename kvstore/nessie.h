@@ -156,6 +156,11 @@ struct nessie_counters {
     uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
     uint64_t sd_auto[2];          /* mode auto's choices: [0] client-driven, [1] shipped */
     uint64_t sd_queue_ns;         /* served requests' waits in the ring, summed (ns) */
+    /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
+     * bytes_hist (those count only this node's own clients' calls, a shipped one as the
+     * request's WRITE and the reply's): what server-driven execution costs on the home node. */
+    uint64_t sd_served_ops_hist[NESSIE_OPK_COUNT][NESSIE_HIST_OPS];
+    uint64_t sd_served_bytes_hist[NESSIE_OPK_COUNT][NESSIE_HIST_BYTES];
 };
 
 struct nessie_node;

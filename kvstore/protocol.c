@@ -815,8 +815,13 @@ void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes)
     int bb = bytes ? 64 - __builtin_clzll(bytes) : 0;
     if (bb >= NESSIE_HIST_BYTES)
         bb = NESSIE_HIST_BYTES - 1;
-    CTR_ADD(OPC(ctx).ops_hist[ob], 1);
-    CTR_ADD(OPC(ctx).bytes_hist[bb], 1);
+    if (ctx->serving) {
+        CTR_ADD(ctx->ctr.sd_served_ops_hist[ctx->kind][ob], 1);
+        CTR_ADD(ctx->ctr.sd_served_bytes_hist[ctx->kind][bb], 1);
+    } else {
+        CTR_ADD(OPC(ctx).ops_hist[ob], 1);
+        CTR_ADD(OPC(ctx).bytes_hist[bb], 1);
+    }
 }
 
 static int check_key(const void *key, size_t klen)

@@ -627,6 +627,7 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         return 0;
     enum nessie_mode mode = ctx->mode;
     ctx->mode = NESSIE_MODE_CD; /* a server runs what it is sent; it never ships it on */
+    ctx->serving = true;        /* its calls' traffic is the home node's share (stats) */
     size_t served = 0;
     uint32_t n = st->nodes * st->slots;
     for (uint32_t i = worker; i < n; i += workers) {
@@ -679,5 +680,6 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         served++;
     }
     ctx->mode = mode;
+    ctx->serving = false;
     return served;
 }

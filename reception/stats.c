@@ -211,6 +211,15 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         for (int b = 0; b < NESSIE_HIST_BYTES; b++)
             g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", o->bytes_hist[b]);
         g_string_append_printf(out, "STAT nessie_%s_fabric_bytes_hist %s\r\n", opk_name[k], h->str);
+        /* The same for the calls this node ran for its peers (modes sd, hy, auto). */
+        g_string_truncate(h, 0);
+        for (int b = 0; b < NESSIE_HIST_OPS; b++)
+            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", c.sd_served_ops_hist[k][b]);
+        g_string_append_printf(out, "STAT nessie_%s_served_fabric_ops_hist %s\r\n", opk_name[k], h->str);
+        g_string_truncate(h, 0);
+        for (int b = 0; b < NESSIE_HIST_BYTES; b++)
+            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", c.sd_served_bytes_hist[k][b]);
+        g_string_append_printf(out, "STAT nessie_%s_served_fabric_bytes_hist %s\r\n", opk_name[k], h->str);
         g_string_free(h, TRUE);
     }
     uint64_t hits = 0, misses = 0;

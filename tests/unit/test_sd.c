@@ -252,6 +252,49 @@ static void test_every_operation_shipped(void **state)
 }
 
 
+static uint64_t hist_sum(const uint64_t *h, int n)
+{
+    uint64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += h[i];
+    return s;
+}
+
+/* The traffic of a shipped call is counted twice, apart: on the requesting node as the call's
+ * own (its request's WRITE and its reply's: two operations), and on the home node as served
+ * work, never among the home node's own clients' calls (bench/fabric-ops.sh draws them apart). */
+static void test_shipped_traffic_counted_apart(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *sd = C.ctx[0];
+    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    struct nessie_counters home0, home1;
+    nessie_node_counters(C.node[1], &home0);
+    const struct nessie_op_counters *g = &nessie_ctx_counters(sd)->op[NESSIE_OPK_GET];
+    uint64_t two0 = g->ops_hist[2];
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "v", 1, 0, 0, 0, NULL), NESSIE_OK);
+    for (int i = 0; i < 5; i++)
+        expect_item(sd, k, "v");
+    assert_int_equal(g->ops_hist[2] - two0, 5);
+    nessie_node_counters(C.node[1], &home1);
+    const int ko = NESSIE_HIST_OPS, kb = NESSIE_HIST_BYTES;
+    /* Served: the five GETs and the SET, each once, on the home node. */
+    assert_int_equal(hist_sum(home1.sd_served_ops_hist[NESSIE_OPK_GET], ko) -
+                     hist_sum(home0.sd_served_ops_hist[NESSIE_OPK_GET], ko), 5);
+    assert_int_equal(hist_sum(home1.sd_served_bytes_hist[NESSIE_OPK_GET], kb) -
+                     hist_sum(home0.sd_served_bytes_hist[NESSIE_OPK_GET], kb), 5);
+    assert_int_equal(hist_sum(home1.sd_served_ops_hist[NESSIE_OPK_PUT], ko) -
+                     hist_sum(home0.sd_served_ops_hist[NESSIE_OPK_PUT], ko), 1);
+    /* ... and not as calls of the home node's own clients. */
+    assert_int_equal(hist_sum(home1.op[NESSIE_OPK_GET].ops_hist, ko),
+                     hist_sum(home0.op[NESSIE_OPK_GET].ops_hist, ko));
+    assert_int_equal(hist_sum(home1.op[NESSIE_OPK_PUT].ops_hist, ko),
+                     hist_sum(home0.op[NESSIE_OPK_PUT].ops_hist, ko));
+}
+
 /* Hybrid: GETs run on the calling node, writes are shipped. */
 static void test_hybrid_ships_writes_only(void **state)
 {
@@ -485,6 +528,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_every_operation_shipped, teardown),
+        cmocka_unit_test_teardown(test_shipped_traffic_counted_apart, teardown),
         cmocka_unit_test_teardown(test_hybrid_ships_writes_only, teardown),
         cmocka_unit_test_teardown(test_garbage_in_the_ring_is_dropped, teardown),
         cmocka_unit_test_teardown(test_silent_home_times_out_then_serves, teardown),
