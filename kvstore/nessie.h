@@ -266,9 +266,9 @@ enum nessie_mode nessie_ctx_mode(const struct nessie_ctx *ctx);
  * operation (GET, write) and size of value, the node keeps a moving average of how long the
  * calls of each way took (measured by the caller: a home node whose server thread is starved
  * of CPU cannot measure its own delay), runs each call the way whose average is lower, and
- * explores the other way with a probability that keeps the time spent exploring near 1/64, and
- * whenever its average has gone stale (at most a second), so it follows a change of load on
- * either side within about a second. Keys at home on the
+ * explores the other way once its average has gone stale (100 ms times the ratio of the
+ * averages, at most a second), so it follows a change of load on either side within about a
+ * second. Keys at home on the
  * calling node, and multi-gets, run client-driven. */
 const char *nessie_mode_name(enum nessie_mode mode);
 bool nessie_mode_parse(const char *s, enum nessie_mode *out);

@@ -48,10 +48,9 @@
 #define SD_TRANSIT_MARGIN_MS 100
 #define SD_WRITE_EXTRA_MS(cfg) (3ULL * (cfg)->expiration_ms + 500)
 /* How a requester waits: spin this many polls (a reply from an idle server comes within a few
- * microseconds), then yield until SD_WAIT_YIELD_NS, then sleep in steps doubling up to
- * SD_WAIT_SLEEP_MAX_US (a futex wake-up would cost the server a system call per reply). */
+ * microseconds), then sleep in steps growing with the wait, up to SD_WAIT_SLEEP_MAX_US (a futex
+ * wake-up would cost the server a system call per reply, and over verbs it has none to make). */
 #define SD_WAIT_SPIN 256
-#define SD_WAIT_YIELD_NS (50 * 1000)
 #define SD_WAIT_SLEEP_MAX_US 200
 
 /* Mode auto (nessie.h): Cell's selector. Its moving averages weigh a new sample 1/8 (about the
@@ -62,14 +61,17 @@
  * Exploration costs what the worse way costs, and here the ways differ by up to 40x (a cached
  * client-driven GET takes 1-2 us, a shipped one 50 us and more, a napping server's wake-up
  * included), so Cell's fixed 1 % would cost half the throughput (bench/modes.sh measured auto at
- * 0.2 of cd). A call explores the worse way with probability 1 / (AUTO_EXPLORE x r), r the ratio
- * of the averages, which spends about 1/64 of the time exploring whatever r is; and any call does
- * once that way's average is older than AUTO_STALE_MS x r, at most AUTO_STALE_MAX_MS. A stale
- * average is replaced by the new sample instead of blended with it (Cell drops a history that
- * has gone quiet), so a change is followed within about a second. */
+ * 0.2 of cd). Nor is the explored call all it costs: a shipped call wakes its home node's
+ * napping SD server, which then polls in short naps for SD_QUIET_NS (reception/sdserver.c), and
+ * on busy cores those wake-ups preempt the very client and worker being measured. Exploring at
+ * random (1 call in 64 r, r the ratio of the averages) woke them twenty times a second: the
+ * base scenario ran at 158-175k ops/s in auto against 181-187k with exploration by time alone
+ * (cd: about 200k). So a call explores the worse way only once that way's average is older than
+ * AUTO_STALE_MS x r, at most AUTO_STALE_MAX_MS: one call per period per average. A stale average
+ * is replaced by the new sample instead of blended with it (Cell drops a history that has gone
+ * quiet), so a change is followed within about a second. */
 #define AUTO_SHIFT 3
 #define AUTO_CAP 8
-#define AUTO_EXPLORE 64
 #define AUTO_STALE_MS 100
 #define AUTO_STALE_MAX_MS 1000
 /* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
@@ -261,8 +263,6 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *
                                                     memory_order_relaxed, memory_order_relaxed)) {
             way = !best;
             ch->fresh = true;
-        } else if (hash_xorshift(&ctx->rng) % (AUTO_EXPLORE * r) == 0) {
-            way = !best;
         }
     }
     ch->est = e;
@@ -324,10 +324,28 @@ static int sd_exec(struct nessie_ctx *ctx, const struct fab_wr *wr)
     }
 }
 
+/* One step of a requester's wait, the n-th since it began at t0: a few microseconds of pause,
+ * then sleeps of an eighth of the time waited so far (never sched_yield in a loop: on busy
+ * cores it hands the core to whatever hog is runnable, DESIGN.md "Busy CPUs"). */
+static void wait_step(unsigned n, uint64_t t0)
+{
+    if (n < SD_WAIT_SPIN) {
+        __builtin_ia32_pause();
+        return;
+    }
+    uint64_t waited = nessie_mono_ns() - t0;
+    uint64_t us = waited / 1000 / 8;
+    if (us > SD_WAIT_SLEEP_MAX_US)
+        us = SD_WAIT_SLEEP_MAX_US;
+    struct timespec ts = {0, (long)(us ? us : 1) * 1000};
+    nanosleep(&ts, NULL);
+}
+
 /* Take a free slot of this node's ring at home, waiting for one until deadline. Returns the
  * slot, or -1. */
 static int slot_take(struct sd_state *st, uint32_t home, uint64_t deadline)
 {
+    uint64_t t0 = nessie_mono_ns();
     for (unsigned spins = 0;; spins++) {
         uint64_t m = atomic_load_explicit(&st->free[home], memory_order_relaxed);
         while (m) {
@@ -340,7 +358,8 @@ static int slot_take(struct sd_state *st, uint32_t home, uint64_t deadline)
         }
         if (nessie_mono_ns() >= deadline)
             return -1;
-        sched_yield();
+        /* Another thread of this node holds every slot for the length of a shipped call. */
+        wait_step(spins, t0);
     }
 }
 
@@ -350,24 +369,6 @@ static void slot_give(struct sd_state *st, uint32_t home, int s)
     atomic_fetch_or_explicit(&st->free[home], 1ULL << s, memory_order_release);
 }
 
-/* One step of a requester's wait, the n-th since it began at t0. */
-static void wait_step(unsigned n, uint64_t t0)
-{
-    if (n < SD_WAIT_SPIN) {
-        __builtin_ia32_pause();
-        return;
-    }
-    uint64_t waited = nessie_mono_ns() - t0;
-    if (waited < SD_WAIT_YIELD_NS) {
-        sched_yield();
-        return;
-    }
-    uint64_t us = waited / 1000 / 8;
-    if (us > SD_WAIT_SLEEP_MAX_US)
-        us = SD_WAIT_SLEEP_MAX_US;
-    struct timespec ts = {0, (long)(us ? us : 1) * 1000};
-    nanosleep(&ts, NULL);
-}
 
 /*
  * Ship the request in ctx->sd_buf[0] (header filled but for seq, incarnation and crc; payload
