@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,6 +213,12 @@ static void *worker_main(void *arg)
     uint64_t last = wire_now_ns();   /* when the last pass found work */
     uint64_t last_poll = last;       /* when epoll was last looked at */
     const uint64_t spin_cap_ns = (uint64_t)w->spin_us * 1000ULL;
+    /* A worker waits for shipped calls' replies (modes sd, hy, auto) and backs off between
+     * attempts in sleeps of microseconds; the default 50 us of timer slack would stretch each
+     * to 50 us or more (a 256 B GET in mode sd: p50 85 us, against 21-55 us at 1 us). */
+    if (prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) != 0)
+        log_warn("worker %u: PR_SET_TIMERSLACK: %s (short waits will sleep longer)", w->index,
+                 strerror(errno));
     for (;;) {
         struct recep_channel *ch;
         while ((ch = g_async_queue_try_pop(w->incoming)) != NULL) {
