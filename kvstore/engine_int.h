@@ -156,6 +156,9 @@ bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h);
 /* Charge a finished call's fabric traffic (requests posted, bytes moved) to the histograms of
  * the kind ctx->kind names. */
 void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes);
+/* The key's home node: the node of its first candidate slot (the server-driven modes' owner of
+ * the key), with one hash where nessie_key_positions computes one per way. */
+uint32_t nessie_key_home(const struct nessie_node *nd, const void *key, size_t key_len);
 
 /* --- server-driven execution (sd.c) ----------------------------------------------------------- */
 

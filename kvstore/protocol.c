@@ -166,6 +166,14 @@ void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t 
     }
 }
 
+uint32_t nessie_key_home(const struct nessie_node *nd, const void *key, size_t key_len)
+{
+    /* The first position is the first seed's hash: it never collides with an earlier one, so
+     * it is nessie_key_positions' pos[0] without the other ways' hashes. */
+    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
+    return (uint32_t)(hash_key(key, key_len, NESSIE_HASH_SEED) % total / nd->cfg.index_slots);
+}
+
 /* Remember the endpoint's totals: finish() charges the difference to the call. */
 static void op_traffic_mark(struct op *op)
 {

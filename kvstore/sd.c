@@ -218,9 +218,7 @@ bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_le
         (ctx->mode == NESSIE_MODE_HY && !write))
         return false;
     struct nessie_node *nd = ctx->node;
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(nd, key, key_len, pos);
-    uint32_t h = (uint32_t)(pos[0] / nd->cfg.index_slots);
+    uint32_t h = nessie_key_home(nd, key, key_len);
     /* The home node runs its own keys' operations the way a server would: here, locally. */
     if (h == nd->cfg.self || key_len + value_len > slot_payload(nd->sd))
         return false;
@@ -228,20 +226,16 @@ bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_le
     return true;
 }
 
-static uint64_t now_ms(void) { return nessie_mono_ns() / 1000000ULL; }
-
 enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,
                                 size_t key_len, size_t value_len, struct sd_choice *ch)
 {
     struct nessie_node *nd = ctx->node;
     struct sd_state *st = nd->sd;
     ch->est = NULL;
-    ch->t0 = nessie_mono_ns();
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(nd, key, key_len, pos);
-    uint32_t home = (uint32_t)(pos[0] / nd->cfg.index_slots);
+    uint32_t home = nessie_key_home(nd, key, key_len);
     if (home == nd->cfg.self || key_len + value_len > slot_payload(st))
         return NESSIE_MODE_CD; /* nothing to choose: nothing to learn */
+    ch->t0 = nessie_mono_ns();
     uint32_t bucket = !write ? 0 : value_len <= 1024 ? 0 : value_len <= 16384 ? 1 : 2;
     struct sd_est *e = &st->est[((size_t)home * 2 + write) * AUTO_BUCKETS + bucket];
     uint64_t cd = atomic_load_explicit(&e->ns[0], memory_order_relaxed);
@@ -256,7 +250,7 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *
         uint64_t r = (best ? cd : sd) / (best ? sd : cd);
         r = r < 1 ? 1 : r > 1024 ? 1024 : r;
         uint64_t stale = AUTO_STALE_MS * r < AUTO_STALE_MAX_MS ? AUTO_STALE_MS * r : AUTO_STALE_MAX_MS;
-        uint64_t now = now_ms();
+        uint64_t now = ch->t0 / 1000000ULL;
         uint64_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
         if (now - at >= stale &&
             atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
@@ -276,7 +270,7 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
     (void)ctx;
     if (!ch->est)
         return;
-    uint64_t s = nessie_mono_ns() - ch->t0;
+    uint64_t end = nessie_mono_ns(), s = end - ch->t0;
     if (s == 0)
         s = 1;
     _Atomic uint64_t *avg = &ch->est->ns[ch->way];
@@ -285,7 +279,7 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
         s = a * AUTO_CAP;
     uint64_t next = a ? a - (a >> AUTO_SHIFT) + (s >> AUTO_SHIFT) : s;
     atomic_store_explicit(avg, next ? next : 1, memory_order_relaxed);
-    atomic_store_explicit(&ch->est->at_ms[ch->way], now_ms(), memory_order_relaxed);
+    atomic_store_explicit(&ch->est->at_ms[ch->way], end / 1000000ULL, memory_order_relaxed);
 }
 
 /* Ensure ctx's message buffers exist (a slot each). Returns false on out of memory. */

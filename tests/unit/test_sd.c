@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine_int.h"
 #include "layout.h"
 #include "nessie.h"
 
@@ -251,6 +252,27 @@ static void test_every_operation_shipped(void **state)
     assert_int_equal(shipped(sd, NESSIE_OPK_GET), before + 2);
 }
 
+
+/* The home node the server-driven modes ship to is the node of the key's first candidate slot,
+ * computed with one hash (nessie_key_home) where nessie_key_positions computes one per way. */
+static void test_key_home_is_first_position(void **state)
+{
+    (void)state;
+    cluster_open(false);
+    const struct nessie_config *cfg = nessie_node_config(C.node[0]);
+    unsigned homes[NODES] = {0};
+    for (int i = 0; i < 2000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "home-%d", i);
+        uint64_t pos[8];
+        nessie_key_positions(C.node[0], key, strlen(key), pos);
+        uint32_t h = nessie_key_home(C.node[0], key, strlen(key));
+        assert_int_equal(h, pos[0] / cfg->index_slots);
+        homes[h]++;
+    }
+    for (uint32_t n = 0; n < NODES; n++)
+        assert_true(homes[n] > 0);
+}
 
 static uint64_t hist_sum(const uint64_t *h, int n)
 {
@@ -528,6 +550,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_every_operation_shipped, teardown),
+        cmocka_unit_test_teardown(test_key_home_is_first_position, teardown),
         cmocka_unit_test_teardown(test_shipped_traffic_counted_apart, teardown),
         cmocka_unit_test_teardown(test_hybrid_ships_writes_only, teardown),
         cmocka_unit_test_teardown(test_garbage_in_the_ring_is_dropped, teardown),
