@@ -85,8 +85,66 @@ static void encoding_key(void)
     get_on(e, "enc get replaced", "enc", "second");
     show("enc set empty", memcached_set(e, "empty", 5, "", 0, 0, 0));
     get_on(e, "enc get empty", "empty", "");
+    {
+        /* A handle with another key never reads the plain value (its status: not compared). */
+        memcached_st *w = memcached_clone(NULL, m);
+        show("set_encoding_key wrong", memcached_set_encoding_key(w, "wrong!", 6));
+        size_t len = 0;
+        uint32_t fl = 0;
+        char *v = memcached_get(w, "enc", 3, &len, &fl, &rc);
+        printf("enc get with a wrong key: %s\n",
+               v && len == 6 && !memcmp(v, "second", 6) ? "plaintext" : "not plaintext");
+        free(v);
+        memcached_free(w);
+    }
     memcached_free(bare);
     memcached_free(e);
+}
+
+/* memcached_behavior_set of hashing and distribution: with the shim the daemon routes every key
+ * (they must change nothing a client sees); against one memcached they change nothing either. */
+static void hashing_behaviours(void)
+{
+    static const struct {
+        const char *name;
+        memcached_behavior_t b;
+        uint64_t v;
+    } sets[] = {
+        {"hash md5", MEMCACHED_BEHAVIOR_HASH, MEMCACHED_HASH_MD5},
+        {"hash fnv1a_32", MEMCACHED_BEHAVIOR_HASH, MEMCACHED_HASH_FNV1A_32},
+        {"hash murmur", MEMCACHED_BEHAVIOR_HASH, MEMCACHED_HASH_MURMUR},
+        {"distribution ketama", MEMCACHED_BEHAVIOR_DISTRIBUTION,
+         MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA},
+        {"ketama weighted", MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED, 1},
+        {"distribution random", MEMCACHED_BEHAVIOR_DISTRIBUTION, MEMCACHED_DISTRIBUTION_RANDOM},
+        {"distribution modula", MEMCACHED_BEHAVIOR_DISTRIBUTION, MEMCACHED_DISTRIBUTION_MODULA},
+    };
+    memcached_st *h = memcached_clone(NULL, m);
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+        char step[64], key[16], val[16];
+        snprintf(step, sizeof(step), "behavior %s", sets[i].name);
+        show(step, memcached_behavior_set(h, sets[i].b, sets[i].v));
+        snprintf(key, sizeof(key), "hb%zu", i);
+        snprintf(val, sizeof(val), "v%zu", i);
+        snprintf(step, sizeof(step), "%s: set %s", sets[i].name, key);
+        show(step, memcached_set(h, key, strlen(key), val, strlen(val), 0, 0));
+        snprintf(step, sizeof(step), "%s: get %s", sets[i].name, key);
+        get_on(h, step, key, val);
+        snprintf(step, sizeof(step), "%s: get hb0 (stored earlier)", sets[i].name);
+        get_on(h, step, "hb0", "v0");
+    }
+    const char *keys[] = {"hb0", "hb3", "hb6", "hb-none"};
+    size_t lens[] = {3, 3, 3, 7};
+    show("hashing: mget", memcached_mget(h, keys, lens, 4));
+    memcached_return_t rc;
+    memcached_result_st *r;
+    unsigned n = 0;
+    while ((r = memcached_fetch_result(h, NULL, &rc))) {
+        n++;
+        memcached_result_free(r);
+    }
+    printf("hashing: mget fetched %u, end %s\n", n, memcached_strerror(h, rc));
+    memcached_free(h);
 }
 
 /* MEMCACHED_BEHAVIOR_BUFFER_REQUESTS: a SET or a DELETE answers ACTION QUEUED and is written
@@ -427,6 +485,7 @@ int main(int argc, char **argv)
     show("set d3", memcached_set(m, "d3", 2, "three", 5, 0, 0));
     get("get d3 after", "d3");
     encoding_key();
+    hashing_behaviours();
     buffered_writes();
     more_calls();
     noreply_calls();
