@@ -61,6 +61,49 @@ step("setByKey", $m->setByKey("grp", "gk", "gv"));
 step("getByKey", $m->getByKey("grp", "gk"));
 step("delete", $m->delete("m2"));
 step("delete missing", $m->delete("m2"));
+// More of what clients do (issue 17): hashing and distribution options (the daemon routes every
+// key: they must change nothing), TTLs zero and past 30 days (a Unix time), touchByKey, a
+// multi-get of 1000 keys, a CAS race between two clients, flags' round trip.
+foreach ([["hash md5", Memcached::OPT_HASH, Memcached::HASH_MD5],
+          ["hash murmur", Memcached::OPT_HASH, Memcached::HASH_MURMUR],
+          ["distribution consistent", Memcached::OPT_DISTRIBUTION, Memcached::DISTRIBUTION_CONSISTENT],
+          ["libketama compatible", Memcached::OPT_LIBKETAMA_COMPATIBLE, true],
+          ["distribution modula", Memcached::OPT_DISTRIBUTION, Memcached::DISTRIBUTION_MODULA]] as $o) {
+    step("option " . $o[0], $m->setOption($o[1], $o[2]));
+    $k = "hb-" . str_replace(" ", "-", $o[0]);
+    step($o[0] . ": set", $m->set($k, $o[0]));
+    step($o[0] . ": get", $m->get($k));
+    step($o[0] . ": get b", $m->get("b"));
+}
+step("set ttl 0", $m->set("t0", "zero", 0));
+step("get ttl 0", $m->get("t0"));
+step("set ttl absolute", $m->set("ta", "abs", time() + 3600));
+step("get ttl absolute", $m->get("ta"));
+step("set ttl absolute past", $m->set("tp", "past", time() - 3600));
+step("get ttl absolute past", $m->get("tp"));
+step("touchByKey", $m->touchByKey("grp", "gk", 100));
+step("touchByKey missing", $m->touchByKey("grp", "gk0", 100));
+$many = [];
+for ($i = 0; $i < 1000; $i += 3)
+    $many["mk$i"] = "v$i";
+step("setMulti 334", $m->setMulti($many));
+$keys = [];
+for ($i = 0; $i < 1000; $i++)
+    $keys[] = "mk$i";
+$got = $m->getMulti($keys);
+ksort($got);
+ksort($many);
+step("getMulti 1000", $got === $many);
+$o2 = new Memcached();
+$o2->setOption(Memcached::OPT_COMPRESSION, false);
+if (($argv[3] ?? '') === '--binary')
+    $o2->setOption(Memcached::OPT_BINARY_PROTOCOL, true);
+$o2->addServer($host, $port);
+step("race set", $m->set("race", "r0"));
+$g = $m->get("race", null, Memcached::GET_EXTENDED);
+step("race other set", $o2->set("race", "r1"));
+step("race cas", $m->cas($g["cas"], "race", "r2"));
+step("race get", $m->get("race"));
 step("expired", $m->set("e", "x", -1));
 step("get expired", $m->get("e"));
 step("flush", $m->flush());

@@ -5,6 +5,7 @@ same script run against memcached and against Nessie (through libdeception.so) c
 usage: pylibmc_scenario.py SERVERS [--binary]
 """
 import sys
+import time
 
 import pylibmc
 
@@ -61,6 +62,32 @@ def main():
     step("cas stale", lambda: mc.cas("m2", "b3", 12345))
     step("get after cas", lambda: mc.get("m2"))
     step("expired", lambda: (mc.set("e", "x", time=-1), mc.get("e"))[1])
+    # More of what clients do (issue 17): hashing and distribution behaviours (the daemon routes
+    # every key: they must change nothing), TTLs zero and past 30 days (a Unix time), a multi-get
+    # of 1000 keys, and a CAS race between two clients (pylibmc itself refuses an empty server list).
+    for name, beh in (("hash md5", {"hash": "md5"}), ("hash murmur", {"hash": "murmur"}),
+                      ("distribution consistent", {"distribution": "consistent"}),
+                      ("ketama", {"ketama": True}), ("distribution modula", {"distribution": "modula"})):
+        def with_behaviour(beh=beh, name=name):
+            mc.behaviors = beh
+            key = "hb-" + name.replace(" ", "-")
+            mc.set(key, name)
+            return (mc.get(key), mc.get("k2"))
+        step("behaviour " + name, with_behaviour)
+    step("ttl 0", lambda: (mc.set("t0", "zero", time=0), mc.get("t0")))
+    step("ttl absolute future", lambda: (mc.set("ta", "abs", time=int(time.time()) + 3600), mc.get("ta")))
+    step("ttl absolute past", lambda: (mc.set("tp", "past", time=int(time.time()) - 3600), mc.get("tp")))
+    step("set 1000", lambda: mc.set_multi({"mk%d" % i: "v%d" % i for i in range(0, 1000, 3)}))
+    step("get_multi 1000", lambda: sorted(mc.get_multi(["mk%d" % i for i in range(1000)]).items()) ==
+         sorted(("mk%d" % i, "v%d" % i) for i in range(0, 1000, 3)))
+    other = pylibmc.Client(servers, binary=binary)
+    def cas_race():
+        mc.behaviors = {"cas": True}
+        mc.set("race", "r0")
+        _, token = mc.gets("race")
+        other.set("race", "r1")
+        return (mc.cas("race", "r2", token), mc.get("race"))
+    step("cas race", cas_race)
     # get_stats(): one (server, stats) pair per server, memcached's stat names (the library's
     # list); the values differ from server to server, so only their shape is compared.
     def stats_shape():
