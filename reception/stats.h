@@ -7,12 +7,13 @@
 #ifndef NESSIE_RECEPTION_STATS_H
 #define NESSIE_RECEPTION_STATS_H
 
-/* The memcached release whose protocol and outcomes Nessie reproduces (Debian's memcached, which
- * tests/integration/shim-clients.sh compares against). */
-#define RECEP_COMPAT_VERSION "1.6.18"
-
 #include <glib.h>
 #include <stdint.h>
+
+#include <nessie/wire.h>
+
+/* The memcached release whose protocol and outcomes Nessie reproduces (include/nessie/wire.h). */
+#define RECEP_COMPAT_VERSION WIRE_COMPAT_VERSION
 
 #include "nessie.h"
 #include "worker.h"

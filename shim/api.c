@@ -1163,12 +1163,16 @@ memcached_return_t memcached_flush_buffers(memcached_st *mem)
     return MEMCACHED_SUCCESS;
 }
 
+static void versioned_mark(memcached_st *ptr, bool on);
+
 void memcached_free(memcached_st *ptr)
 {
     if (ptr && shim_serving())
         drain_writes(ptr); /* the library writes queued commands out before it closes */
-    if (ptr)
+    if (ptr) {
         pending_drop(ptr);
+        versioned_mark(ptr, false);
+    }
     void (*real)(memcached_st *) = REAL(memcached_free);
     if (real)
         real(ptr);
@@ -1323,12 +1327,67 @@ memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_retur
 }
 
 /* The servers' versions: every server is Nessie, which is there (the daemon answered). The
- * instances' version numbers stay as the library keeps them for a server it has not asked
- * (unknown, which its version checks read as new enough); `memcstat` and the stats calls give
- * the version string, RECEP_COMPAT_VERSION-nessie. */
+ * library keeps a server's version numbers unknown (255) until memcached_version asks for them;
+ * then memcached's are 1.6.18. So the shim remembers the instances of the handles it answered
+ * memcached_version for (file static: the getters below are given an instance, not its handle)
+ * and reports WIRE_COMPAT_* for them, unknown for the rest; `memcstat` and the stats calls give
+ * the version string, WIRE_COMPAT_VERSION-nessie. At most VERSIONED_MAX instances are
+ * remembered, the oldest forgotten first (they read as unknown again, as before the call). */
+#define VERSIONED_MAX 256
+static pthread_mutex_t versioned_lock = PTHREAD_MUTEX_INITIALIZER;
+static const memcached_instance_st *versioned[VERSIONED_MAX];
+static unsigned versioned_next;
+
+/* Remember (on) or forget (!on) every instance of ptr's server list. */
+static void versioned_mark(memcached_st *ptr, bool on)
+{
+    uint32_t n = REAL(memcached_server_count)(ptr);
+    pthread_mutex_lock(&versioned_lock);
+    for (uint32_t i = 0; i < n; i++) {
+        const memcached_instance_st *in = REAL(memcached_server_instance_by_position)(ptr, i);
+        unsigned j;
+        for (j = 0; j < VERSIONED_MAX && versioned[j] != in; j++)
+            ;
+        if (on && j == VERSIONED_MAX && in)
+            versioned[versioned_next++ % VERSIONED_MAX] = in;
+        else if (!on && j < VERSIONED_MAX)
+            versioned[j] = NULL;
+    }
+    pthread_mutex_unlock(&versioned_lock);
+}
+
+static bool versioned_has(const memcached_instance_st *in)
+{
+    bool has = false;
+    pthread_mutex_lock(&versioned_lock);
+    for (unsigned j = 0; in && !has && j < VERSIONED_MAX; j++)
+        has = versioned[j] == in;
+    pthread_mutex_unlock(&versioned_lock);
+    return has;
+}
+
 memcached_return_t memcached_version(memcached_st *ptr)
 {
     NOT_SERVED(memcached_version, ptr);
     drain_writes(ptr);
+    versioned_mark(ptr, true);
     return MEMCACHED_SUCCESS;
+}
+
+uint8_t memcached_server_major_version(const memcached_instance_st *in)
+{
+    return shim_serving() && versioned_has(in) ? WIRE_COMPAT_MAJOR
+                                               : REAL(memcached_server_major_version)(in);
+}
+
+uint8_t memcached_server_minor_version(const memcached_instance_st *in)
+{
+    return shim_serving() && versioned_has(in) ? WIRE_COMPAT_MINOR
+                                               : REAL(memcached_server_minor_version)(in);
+}
+
+uint8_t memcached_server_micro_version(const memcached_instance_st *in)
+{
+    return shim_serving() && versioned_has(in) ? WIRE_COMPAT_MICRO
+                                               : REAL(memcached_server_micro_version)(in);
 }

@@ -57,6 +57,18 @@
 
 #define WIRE_KEY_MAX 250 /* memcached's limit, and the engine's */
 
+/* The memcached release whose protocol and outcomes Nessie reproduces (Debian's memcached, which
+ * tests/integration/shim-clients.sh compares against): the daemon's version stat is
+ * "1.6.18-nessie", and the shim reports these numbers as every server's version once a client
+ * has asked for it (memcached_version), as libmemcached does after asking memcached. */
+#define WIRE_COMPAT_MAJOR 1
+#define WIRE_COMPAT_MINOR 6
+#define WIRE_COMPAT_MICRO 18
+#define WIRE_STR_(x) #x
+#define WIRE_STR(x) WIRE_STR_(x)
+#define WIRE_COMPAT_VERSION                                                                   \
+    WIRE_STR(WIRE_COMPAT_MAJOR) "." WIRE_STR(WIRE_COMPAT_MINOR) "." WIRE_STR(WIRE_COMPAT_MICRO)
+
 enum wire_hello_kind {
     WIRE_HELLO_CHANNEL = 1,
     WIRE_HELLO_STATS = 2,

@@ -461,11 +461,16 @@ int main(int argc, char **argv)
     get("get ttl 0", "ttl");
     show("set ttl -1", memcached_set(m, "ttl", 3, "z", 1, (time_t)-1, 0));
     get("get ttl -1", "ttl");
-    /* The server's version, as clients that check a minimum version read it. */
-    show("version", memcached_version(m));
+    /* The server's version, as clients that check a minimum version read it: unknown (255) until
+     * memcached_version asks, then the server's own. */
     {
         const memcached_instance_st *in = memcached_server_instance_by_position(m, 0);
+        printf("version before asking: %u.%u.%u\n", memcached_server_major_version(in),
+               memcached_server_minor_version(in), memcached_server_micro_version(in));
+        show("version", memcached_version(m));
+        in = memcached_server_instance_by_position(m, 0);
         uint8_t maj = memcached_server_major_version(in), min = memcached_server_minor_version(in);
+        printf("version: %u.%u.%u\n", maj, min, memcached_server_micro_version(in));
         printf("version >= 1.4: %s\n", maj > 1 || (maj == 1 && min >= 4) ? "yes" : "no");
     }
     show("flush_buffers", memcached_flush_buffers(m));

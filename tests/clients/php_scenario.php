@@ -104,6 +104,7 @@ $g = $m->get("race", null, Memcached::GET_EXTENDED);
 step("race other set", $o2->set("race", "r1"));
 step("race cas", $m->cas($g["cas"], "race", "r2"));
 step("race get", $m->get("race"));
+step("getVersion", array_values($m->getVersion())); // its keys name the server: not compared
 step("expired", $m->set("e", "x", -1));
 step("get expired", $m->get("e"));
 step("flush", $m->flush());
