@@ -128,6 +128,16 @@ static void key_homed(char *buf, size_t len, uint32_t home, int nth)
     }
 }
 
+/* Open the cluster (servers as asked), put node 0's context in mode sd and name in k a key
+ * whose home is node 1: the requester every shipping test starts from. */
+static struct nessie_ctx *sd_requester(bool servers, char *k, size_t klen)
+{
+    cluster_open(servers);
+    nessie_ctx_set_mode(C.ctx[0], NESSIE_MODE_SD);
+    key_homed(k, klen, 1, 0);
+    return C.ctx[0];
+}
+
 static void expect_item(struct nessie_ctx *ctx, const char *key, const char *want)
 {
     struct nessie_item it;
@@ -288,11 +298,8 @@ static uint64_t hist_sum(const uint64_t *h, int n)
 static void test_shipped_traffic_counted_apart(void **state)
 {
     (void)state;
-    cluster_open(true);
-    struct nessie_ctx *sd = C.ctx[0];
-    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
     char k[32];
-    key_homed(k, sizeof(k), 1, 0);
+    struct nessie_ctx *sd = sd_requester(true, k, sizeof(k));
     struct nessie_counters home0, home1;
     nessie_node_counters(C.node[1], &home0);
     const struct nessie_op_counters *g = &nessie_ctx_counters(sd)->op[NESSIE_OPK_GET];
@@ -372,11 +379,8 @@ static bool wait_dropped(uint64_t want)
 static void test_garbage_in_the_ring_is_dropped(void **state)
 {
     (void)state;
-    cluster_open(true);
-    struct nessie_ctx *sd = C.ctx[0];
-    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
     char k[32];
-    key_homed(k, sizeof(k), 1, 0);
+    struct nessie_ctx *sd = sd_requester(true, k, sizeof(k));
     size_t slot_bytes = msg_slot_bytes(nessie_node_config(C.node[1])->max_item_size);
     unsigned char *old = malloc(slot_bytes), *bad = malloc(slot_bytes);
     assert_non_null(old);
@@ -424,12 +428,9 @@ static void test_garbage_in_the_ring_is_dropped(void **state)
 static void test_silent_home_times_out_then_serves(void **state)
 {
     (void)state;
-    cluster_open(false);
-    server_start(0);
-    struct nessie_ctx *sd = C.ctx[0];
-    nessie_ctx_set_mode(sd, NESSIE_MODE_SD);
     char k[32];
-    key_homed(k, sizeof(k), 1, 0);
+    struct nessie_ctx *sd = sd_requester(false, k, sizeof(k));
+    server_start(0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "lost", 4, 0, 0, 0, NULL), NESSIE_TIMEOUT);
