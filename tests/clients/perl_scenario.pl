@@ -4,7 +4,8 @@
 # compare between memcached (no shim) and Nessie (through libdeception.so).
 use strict;
 use warnings;
-use Memcached::libmemcached qw(:memcached_behavior_t memcached_create memcached_server_add
+use Memcached::libmemcached qw(:memcached_behavior_t :memcached_hash_t
+    :memcached_server_distribution_t memcached_create memcached_server_add
     memcached_behavior_set memcached_set memcached_add memcached_replace memcached_append
     memcached_prepend memcached_cas memcached_get memcached_mget memcached_fetch
     memcached_increment memcached_decrement memcached_delete memcached_flush memcached_free);
@@ -64,6 +65,38 @@ show("delete a", memcached_delete($m, "a"));
 show("delete a again", memcached_delete($m, "a"));
 show("set expired", memcached_set($m, "e", "x", -1));
 get("get expired", "e");
+# More of what clients do (issue 17): hashing and distribution behaviours (the daemon routes
+# every key: they must change nothing), flags at both ends, TTLs zero and absolute (a Unix
+# time), a multi-get of 1000 keys.
+for my $b (["hash md5", MEMCACHED_BEHAVIOR_HASH(), MEMCACHED_HASH_MD5()],
+           ["hash murmur", MEMCACHED_BEHAVIOR_HASH(), MEMCACHED_HASH_MURMUR()],
+           ["distribution ketama", MEMCACHED_BEHAVIOR_DISTRIBUTION(),
+            MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA()],
+           ["distribution modula", MEMCACHED_BEHAVIOR_DISTRIBUTION(), MEMCACHED_DISTRIBUTION_MODULA()]) {
+    my ($name, $beh, $v) = @$b;
+    (my $k = "hb-$name") =~ s/ /-/g;
+    show("behavior $name", memcached_behavior_set($m, $beh, $v));
+    show("$name: set", memcached_set($m, $k, $name));
+    get("$name: get", $k);
+    get("$name: get m1", "m1");
+}
+show("set flags max", memcached_set($m, "fl", "x", 0, 4294967295));
+get("get flags max", "fl");
+show("set flags 0", memcached_set($m, "fl", "y", 0, 0));
+get("get flags 0", "fl");
+show("set ttl 0", memcached_set($m, "t0", "zero", 0));
+get("get ttl 0", "t0");
+show("set ttl absolute", memcached_set($m, "ta", "abs", time() + 3600));
+get("get ttl absolute", "ta");
+show("set ttl absolute past", memcached_set($m, "tp", "past", time() - 3600));
+get("get ttl absolute past", "tp");
+my @many = map { "mk$_" } 0 .. 999;
+my $stored = 0;
+for (my $i = 0; $i < 1000; $i += 3) { $stored++ if memcached_set($m, "mk$i", "v$i"); }
+print "set 334: $stored\n";
+my $all = $m->get_multi(@many);
+my $right = grep { ($all->{"mk$_"} // '') eq "v$_" } grep { $_ % 3 == 0 } 0 .. 999;
+printf "get_multi 1000: %d found, %d right\n", scalar(keys %$all), $right;
 show("flush", memcached_flush($m, 0));
 get("get after flush", "m1");
 memcached_free($m);

@@ -53,6 +53,14 @@ step "cat removed" memccat $S $B hello.txt
 step "cp expired" memccp $S $B --expire=1 nul.bin
 sleep 2
 step "cat expired" memccat $S $B nul.bin
+# Flags at both ends, and a TTL of 0 (issue 17).
+printf 'flagged\n' >flags.txt
+step "cp flags max" memccp $S $B --flags=4294967295 flags.txt
+step "cat flags max" memccat $S $B --flags flags.txt
+step "cp flags 0" memccp $S $B --flags=0 flags.txt
+step "cat flags 0" memccat $S $B --flags flags.txt
+step "cp ttl 0" memccp $S $B --expire=0 hello.txt
+step "cat ttl 0" memccat $S $B hello.txt
 step "flush all" memcflush $S $B
 step "cat after flush" memccat $S $B near1m.dat
 exit 0
