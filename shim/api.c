@@ -21,8 +21,6 @@
 #include "channel.h"
 #include "shim.h"
 
-#define KEY_MAX 250
-
 /* ---- keys, modes, outcomes -------------------------------------------------------------------- */
 
 static bool binary_mode(memcached_st *ptr)
@@ -40,7 +38,7 @@ memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen
     memcached_return_t rc;
     const char *ns = REAL(memcached_callback_get)(ptr, MEMCACHED_CALLBACK_NAMESPACE, &rc);
     size_t nslen = ns ? strlen(ns) : 0;
-    if (nslen + klen > KEY_MAX)
+    if (nslen + klen > SHIM_KEY_MAX)
         return MEMCACHED_BAD_KEY_PROVIDED;
     memcpy(out, ns, nslen);
     memcpy(out + nslen, key, klen);
@@ -193,7 +191,7 @@ static bool no_servers(memcached_st *ptr)
  * can do. So is any call on a handle without servers. */
 static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 {
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     return ptr && !no_servers(ptr) && shim_full_key(ptr, key, klen, k, &kl) == MEMCACHED_SUCCESS;
 }
@@ -271,7 +269,7 @@ static memcached_return_t serve_store(memcached_st *ptr, enum wire_store_mode mo
 {
     if (!ptr)
         return MEMCACHED_INVALID_ARGUMENTS;
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
@@ -371,7 +369,7 @@ static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *
         *error = MEMCACHED_INVALID_ARGUMENTS;
         return NULL;
     }
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     if ((*error = shim_full_key(ptr, key, klen, k, &kl)) != MEMCACHED_SUCCESS)
         return NULL;
@@ -459,7 +457,7 @@ char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t grou
  * library drops the replies. */
 struct queued_write {
     bool del;
-    char key[KEY_MAX]; /* with the namespace */
+    char key[SHIM_KEY_MAX]; /* with the namespace */
     size_t kl;
     void *value;       /* sealed already if the handle encrypts */
     size_t vlen;
@@ -471,7 +469,7 @@ struct queued_write {
 static _Atomic size_t queued_total;
 
 struct pending_item {
-    char key[KEY_MAX + 1];
+    char key[SHIM_KEY_MAX + 1];
     size_t klen;
     void *value;
     size_t vlen;
@@ -646,13 +644,13 @@ static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
     /* Every key is checked before anything is asked, as the library does. */
     size_t nsl = ns_len(ptr);
     for (size_t i = 0; i < n; i++)
-        if (!keys[i] || klens[i] == 0 || klens[i] + nsl > KEY_MAX)
+        if (!keys[i] || klens[i] == 0 || klens[i] + nsl > SHIM_KEY_MAX)
             return MEMCACHED_BAD_KEY_PROVIDED;
     drain_writes(ptr);
     struct shim_ch *ch = shim_channel();
     if (!ch)
         return MEMCACHED_CONNECTION_FAILURE;
-    char (*full)[KEY_MAX] = malloc(n * KEY_MAX);
+    char (*full)[SHIM_KEY_MAX] = malloc(n * SHIM_KEY_MAX);
     const void **kp = malloc(n * sizeof(*kp));
     size_t *kl = malloc(n * sizeof(*kl));
     memcached_return_t ret = MEMCACHED_SUCCESS;
@@ -908,7 +906,7 @@ static memcached_return_t serve_key_op(memcached_st *ptr, enum key_op op, const 
 {
     if (!ptr)
         return MEMCACHED_INVALID_ARGUMENTS;
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)
@@ -956,7 +954,7 @@ memcached_return_t memcached_delete_by_key(memcached_st *ptr, const char *group_
  * as CLIENT_ERROR in ascii and (binary) as an unknown read failure. */
 static bool exist_long_key(memcached_st *ptr, const char *key, size_t klen)
 {
-    return shim_serving() && ptr && key && klen > 0 && klen + ns_len(ptr) > KEY_MAX;
+    return shim_serving() && ptr && key && klen > 0 && klen + ns_len(ptr) > SHIM_KEY_MAX;
 }
 
 static memcached_return_t exist_long_key_status(memcached_st *ptr)
@@ -1025,7 +1023,7 @@ static memcached_return_t arith_reply(memcached_st *ptr, bool incr, const char *
 {
     if (!ptr)
         return MEMCACHED_INVALID_ARGUMENTS;
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     memcached_return_t rc = shim_full_key(ptr, key, klen, k, &kl);
     if (rc != MEMCACHED_SUCCESS)

@@ -18,8 +18,6 @@
 #include "channel.h"
 #include "shim.h"
 
-#define KEY_MAX 250
-
 _Static_assert(NB_MAX_INFLIGHT <= SHIM_CH_ASYNC, "every operation in flight has a slot");
 
 struct nb_op {
@@ -181,7 +179,7 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
         return MEMCACHED_INVALID_ARGUMENTS;
     req_init(req);
     uint32_t f = flags ? *flags : 0;
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     /* An encrypted handle's values go through the blocking path, which seals them (and a
      * buffering handle's, which queues them). */
@@ -240,7 +238,7 @@ static char *nb_get(memcached_st *ptr, const char *key, size_t klen, size_t *vle
         return NULL;
     }
     req_init(req);
-    char k[KEY_MAX];
+    char k[SHIM_KEY_MAX];
     size_t kl;
     if (!shim_serving() || !ptr || shim_encrypted(ptr) ||
         shim_full_key(ptr, key, klen, k, &kl) != MEMCACHED_SUCCESS) {

@@ -9,6 +9,9 @@
 
 #include "channel.h"
 
+/* The longest key libmemcached sends, namespace prefix included: memcached's limit, the wire's. */
+#define SHIM_KEY_MAX WIRE_KEY_MAX
+
 /* The real library's function `name` (never ours), or NULL. */
 void *shim_real(const char *name);
 
