@@ -363,7 +363,6 @@ static void slot_give(struct sd_state *st, uint32_t home, int s)
     atomic_fetch_or_explicit(&st->free[home], 1ULL << s, memory_order_release);
 }
 
-
 /*
  * Ship the request in ctx->sd_buf[0] (header filled but for seq, incarnation and crc; payload
  * of plen bytes after it) to home and wait for its reply, which is left in ctx->sd_buf[1].

@@ -118,6 +118,15 @@ static const char *const abort_name[NESSIE_ABORT_COUNT] = {"invalid_dte", "cas_f
 
 static double per(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
+/* "STAT nessie_<op>_<what>_hist c0,c1,...": a per-call distribution's n bin counts. */
+static void stat_hist(GString *out, const char *op, const char *what, const uint64_t *bins, int n)
+{
+    g_string_append_printf(out, "STAT nessie_%s_%s_hist ", op, what);
+    for (int b = 0; b < n; b++)
+        g_string_append_printf(out, "%s%" PRIu64, b ? "," : "", bins[b]);
+    g_string_append(out, "\r\n");
+}
+
 void recep_stats_format(struct recep_stats *st, GString *out)
 {
     const struct nessie_config *cfg = nessie_node_config(st->node);
@@ -135,7 +144,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     /* memcached's dotted form, Nessie named after it: clients parse the numbers to decide which
      * features a server has (the ones of the memcached whose behaviour the shim follows, which
      * the transcripts check against), and the suffix says who answered. */
-    g_string_append(out, "STAT version " RECEP_COMPAT_VERSION "-nessie\r\n");
+    g_string_append(out, "STAT version " WIRE_COMPAT_VERSION "-nessie\r\n");
     STAT_U("pointer_size", sizeof(void *) * 8);
     uint32_t channels = 0, asleep = 0;
     uint64_t requests = 0;
@@ -202,25 +211,13 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_F(name, per(o->cas, o->ops));
         snprintf(name, sizeof(name), "nessie_%s_bytes_per_op", opk_name[k]);
         STAT_F(name, per(o->bytes_read + o->bytes_written, o->ops));
-        /* Their distributions, as comma-separated bin counts (see NESSIE_HIST_OPS). */
-        GString *h = g_string_new(NULL);
-        for (int b = 0; b < NESSIE_HIST_OPS; b++)
-            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", o->ops_hist[b]);
-        g_string_append_printf(out, "STAT nessie_%s_fabric_ops_hist %s\r\n", opk_name[k], h->str);
-        g_string_truncate(h, 0);
-        for (int b = 0; b < NESSIE_HIST_BYTES; b++)
-            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", o->bytes_hist[b]);
-        g_string_append_printf(out, "STAT nessie_%s_fabric_bytes_hist %s\r\n", opk_name[k], h->str);
-        /* The same for the calls this node ran for its peers (modes sd, hy, auto). */
-        g_string_truncate(h, 0);
-        for (int b = 0; b < NESSIE_HIST_OPS; b++)
-            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", c.sd_served_ops_hist[k][b]);
-        g_string_append_printf(out, "STAT nessie_%s_served_fabric_ops_hist %s\r\n", opk_name[k], h->str);
-        g_string_truncate(h, 0);
-        for (int b = 0; b < NESSIE_HIST_BYTES; b++)
-            g_string_append_printf(h, "%s%" PRIu64, b ? "," : "", c.sd_served_bytes_hist[k][b]);
-        g_string_append_printf(out, "STAT nessie_%s_served_fabric_bytes_hist %s\r\n", opk_name[k], h->str);
-        g_string_free(h, TRUE);
+        /* Their distributions, as comma-separated bin counts (see NESSIE_HIST_OPS); then the
+         * same for the calls this node ran for its peers (modes sd, hy, auto). */
+        stat_hist(out, opk_name[k], "fabric_ops", o->ops_hist, NESSIE_HIST_OPS);
+        stat_hist(out, opk_name[k], "fabric_bytes", o->bytes_hist, NESSIE_HIST_BYTES);
+        stat_hist(out, opk_name[k], "served_fabric_ops", c.sd_served_ops_hist[k], NESSIE_HIST_OPS);
+        stat_hist(out, opk_name[k], "served_fabric_bytes", c.sd_served_bytes_hist[k],
+                  NESSIE_HIST_BYTES);
     }
     uint64_t hits = 0, misses = 0;
     for (int k = 0; k < NESSIE_OPK_COUNT; k++) {

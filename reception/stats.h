@@ -12,9 +12,6 @@
 
 #include <nessie/wire.h>
 
-/* The memcached release whose protocol and outcomes Nessie reproduces (include/nessie/wire.h). */
-#define RECEP_COMPAT_VERSION WIRE_COMPAT_VERSION
-
 #include "nessie.h"
 #include "worker.h"
 

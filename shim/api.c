@@ -1339,6 +1339,10 @@ static unsigned versioned_next;
 /* Remember (on) or forget (!on) every instance of ptr's server list. */
 static void versioned_mark(memcached_st *ptr, bool on)
 {
+    /* Most programs never ask: their memcached_free need not look (a relaxed read: a handle is
+     * freed by the thread that used it, after its own memcached_version if any). */
+    if (!on && __atomic_load_n(&versioned_next, __ATOMIC_RELAXED) == 0)
+        return;
     uint32_t n = REAL(memcached_server_count)(ptr);
     pthread_mutex_lock(&versioned_lock);
     for (uint32_t i = 0; i < n; i++) {
@@ -1347,7 +1351,7 @@ static void versioned_mark(memcached_st *ptr, bool on)
         for (j = 0; j < VERSIONED_MAX && versioned[j] != in; j++)
             ;
         if (on && j == VERSIONED_MAX && in)
-            versioned[versioned_next++ % VERSIONED_MAX] = in;
+            versioned[__atomic_fetch_add(&versioned_next, 1, __ATOMIC_RELAXED) % VERSIONED_MAX] = in;
         else if (!on && j < VERSIONED_MAX)
             versioned[j] = NULL;
     }
