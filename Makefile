@@ -34,14 +34,28 @@ TEST_LIBS   = $(shell $(PKG_CONFIG) --libs $(TEST_PKGS))
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
             -Wno-format-nonliteral
-CPPFLAGS += -Iinclude -Ikvstore -D_GNU_SOURCE
+# Include paths per module: each sees its own headers, the public ones (include/nessie/) and the
+# common base (base/), never another module's private headers. Tests and test tools reach the
+# engine's internals (and its test back doors, kvstore/nessie_test.h) through TEST_CPPFLAGS.
+CPPFLAGS += -Iinclude -Ibase -D_GNU_SOURCE
+KVSTORE_CPPFLAGS = $(CPPFLAGS) -Ikvstore
+TEST_CPPFLAGS = $(KVSTORE_CPPFLAGS) -Itests/stress -Ishim
 CFLAGS   += -std=c11 -g $(OPT) $(WARN) -fPIC -pthread $(SANFLAGS) -MMD -MP
 LDFLAGS  += -pthread $(SANFLAGS)
 LDLIBS   += -lrt
 
+# libnessie, three ways: the internal archive (every symbol, for the tests and test tools that
+# reach the engine's internals), and the installed archive and shared library, which export only
+# the nessie_-prefixed API (nessie/nessie.h), so the engine's own names (cache_get, hash_key,
+# slab_alloc...) never collide with a program's. The daemon links the public archive: what it
+# needs of the engine is the API.
+VERSION     := 0.18.0
+SOVERSION   := 0
 KVSTORE_SRC := $(wildcard kvstore/*.c)
 KVSTORE_OBJ := $(KVSTORE_SRC:%.c=$(BUILD)/obj/%.o)
+LIBNESSIE_INT := $(BUILD)/obj/libnessie-internal.a
 LIBNESSIE   := $(BUILD)/libnessie.a
+LIBNESSIE_SO := $(BUILD)/libnessie.so.$(SOVERSION)
 
 # The daemon. jemalloc is its allocator, except under sanitizers, which bring their own.
 RECEP_SRC := $(wildcard reception/*.c)
@@ -84,7 +98,7 @@ STRESS_BIN     := $(BUILD)/nessie-stress
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
 .SECONDARY:
 
-all: $(LIBNESSIE) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
+all: $(LIBNESSIE) $(LIBNESSIE_SO) $(if $(wildcard tests/stress/stress.c),$(STRESS_BIN)) $(RECEP_BIN) $(WIRE_CLIENT) \
      $(SHIM_LIB) $(CAPI_SCENARIO) $(CHANNELS_SCENARIO) $(NB_OVERLAP) $(LOADGEN) $(LIMITS) $(VERBS_SMOKE) $(HOP) \
      $(ENGINE_GET)
 
@@ -129,16 +143,16 @@ $(NB_OVERLAP): bench/nb_overlap.c $(SHIM_LIB)
 # The benchmarks' load generator: a plain libmemcached program (the shim serves it when preloaded).
 $(LOADGEN): bench/loadgen.c
 	@mkdir -p $(@D)
-	$(CC) $(MEMCACHED_CFLAGS) $(NESSIE_CFLAGS) -std=gnu11 -g -O2 $(WARN) -pthread $< \
+	$(CC) -Ibase $(MEMCACHED_CFLAGS) $(NESSIE_CFLAGS) -std=gnu11 -g -O2 $(WARN) -pthread $< \
 	    $(shell $(PKG_CONFIG) --libs libmemcached) $(NESSIE_LIBS) -lm -o $@
 
-$(VERBS_SMOKE): tests/rxe/verbs_smoke.c $(LIBNESSIE)
+$(VERBS_SMOKE): tests/rxe/verbs_smoke.c $(LIBNESSIE_INT)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIBNESSIE) $(LDFLAGS) $(NESSIE_LIBS) $(LDLIBS) -o $@
+	$(CC) $(TEST_CPPFLAGS) $(CFLAGS) $< $(LIBNESSIE_INT) $(LDFLAGS) $(NESSIE_LIBS) $(LDLIBS) -o $@
 
 $(HOP): bench/hop.c $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
-	$(CC) -Iinclude -Ishim -D_GNU_SOURCE $(CFLAGS) $< $(CHANNEL_OBJ) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) -Iinclude -Ibase -Ishim -D_GNU_SOURCE $(CFLAGS) $< $(CHANNEL_OBJ) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(ENGINE_GET): bench/engine_get.c $(LIBNESSIE)
 	@mkdir -p $(@D)
@@ -146,30 +160,46 @@ $(ENGINE_GET): bench/engine_get.c $(LIBNESSIE)
 
 $(LIMITS): bench/limits.c
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 -g -O2 $(WARN) $< -o $@
+	$(CC) -Ibase -std=gnu11 -g -O2 $(WARN) $< -o $@
 
 $(WIRE_CLIENT): $(BUILD)/obj/tests/reception/wire_client.o $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/kvstore/%.o: kvstore/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(KVSTORE_CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(STRESS_BIN): $(BUILD)/obj/tests/stress/stress.o $(STRESS_LIB_OBJ) $(LIBNESSIE)
+$(STRESS_BIN): $(BUILD)/obj/tests/stress/stress.o $(STRESS_LIB_OBJ) $(LIBNESSIE_INT)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(LDLIBS) -o $@
 
-$(LIBNESSIE): $(KVSTORE_OBJ)
+$(LIBNESSIE_INT): $(KVSTORE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@
 	$(AR) rcs $@ $^
 
+# The public archive: one relocatable object whose only global symbols are nessie_* (the rest
+# made local by objcopy), so a static link sees the same API as the shared library.
+$(LIBNESSIE): $(KVSTORE_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ $(BUILD)/obj/libnessie.o
+	$(CC) -r -nostdlib $^ -o $(BUILD)/obj/libnessie.o
+	objcopy --wildcard --keep-global-symbol='nessie_*' $(BUILD)/obj/libnessie.o
+	$(AR) rcs $@ $(BUILD)/obj/libnessie.o
+
+# The shared library: the version script exports nessie_* and nothing else.
+$(LIBNESSIE_SO): $(KVSTORE_OBJ) kvstore/libnessie.map
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libnessie.so.$(SOVERSION) \
+	    -Wl,--version-script=kvstore/libnessie.map $(KVSTORE_OBJ) $(NESSIE_LIBS) $(LDLIBS) -o $@
+	ln -sf libnessie.so.$(SOVERSION) $(BUILD)/libnessie.so
+
 $(BUILD)/obj/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Itests/stress -Ishim $(NESSIE_CFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(TEST_CPPFLAGS) $(NESSIE_CFLAGS) $(TEST_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE) $(CHANNEL_OBJ)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE_INT) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
 
@@ -251,30 +281,58 @@ tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=tsan check
 
 PUBLIC_HEADERS := $(wildcard include/nessie/*.h)
+TOOLS := tools/nessie-cluster tools/nessie-run tools/nessie-stat
+MAN_PAGES := reception nessie-stress nessie-cluster nessie-run nessie-stat
 
-# The service unit gets the install's paths filled in as it is installed (not a build artifact:
-# it would keep the PREFIX of the install that made it). systemd also looks in
-# $(PREFIX)/lib/systemd/system for PREFIX=/usr/local.
+# Installs the library (archive, shared library, pkg-config file), the public headers, the
+# daemon, the torture tool, the operator tools, the example configuration, man pages, the embed
+# example and the service unit. Files that name the install's own paths (the unit, nessie.pc) get
+# them filled in here, not at build time: they must carry the PREFIX of the install that wrote
+# them. systemd also looks in $(PREFIX)/lib/systemd/system for PREFIX=/usr/local.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/etc/nessie \
+	    $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/doc/nessie/examples
+	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(LIBNESSIE_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libnessie.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libnessie.so
+	install -m 0755 $(SHIM_LIB) $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' kvstore/nessie.pc.in \
+	    >'$(DESTDIR)$(PREFIX)/lib/pkgconfig/nessie.pc'
+	install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/
+	install -m 0755 $(RECEP_BIN) $(STRESS_BIN) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 reception/nessie.conf $(DESTDIR)$(PREFIX)/etc/nessie/
+	install -m 0644 examples/embed.c $(DESTDIR)$(PREFIX)/share/doc/nessie/examples/
 	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(PREFIX)/etc|g' \
 	    tools/systemd/nessie-reception@.service.in \
 	    >'$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
 	chmod 0644 '$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/nessie $(DESTDIR)$(PREFIX)/bin
-	install -m 0644 $(LIBNESSIE) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0755 $(RECEP_BIN) $(DESTDIR)$(PREFIX)/bin/
-	install -m 0755 $(SHIM_LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -d $(DESTDIR)$(PREFIX)/etc/nessie
-	install -m 0644 reception/nessie.conf $(DESTDIR)$(PREFIX)/etc/nessie/
-	$(if $(PUBLIC_HEADERS),install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/)
+	@# Man pages from each program's --help, with a one-line description of its own.
+	@if command -v help2man >/dev/null 2>&1; then \
+	    for p in $(MAN_PAGES); do \
+	        case $$p in \
+	        reception) src=$(RECEP_BIN); what="the Nessie reception daemon of one node";; \
+	        nessie-stress) src=$(STRESS_BIN); what="torture the Nessie engine and check its answers";; \
+	        nessie-cluster) src=tools/$$p; what="start, stop or show a local Nessie cluster";; \
+	        nessie-run) src=tools/$$p; what="run a memcached client with the Nessie shim";; \
+	        nessie-stat) src=tools/$$p; what="show a Nessie daemon's statistics";; \
+	        esac; \
+	        help2man -N --no-discard-stderr --version-string=$(VERSION) -n "$$what" \
+	            -o '$(DESTDIR)$(PREFIX)/share/man/man1/'$$p.1 $$src || exit 1; \
+	    done; \
+	else echo "install: help2man not found (tools/install-deps installs it): no man pages"; fi
 
 uninstall:
 	rm -f '$(DESTDIR)$(PREFIX)/lib/systemd/system/nessie-reception@.service'
-	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/bin/reception \
-	      $(DESTDIR)$(PREFIX)/lib/libdeception.so
-	rm -rf $(DESTDIR)$(PREFIX)/etc/nessie
-	rm -rf $(DESTDIR)$(PREFIX)/include/nessie
+	rm -f $(DESTDIR)$(PREFIX)/lib/libnessie.a $(DESTDIR)$(PREFIX)/lib/libnessie.so \
+	      $(DESTDIR)$(PREFIX)/lib/libnessie.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libdeception.so \
+	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/nessie.pc
+	rm -f $(DESTDIR)$(PREFIX)/bin/reception $(DESTDIR)$(PREFIX)/bin/nessie-stress \
+	      $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
+	rm -f $(MAN_PAGES:%=$(DESTDIR)$(PREFIX)/share/man/man1/%.1)
+	rm -rf $(DESTDIR)$(PREFIX)/etc/nessie $(DESTDIR)$(PREFIX)/include/nessie \
+	       $(DESTDIR)$(PREFIX)/share/doc/nessie
 
 clean:
 	rm -rf build

@@ -1,6 +1,6 @@
 /*
  * engine_get.c - build/bench/engine-get: the engine alone: GETs issued in process on the
- * shared-memory fabric (kvstore/nessie.h), no daemon, no channel, no shim: what the protocol
+ * shared-memory fabric (nessie/nessie.h), no daemon, no channel, no shim: what the protocol
  * itself costs an end-to-end GET.
  *
  *   engine-get [--header] [-N NODES] [-n KEYS] [-k KEY_BYTES] [-D SECONDS] VALUE_BYTES...
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "microbench.h"
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 #define HEADER "value_size,keys,nodes,gets,p50_us,p99_us,mean_us,ops_per_s,goodput_mb_s"
 #define MAXN 8
@@ -37,8 +37,11 @@ static uint32_t nnodes;
 /* Remove the regions of the cluster being measured (also on SIGINT / SIGTERM). */
 static void unlink_all(void)
 {
-    for (uint32_t i = 0; i < nnodes; i++)
-        fab_unlink(FAB_BACKEND_SHM, cluster, i);
+    struct nessie_config cfg;
+    nessie_config_defaults(&cfg);
+    cfg.cluster = cluster;
+    for (cfg.self = 0; cfg.self < nnodes; cfg.self++)
+        nessie_node_unlink(&cfg);
 }
 
 static void on_signal(int sig)
@@ -115,7 +118,7 @@ static int run(uint32_t value_size, uint64_t keys, size_t klen, double seconds, 
     /* A tenth of the time unmeasured, then the measured GETs. */
     uint64_t n = 0, t0 = 0, prev = 0, bytes = 0;
     for (int phase = 0; phase < 2; phase++) {
-        uint64_t start = mb_now_ns();
+        uint64_t start = nessie_mono_ns();
         uint64_t deadline = start + (uint64_t)((phase ? seconds : seconds / 10) * 1e9);
         t0 = prev = start;
         n = 0;
@@ -130,7 +133,7 @@ static int run(uint32_t value_size, uint64_t keys, size_t klen, double seconds, 
                 goto out;
             }
             bytes += it.value_len;
-            uint64_t t = mb_now_ns();
+            uint64_t t = nessie_mono_ns();
             if (phase && n < MAX_SAMPLES)
                 lat[n] = t - prev;
             n++;

@@ -5,7 +5,7 @@
 # through the shim, in each mode of BENCH_MODES (cd, the paper's Nessie; sd, NessieSD: every call
 # shipped to the key's home node; hy, NessieHY: writes shipped). The engine counts, for every
 # call, the fabric requests its thread posted and the bytes they moved (STAT
-# nessie_get_fabric_ops_hist etc., see kvstore/nessie.h; a shipped call is its request's WRITE
+# nessie_get_fabric_ops_hist etc., see nessie/nessie.h; a shipped call is its request's WRITE
 # and its reply's), and apart from them what each home node posted running the calls shipped to
 # it (nessie_get_served_fabric_ops_hist: its own memory is local, a candidate slot or a value on
 # a third node is not). The script reads them from every daemon before and after the measured

@@ -88,12 +88,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "hop: out of memory\n");
         return 1;
     }
-    uint64_t t0 = mb_now_ns(), deadline = t0 + (uint64_t)(max_s * 1e9), prev = t0;
+    uint64_t t0 = nessie_mono_ns(), deadline = t0 + (uint64_t)(max_s * 1e9), prev = t0;
     long n = 0;
     while (n < iters) {
         if ((rc = noop(ch)) != WIRE_OK)
             goto failed;
-        uint64_t t = mb_now_ns();
+        uint64_t t = nessie_mono_ns();
         lat[n++] = t - prev;
         prev = t;
         if (t >= deadline)

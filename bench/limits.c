@@ -26,24 +26,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* The cold source: far beyond any last-level cache, so each copy streams from DRAM. */
 #define COLD_BYTES (512ULL << 20)
 #define RUN_NS 500000000ULL
 #define WAKEUP_ROUNDS 4000
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* Bytes per second copying `size` bytes at a time for RUN_NS, sources stepping through `src`
  * of `src_bytes` (one slot when src_bytes == size: hot). */
 static double copy_rate(unsigned char *dst, const unsigned char *src, size_t src_bytes, size_t size)
 {
     size_t slots = src_bytes / size, i = 0;
-    uint64_t copies = 0, t0 = now_ns(), t;
+    uint64_t copies = 0, t0 = nessie_mono_ns(), t;
     do {
         for (int k = 0; k < 16; k++) {
             memcpy(dst, src + (i % slots) * size, size);
@@ -52,7 +47,7 @@ static double copy_rate(unsigned char *dst, const unsigned char *src, size_t src
         }
         /* Keep the copies from being optimized away. */
         __asm__ volatile("" : : "r"(dst) : "memory");
-        t = now_ns();
+        t = nessie_mono_ns();
     } while (t - t0 < RUN_NS);
     return (double)copies * (double)size / ((double)(t - t0) / 1e9);
 }
@@ -136,11 +131,11 @@ static int do_wakeup(void)
         }
         static uint64_t rt[WAKEUP_ROUNDS];
         for (int i = 0; i < WAKEUP_ROUNDS + 100; i++) {
-            uint64_t t0 = now_ns();
+            uint64_t t0 = nessie_mono_ns();
             post(w, 1, sleep);
             wait_for(w, 2, sleep);
             if (i >= 100)
-                rt[i - 100] = now_ns() - t0;
+                rt[i - 100] = nessie_mono_ns() - t0;
         }
         waitpid(kid, NULL, 0);
         double sum = 0;

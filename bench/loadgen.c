@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Latency histogram: exact below 64 ns, then 32 sub-buckets per power of two (<= 3 % error),
  * up to 2^40 ns (18 minutes). Fixed size so it can live in memory shared by the processes. */
 #define HIST_SUB 32
@@ -109,13 +111,6 @@ static int value_len_of[MAX_VALUE_SIZES], n_value_lens = 1, max_value_len;
 /* The Zipf generator's constants (YCSB's ZipfianGenerator), computed once before forking. */
 static double zipf_zetan, zipf_alpha, zipf_eta, zipf_half_pow;
 static struct shared *sh;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -325,13 +320,13 @@ static void *client_thread(void *p)
     bool measuring = false;
     uint64_t cpu0 = 0, t0 = 0, progress_batch = 0, gets_batch = 0, hits_batch = 0;
     for (;;) {
-        uint64_t sched = 0, t = now_ns();
+        uint64_t sched = 0, t = nessie_mono_ns();
         if (period > 0) {
             sched = (uint64_t)next;
             next += period;
             if (sched > t + OPEN_LOOP_SPIN_NS)
                 sleep_until(sched - OPEN_LOOP_SPIN_NS / 2);
-            while ((t = now_ns()) < sched)
+            while ((t = nessie_mono_ns()) < sched)
                 ;
         }
         if (!measuring && t >= t_measure) {
@@ -396,7 +391,7 @@ static void *client_thread(void *p)
         }
         if (!measuring)
             continue;
-        uint64_t done = now_ns();
+        uint64_t done = nessie_mono_ns();
         uint64_t lat = done - (period > 0 ? sched : t);
         if (period > 0 && t > sched + 1000000)
             r->late++;
@@ -421,7 +416,7 @@ static void *client_thread(void *p)
     }
     atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
     r->cpu_ns = thread_cpu_ns() - cpu0;
-    r->elapsed_ns = now_ns() - t0;
+    r->elapsed_ns = nessie_mono_ns() - t0;
     memcached_free(m);
     free(key);
     free(val);
@@ -652,7 +647,7 @@ int main(int argc, char **argv)
     }
     while (atomic_load(&sh->ready) + atomic_load(&sh->failed) < nthreads)
         usleep(1000);
-    uint64_t t_start = now_ns() + 20000000ULL;
+    uint64_t t_start = nessie_mono_ns() + 20000000ULL;
     uint64_t t_measure = t_start + (uint64_t)(opt.warmup * 1e9);
     uint64_t t_end = t_measure + (uint64_t)(opt.duration * 1e9);
     atomic_store(&sh->t_measure, t_measure);
@@ -667,7 +662,7 @@ int main(int argc, char **argv)
     /* Sample the watched processes' CPU when the last thread is done: in duration mode that is
      * t_end; in --ops mode it is when the children exit. */
     int alive = opt.procs;
-    uint64_t last_ops = 0, last_gets = 0, last_hits = 0, last_t = now_ns();
+    uint64_t last_ops = 0, last_gets = 0, last_hits = 0, last_t = nessie_mono_ns();
     uint64_t t_next = t_measure + 1000000000ULL;
     FILE *series = NULL;
     if (opt.series) {
@@ -687,7 +682,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "loadgen: client process %d died\n", (int)w);
             continue;
         }
-        uint64_t t = now_ns();
+        uint64_t t = nessie_mono_ns();
         if (!sampled && opt.ops == 0 && t >= t_end) {
             for (int i = 0; i < nwatch; i++)
                 watch[i].gone |= !proc_ticks(watch[i].pid, &watch[i].ticks1);

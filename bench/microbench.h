@@ -1,20 +1,14 @@
 /*
- * microbench.h - what the microbenchmarks (bench/hop.c, bench/engine_get.c) share: a monotonic
- * clock and quantiles of sorted latency samples. Header-only: each is one small program.
+ * microbench.h - what the microbenchmarks (bench/hop.c, bench/engine_get.c) share: quantiles of
+ * sorted latency samples, and base/clock.h's clock. Header-only: each is one small program.
  */
 #ifndef NESSIE_BENCH_MICROBENCH_H
 #define NESSIE_BENCH_MICROBENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
-static inline uint64_t mb_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "clock.h" /* nessie_mono_ns */
 
 /* qsort order of uint64_t samples. */
 static inline int mb_cmp_u64(const void *a, const void *b)

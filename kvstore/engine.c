@@ -37,7 +37,7 @@ const char *nessie_strerror(int status)
 void nessie_config_defaults(struct nessie_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->backend = FAB_BACKEND_SHM;
+    cfg->backend = NESSIE_BACKEND_SHM;
     cfg->nodes = 1;
     cfg->ways = 3;
     cfg->filter_bits = 7;
@@ -51,20 +51,6 @@ void nessie_config_defaults(struct nessie_config *cfg)
     /* A ring slot per request a node has in flight to one home node: the daemon's workers (a
      * handful) each have one call at a time, and more slots only cost MSG region memory. */
     cfg->sd_slots = 4;
-}
-
-uint64_t nessie_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t nessie_real_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
 uint64_t nessie_flush_ns(struct nessie_node *node)
@@ -135,7 +121,7 @@ static int check_config(const struct nessie_config *c)
     if (!c->cluster)
         why = "no cluster name";
     else if (c->nodes == 0 || c->nodes > ITE_MAX_NODES || c->self >= c->nodes)
-        why = "node id outside the cluster (or more than 4096 nodes)";
+        why = "node id outside the cluster (or more than 1024 nodes)";
     else if (c->ways < 2 || c->ways > NESSIE_MAX_WAYS)
         why = "ways must be 2..8";
     else if (c->filter_bits > ITE_FILTER_BITS_MAX)
@@ -174,7 +160,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     nd->grace_ns = ((uint64_t)nd->cfg.op_timeout_ms + 2ULL * nd->cfg.expiration_ms) * 1000000ULL;
 
     struct fab_config fc = {
-        .backend = cfg->backend,
+        .backend = (enum fab_backend)cfg->backend,
         .cluster = cfg->cluster,
         .nodes = cfg->nodes,
         .self = cfg->self,
@@ -241,6 +227,20 @@ void nessie_node_close(struct nessie_node *nd)
     slab_close(&nd->slab);
     fab_close(nd->fab);
     free(nd);
+}
+
+int nessie_node_unlink(const struct nessie_config *cfg)
+{
+    if (!cfg || !cfg->cluster)
+        return NESSIE_INVALID;
+    int rc = fab_unlink((enum fab_backend)cfg->backend, cfg->cluster, cfg->self);
+    if (rc == FAB_OK)
+        return NESSIE_OK;
+    if (rc == FAB_ERR_INVAL || rc == FAB_ERR_NOTSUP)
+        return NESSIE_INVALID;
+    log_error("engine: cannot remove node %u of cluster %s: %s", cfg->self, cfg->cluster,
+              fab_strerror(rc));
+    return NESSIE_FABRIC_ERROR;
 }
 
 const struct nessie_config *nessie_node_config(const struct nessie_node *node)
@@ -378,7 +378,7 @@ static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
     uint64_t expect = dte_state(ite_gen(ite), DTE_BUSY | DTE_COMMITTED);
     /* Our own entry: the mark carries its time on our clock, so its quarantine starts now
      * rather than when the scan first sees it (a scan sooner). */
-    uint64_t when = ite_node(ite) == ctx->node->cfg.self ? (slab_now_ms() + 1) << DTE_MARK_SHIFT
+    uint64_t when = ite_node(ite) == ctx->node->cfg.self ? (nessie_mono_ms() + 1) << DTE_MARK_SHIFT
                                                          : 0;
     for (int tries = 0; tries < 8; tries++) {
         uint64_t old = 0;
@@ -454,7 +454,7 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots)
                      (unsigned long long)batch[i]);
     }
     free(batch);
-    size_t freed = slab_scan(&nd->slab, scan_slots, slab_now_ms());
+    size_t freed = slab_scan(&nd->slab, scan_slots, nessie_mono_ms());
     CTR_ADD(ctx->ctr.freed, freed);
     return done + freed;
 }

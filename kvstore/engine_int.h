@@ -9,12 +9,22 @@
 #include <stdatomic.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "fabric.h"
 #include "layout.h"
-#include "nessie.h"
+#include "nessie_test.h"
 #include "slab.h"
+#include <nessie/nessie.h>
 
-#define NESSIE_MAX_WAYS 8
+#define NESSIE_MAX_WAYS NESSIE_WAYS_MAX
+/* The public limits (nessie.h) are the entry layouts' (layout.h), and the fabric's backends are
+ * the engine's in the same order (engine.c passes one for the other). */
+_Static_assert(NESSIE_NODES_MAX == ITE_MAX_NODES && NESSIE_NODES_MAX <= FAB_MAX_NODES,
+               "node limit is the ITE's");
+_Static_assert(NESSIE_FILTER_BITS_MAX == ITE_FILTER_BITS_MAX, "filter bits are the ITE's");
+_Static_assert(NESSIE_DATA_BYTES_MAX == ITE_MAX_DATA_BYTES, "data region limit is the ITE's");
+_Static_assert((int)NESSIE_BACKEND_SHM == (int)FAB_BACKEND_SHM &&
+               (int)NESSIE_BACKEND_VERBS == (int)FAB_BACKEND_VERBS, "backends match");
 /* DTEs one call may have to recycle: the candidate, up to N-1 cleared duplicates per attempt and
  * a migration's source; bounded because attempts that keep failing end in a timeout. */
 #define NESSIE_MAX_REC 64
@@ -108,8 +118,6 @@ struct nessie_ctx {
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define OPC(ctx) ((ctx)->ctr.op[(ctx)->kind])
 
-uint64_t nessie_mono_ns(void);
-
 /* A rate limit: true at most once per every_ns for all the callers sharing *last (relaxed: a
  * lost race only lets one more through, or one fewer). */
 static inline bool nessie_every(_Atomic uint64_t *last, uint64_t every_ns)
@@ -119,7 +127,6 @@ static inline bool nessie_every(_Atomic uint64_t *last, uint64_t every_ns)
            atomic_compare_exchange_strong_explicit(last, &seen, now, memory_order_relaxed,
                                                    memory_order_relaxed);
 }
-uint64_t nessie_real_ns(void);
 
 /* A new CAS token: unique in the cluster (the node is in the low bits), increasing on this node,
  * its high bits the write time, and later than the last flush this node has seen. */

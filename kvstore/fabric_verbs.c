@@ -29,6 +29,7 @@
  * is up again and endpoints reconnect their QPs on their next request to it (a connect to a live
  * node takes milliseconds).
  */
+#include "clock.h"
 #include "fabric_int.h"
 
 #include <errno.h>
@@ -156,13 +157,6 @@ struct verbs_ep {
     uint64_t next_check_ns;              /* when an idle poll next looks for stuck requests */
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Note that node is unreachable: every endpoint fails its requests to it at once from now on,
  * and the prober starts trying it. */
 static void mark_down(struct fab *fab, uint32_t node)
@@ -171,7 +165,7 @@ static void mark_down(struct fab *fab, uint32_t node)
     uint64_t zero = 0;
     if (node == fab->cfg.self)
         return; /* our own regions: never down while we run */
-    if (atomic_compare_exchange_strong(&v->down_since[node], &zero, mono_ns())) {
+    if (atomic_compare_exchange_strong(&v->down_since[node], &zero, nessie_mono_ns())) {
         log_warn("fabric verbs: node %u (%s) is down: its requests fail at once until a probe "
                  "reaches it", node, fab->cfg.addrs[node]);
         pthread_mutex_lock(&v->probe_lock);
@@ -699,7 +693,7 @@ static void *prober_main(void *arg)
     }
     pthread_mutex_lock(&v->probe_lock);
     while (!v->probe_stop) {
-        uint64_t now = mono_ns(), soonest = UINT64_MAX;
+        uint64_t now = nessie_mono_ns(), soonest = UINT64_MAX;
         for (uint32_t i = 0; i < n && !v->probe_stop; i++) {
             if (atomic_load(&v->down_since[i]) == 0) {
                 next[i] = 0;
@@ -718,7 +712,7 @@ static void *prober_main(void *arg)
                 int rc = conn_connect(fab, &c, i, v->passive_cq, 1);
                 conn_drop(&c);
                 pthread_mutex_lock(&v->probe_lock);
-                now = mono_ns();
+                now = nessie_mono_ns();
                 if (rc == 0) {
                     log_info("fabric verbs: node %u (%s) is reachable again, after %.1f s", i,
                              fab->cfg.addrs[i], (double)(now - atomic_load(&v->down_since[i])) / 1e9);
@@ -847,7 +841,7 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
             conn_drop(c); /* a QP to a node gone: its next connect comes after a probe */
         }
         if (!down && (!c->up || c->broken) && c->inflight == 0) {
-            uint64_t now = mono_ns();
+            uint64_t now = nessie_mono_ns();
             if (now >= c->retry_ns) {
                 conn_drop(c);
                 if (conn_open(ep, node) == 0) {
@@ -856,7 +850,7 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
                     mark_down(ep->fab, node);
                     if (c->backoff_ms == 0)
                         c->backoff_ms = VERBS_RETRY_FIRST_MS;
-                    c->retry_ns = mono_ns() + (uint64_t)c->backoff_ms * 1000000ULL;
+                    c->retry_ns = nessie_mono_ns() + (uint64_t)c->backoff_ms * 1000000ULL;
                     c->backoff_ms = c->backoff_ms * 2 > VERBS_RETRY_MAX_MS ? VERBS_RETRY_MAX_MS
                                                                            : c->backoff_ms * 2;
                 }
@@ -876,7 +870,7 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
             struct verbs_req *rq = &e->req[s];
             *rq = (struct verbs_req){.wr_id = w->wr_id, .opcode = w->opcode, .local = w->local,
                                      .length = w->length, .node = node, .used = true,
-                                     .posted_ns = mono_ns()};
+                                     .posted_ns = nessie_mono_ns()};
             void *buf = e->bounce + (size_t)s * VERBS_BOUNCE_SLOT;
             uint32_t lkey = e->bounce_mr->lkey;
             if (w->length > VERBS_BOUNCE_SLOT) {
@@ -1013,7 +1007,7 @@ static int verbs_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
     if (k == 0 && got == 0) {
         /* Nothing came: now and then (an idle poll is a spin), look for requests that never
          * will. */
-        uint64_t now = mono_ns();
+        uint64_t now = nessie_mono_ns();
         if (now >= e->next_check_ns) {
             e->next_check_ns = now + 1000000ULL;
             flush_stuck(ep, now);

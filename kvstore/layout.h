@@ -68,6 +68,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <nessie/nessie.h> /* NESSIE_KEY_MAX */
+
 #define DATA_LAYOUT_VERSION 3
 
 /* --- ITE ------------------------------------------------------------------------------------- */
@@ -192,8 +194,6 @@ static inline uint32_t dte_acc_make(uint32_t tick, uint32_t count, bool fetched)
     return ((tick & DTE_ACC_TIME_MASK) << DTE_ACC_TIME_SHIFT) | (fetched ? DTE_ACC_FETCHED : 0) |
            (count & DTE_ACC_COUNT_MASK);
 }
-#define NESSIE_KEY_MAX 250
-
 static inline bool dte_readable(const struct dte_hdr *h)
 {
     return (h->state & DTE_COMMITTED) && h->kind == DTE_KIND_VALUE;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "hash.h"
 #include "log.h"
 
@@ -174,13 +175,6 @@ static void set_reserve(struct slab *s, uint32_t cls)
 {
     struct slab_class *c = &s->cls[cls];
     c->reserve = c->slots / 8 < SLAB_RESERVE_SLOTS ? c->slots / 8 : SLAB_RESERVE_SLOTS;
-}
-
-uint64_t slab_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh,
@@ -506,7 +500,7 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
 {
     uint64_t best = UINT64_MAX;
     size_t best_free = 0;
-    uint64_t now = slab_now_ms();
+    uint64_t now = nessie_mono_ms();
     for (uint64_t p = 0; p < s->next_page; p++) {
         uint8_t d = s->page_class[p];
         if (d == DATA_PAGE_UNASSIGNED || d >= s->nclasses || d == cls)
@@ -620,7 +614,7 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
         goto out;
     if (grow_class(s, cls, use) == 0 && take_free(s, cls, use, offset))
         goto out;
-    if (reap_locked(s, slab_now_ms()) > 0 && take_free(s, cls, use, offset))
+    if (reap_locked(s, nessie_mono_ms()) > 0 && take_free(s, cls, use, offset))
         goto out;
     /* A tombstone fits any larger slot: better a large one for an expiration period than a
      * DELETE refused. Its own class's shortage still counts as refused (the evictor then gives
@@ -630,7 +624,7 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
      * back, ahead of them (bench/eviction.sh: SETs refused after 900 ms of waiting). The
      * tombstone then waits, or the eviction is given up for now. */
     if (use == SLAB_FOR_TOMBSTONE) {
-        uint64_t now = slab_now_ms();
+        uint64_t now = nessie_mono_ms();
         c->failed++;
         c->refused_ms = now;
         for (uint32_t b = cls + 1; b < s->nclasses; b++)
@@ -649,7 +643,7 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     if (c->queued == 0) {
         uint64_t all = total_slots(s);
         bool pending = c->recycled + c->recycled_pass > 0;
-        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, slab_now_ms(),
+        scan_locked(s, pending && all > SLAB_ALLOC_SCAN ? SLAB_ALLOC_SCAN : all, nessie_mono_ms(),
                     (int)cls);
         if (take_free(s, cls, use, offset))
             goto out;
@@ -659,7 +653,7 @@ int slab_alloc(struct slab *s, uint32_t cls, enum slab_use use, uint64_t *offset
     rc = -1;
     if (use != SLAB_FOR_TOMBSTONE) {
         c->failed++;
-        c->refused_ms = c->value_refused_ms = slab_now_ms();
+        c->refused_ms = c->value_refused_ms = nessie_mono_ms();
     }
 out:
     pthread_mutex_unlock(&s->lock);
@@ -670,7 +664,7 @@ bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, 
                 uint64_t *slots)
 {
     pthread_mutex_lock(&s->lock);
-    uint64_t now = slab_now_ms();
+    uint64_t now = nessie_mono_ms();
     if (s->drain_page >= 0 && now - s->drain_started_ms > max_ms)
         s->drain_page = -1; /* given up: a new page is picked */
     if (s->drain_page < 0) {

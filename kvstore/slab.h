@@ -37,7 +37,7 @@ struct slab_class {
     /* Allocations so far (the evictor's rate estimate), and the pages assigned to the class
      * (for sampling victims), in no order. */
     uint64_t allocs, failed; /* ... and allocations refused (tombstones: sent to a larger class) */
-    uint64_t refused_ms;     /* when one was last refused (slab_now_ms): rebalance spares it */
+    uint64_t refused_ms;     /* when one was last refused (nessie_mono_ms, base/clock.h: the clock of quarantines): rebalance spares it */
     uint64_t value_refused_ms; /* ... a value's: writers wait, tombstones keep off its slots */
     uint32_t *pages;
     uint32_t npages, pages_cap;
@@ -165,8 +165,6 @@ void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset);
  * owner's CLOCK_MONOTONIC, ms). Returns how many it freed. */
 size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
 
-/* This owner's CLOCK_MONOTONIC in ms: the clock of quarantines. */
-uint64_t slab_now_ms(void);
 
 /* Call fn on the next n slots from the cursor (*page, *slot), which it advances and wraps;
  * without the lock, so fn may take its time (the evictor's reclaim crawl). */

@@ -12,7 +12,7 @@
 
 #include <nessie/wire.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 enum recep_stage_kind { STAGE_NONE = 0, STAGE_STORE, STAGE_FETCH };
 

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "layout.h"
 #include "log.h"
 
 /* Every key the file may hold, by group: a key not listed is a typo, and an error (a setting
@@ -192,7 +191,7 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
              get_u64(kf, p, "cluster", "index_slots", 16, 1ULL << 32, &e->index_slots) |
              get_u64(kf, p, "cluster", "data_bytes", 1 << 20, 1ULL << 36, &e->data_bytes) |
              get_u32(kf, p, "cluster", "ways", 2, 8, &e->ways) |
-             get_u32(kf, p, "cluster", "filter_bits", 0, ITE_FILTER_BITS_MAX, &e->filter_bits) |
+             get_u32(kf, p, "cluster", "filter_bits", 0, NESSIE_FILTER_BITS_MAX, &e->filter_bits) |
              get_u32(kf, p, "cluster", "max_item_size", 1024, 1U << 30, &e->max_item_size) |
              get_u32(kf, p, "cluster", "expiration_ms", 1, 3600 * 1000, &e->expiration_ms) |
              get_u32(kf, p, "cluster", "op_timeout_ms", 0, 3600 * 1000, &e->op_timeout_ms) |
@@ -239,9 +238,9 @@ int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
     if (rc != 0)
         return -1;
     if (strcmp(fabric, "shm") == 0) {
-        e->backend = FAB_BACKEND_SHM;
+        e->backend = NESSIE_BACKEND_SHM;
     } else if (strcmp(fabric, "verbs") == 0) {
-        e->backend = FAB_BACKEND_VERBS;
+        e->backend = NESSIE_BACKEND_VERBS;
         if (naddr != e->nodes) {
             log_error("config %s: [cluster] fabric = verbs needs addresses = HOST:PORT, ... with "
                       "one entry per node (%u), found %u", p, e->nodes, (unsigned)naddr);

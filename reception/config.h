@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 #include "sdserver.h"
 
 struct recep_config {

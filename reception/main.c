@@ -22,7 +22,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "nessie.h"
+#include <nessie/nessie.h>
 #include "receptionist.h"
 #include "recycler.h"
 #include "sdserver.h"

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 #include "stats.h"
 #include "worker.h"
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 /* A run that did at least this much found a backlog: the next one starts at once. A run that did
@@ -92,13 +93,6 @@ static void kick(void *arg)
     pthread_mutex_unlock(&r->lock);
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
-}
-
 static void *recycler_main(void *arg)
 {
     struct recycler_thread *t = arg;
@@ -111,14 +105,14 @@ static void *recycler_main(void *arg)
     /* Thread 0 sweeps leaks: twice after start (a DTE is reclaimed only if two sweeps at least a
      * grace period apart find it unreferenced; the engine keeps that rule), then every
      * sweep_every_s. */
-    uint64_t next_sweep = t->index == 0 ? mono_ms() : UINT64_MAX;
+    uint64_t next_sweep = t->index == 0 ? nessie_mono_ms() : UINT64_MAX;
     int sweeps = 0;
-    uint64_t last_scan_ms = mono_ms(), slots = 0, slots_ms = 0;
+    uint64_t last_scan_ms = nessie_mono_ms(), slots = 0, slots_ms = 0;
     for (;;) {
         /* The scan's budget: slots in the region (looked up now and then: pages move between
          * classes but their number only grows) x the time since the last scan / the time a
          * pass may take; at least a slot per ms, at most a pass per run. */
-        uint64_t now = mono_ms();
+        uint64_t now = nessie_mono_ms();
         if (now - slots_ms >= 100 || slots == 0) {
             struct nessie_class_usage u[64];
             uint32_t nc = nessie_class_usage(r->node, u, 64);
@@ -143,13 +137,13 @@ static void *recycler_main(void *arg)
          * a nap would cap evictions at a few per nap while the writers wait for them. */
         size_t evicted = nessie_evict_run(t->ctx, EVICT_PER_RUN);
         done += evicted;
-        if (t->index == 0 && mono_ms() >= next_sweep) {
+        if (t->index == 0 && nessie_mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;
             if (sweeps < 3)
-                next_sweep = mono_ms() + r->grace_ms + 100;
+                next_sweep = nessie_mono_ms() + r->grace_ms + 100;
             else if (r->sweep_every_s)
-                next_sweep = mono_ms() + 1000ULL * r->sweep_every_s;
+                next_sweep = nessie_mono_ms() + 1000ULL * r->sweep_every_s;
             else
                 next_sweep = UINT64_MAX;
         }

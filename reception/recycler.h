@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 struct recep_recycler;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 /* An adaptive server that found nothing sleeps this long at first, doubling up to a cap: 200 us
@@ -42,18 +43,11 @@ struct recep_sdserver {
     struct sd_thread *t;
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static void *sdserver_main(void *arg)
 {
     struct sd_thread *t = arg;
     struct recep_sdserver *s = t->owner;
-    uint64_t last_work = now_ns(), nap = SD_NAP_MIN_NS;
+    uint64_t last_work = nessie_mono_ns(), nap = SD_NAP_MIN_NS;
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
         if (nessie_sd_serve(t->ctx, t->index, s->n)) {
             last_work = 0;
@@ -64,7 +58,7 @@ static void *sdserver_main(void *arg)
             __builtin_ia32_pause();
             continue;
         }
-        uint64_t now = now_ns();
+        uint64_t now = nessie_mono_ns();
         if (last_work == 0)
             last_work = now;
         if (now - last_work < s->spin_ns) {

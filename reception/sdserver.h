@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 enum recep_sd_poll {
     RECEP_SD_POLL_ADAPTIVE = 0, /* spin a while after the last request, then sleep in steps */

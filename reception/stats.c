@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 struct recep_stats {
@@ -29,13 +30,6 @@ struct recep_stats {
     double rate[NESSIE_OPK_COUNT];
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static void *stats_main(void *arg)
 {
     struct recep_stats *st = arg;
@@ -49,7 +43,7 @@ static void *stats_main(void *arg)
             break;
         struct nessie_counters cur;
         nessie_node_counters(st->node, &cur);
-        uint64_t now = mono_ns();
+        uint64_t now = nessie_mono_ns();
         double dt = (double)(now - st->prev_ns) / 1e9;
         for (int k = 0; k < NESSIE_OPK_COUNT; k++)
             st->rate[k] = dt > 0 ? (double)(cur.op[k].ops - st->prev.op[k].ops) / dt : 0;
@@ -73,7 +67,7 @@ int recep_stats_start(struct nessie_node *node, struct recep_worker **workers, u
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->cond, NULL);
     nessie_node_counters(node, &st->prev);
-    st->prev_ns = mono_ns();
+    st->prev_ns = nessie_mono_ns();
     int rc = pthread_create(&st->thread, NULL, stats_main, st);
     if (rc != 0) {
         log_error("stats: pthread_create: %s", strerror(rc));

@@ -12,7 +12,7 @@
 
 #include <nessie/wire.h>
 
-#include "nessie.h"
+#include <nessie/nessie.h>
 #include "worker.h"
 
 struct recep_stats;

@@ -36,10 +36,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "fabric.h"
 #include "layout.h"
 #include "lincheck.h"
 #include "log.h"
-#include "nessie.h"
+#include "nessie_test.h"
+#include <nessie/nessie.h>
 
 /* Values are recorded inline. Written values are short; values read can grow by appends up to
  * the item size limit (header and key included), which keeps them below OUT_MAX. */
@@ -160,8 +163,6 @@ static struct evict_log *elog;
 /* The record of the eviction this thread is making (the hook's start and end pair up). */
 static __thread uint64_t evict_cur;
 
-static uint64_t mono_ns(void);
-
 static void stress_evict_hook(void *user, const void *key, size_t klen, bool done, int status)
 {
     (void)user;
@@ -173,13 +174,13 @@ static void stress_evict_hook(void *user, const void *key, size_t klen, bool don
         char name[16] = {0};
         memcpy(name, key, klen < sizeof(name) - 1 ? klen : sizeof(name) - 1);
         r->key = (uint16_t)atoi(name + 4); /* "key-NNN" */
-        r->call_ns = mono_ns();
+        r->call_ns = nessie_mono_ns();
         return;
     }
     if (evict_cur >= elog->cap)
         return;
     struct evict_rec *r = &elog->r[evict_cur];
-    r->ret_ns = mono_ns();
+    r->ret_ns = nessie_mono_ns();
     r->status = (uint8_t)status;
     atomic_store_explicit((_Atomic uint8_t *)&r->done, 1, memory_order_release);
 }
@@ -188,13 +189,6 @@ static char cluster[64];
 static struct shared *sh;
 static struct event *hist; /* nodes * threads * per_thread events */
 static uint64_t per_thread;
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void config_for(struct nessie_config *cfg, uint32_t self)
 {
@@ -211,7 +205,7 @@ static void config_for(struct nessie_config *cfg, uint32_t self)
     cfg->op_timeout_ms = (uint32_t)opt_expiration_ms * 50;
     cfg->background_recycle = true;
     if (opt_fabric && strcmp(opt_fabric, "verbs") == 0) {
-        cfg->backend = FAB_BACKEND_VERBS;
+        cfg->backend = NESSIE_BACKEND_VERBS;
         cfg->addrs = verbs_addrs;
     }
 }
@@ -277,12 +271,12 @@ static enum fab_fault stress_fault(void *user, struct fab_ep *ep, const struct f
     (void)wr;
     struct fault_state *f = &fst;
     if (!f->rng)
-        f->rng = ((uint64_t)opt_seed << 32) ^ (uint64_t)pthread_self() ^ mono_ns();
+        f->rng = ((uint64_t)opt_seed << 32) ^ (uint64_t)pthread_self() ^ nessie_mono_ns();
     f->rng ^= f->rng << 13;
     f->rng ^= f->rng >> 7;
     f->rng ^= f->rng << 17;
     if (opt_stall_every > 0) {
-        uint64_t now = mono_ns();
+        uint64_t now = nessie_mono_ns();
         if (!f->next_stall)
             f->next_stall = now + (f->rng % (uint64_t)opt_stall_every + 1) * 1000000ULL;
         if (!f->armed && now >= f->next_stall)
@@ -292,7 +286,7 @@ static enum fab_fault stress_fault(void *user, struct fab_ep *ep, const struct f
             struct timespec ts = {opt_stall_ms / 1000, (long)(opt_stall_ms % 1000) * 1000000L};
             while (nanosleep(&ts, &ts) != 0)
                 ;
-            f->next_stall = mono_ns() + (uint64_t)opt_stall_every * 1000000ULL;
+            f->next_stall = nessie_mono_ns() + (uint64_t)opt_stall_every * 1000000ULL;
             atomic_fetch_add(&sh->node[fault_node].stalls, 1);
         }
     }
@@ -357,7 +351,7 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
     int rc;
     if (run_mixed)
         nessie_ctx_set_mode(ctx, (enum nessie_mode)(rnd(w) % 4));
-    e->call_ns = mono_ns();
+    e->call_ns = nessie_mono_ns();
     switch (e->op) {
     case LC_GET:
         if (rnd(w) % 4 == 0) {
@@ -414,7 +408,7 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
         rc = nessie_delete(ctx, key, klen);
         break;
     }
-    e->ret_ns = mono_ns();
+    e->ret_ns = nessie_mono_ns();
     e->status = (uint8_t)rc;
     e->outcome = (uint8_t)outcome_of(e->op, rc);
     if (e->outcome == LC_UNKNOWN)
@@ -616,9 +610,9 @@ static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
             e.key = (uint16_t)k;
             e.op = LC_GET;
             struct nessie_item it;
-            e.call_ns = mono_ns();
+            e.call_ns = nessie_mono_ns();
             int rc = nessie_get(ctx, key, strlen(key), &it);
-            e.ret_ns = mono_ns();
+            e.ret_ns = nessie_mono_ns();
             if (rc == NESSIE_OK) {
                 e.outlen = it.value_len < OUT_MAX ? it.value_len : OUT_MAX;
                 memcpy(e.out, it.value, e.outlen);
@@ -963,28 +957,28 @@ int main(int argc, char **argv)
         }
         usleep(1000);
     }
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = nessie_mono_ns();
     atomic_store(&sh->go, 1);
     int failed = 0, running = opt_nodes;
     uint64_t restarts = 0, crash_rng = (uint64_t)opt_seed * 2654435761u + 7;
-    uint64_t next_crash = mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
+    uint64_t next_crash = nessie_mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
     /* --kill-node-at: the last node dies once, stays down, comes back. */
     const int victim = opt_nodes - 1;
     uint64_t kill_ns = opt_kill_at ? t0 + (uint64_t)opt_kill_at * 1000000ULL : 0, back_ns = 0;
     bool dead = false;
     while (running > 0) {
         int st;
-        if (kill_ns && !dead && !back_ns && mono_ns() >= kill_ns && pids[victim] > 0) {
+        if (kill_ns && !dead && !back_ns && nessie_mono_ns() >= kill_ns && pids[victim] > 0) {
             kill(pids[victim], SIGKILL);
             waitpid(pids[victim], &st, 0);
-            kill_ns = mono_ns();
+            kill_ns = nessie_mono_ns();
             dead = true;
             if (!opt_quiet)
                 fprintf(stderr, "nessie-stress: killed node %d; it stays down %d ms\n", victim,
                         opt_dead_for);
         }
-        if (dead && mono_ns() >= kill_ns + (uint64_t)opt_dead_for * 1000000ULL) {
-            back_ns = mono_ns();
+        if (dead && nessie_mono_ns() >= kill_ns + (uint64_t)opt_dead_for * 1000000ULL) {
+            back_ns = nessie_mono_ns();
             dead = false;
             if (!opt_quiet)
                 fprintf(stderr, "nessie-stress: node %d starts again\n", victim);
@@ -1014,11 +1008,11 @@ int main(int argc, char **argv)
                 usleep(1000);
             continue;
         }
-        if (mono_ns() < next_crash) {
+        if (nessie_mono_ns() < next_crash) {
             usleep(1000);
             continue;
         }
-        next_crash = mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
+        next_crash = nessie_mono_ns() + (uint64_t)opt_crash_every * 1000000ULL;
         crash_rng ^= crash_rng << 13;
         crash_rng ^= crash_rng >> 7;
         crash_rng ^= crash_rng << 17;
@@ -1032,7 +1026,7 @@ int main(int argc, char **argv)
         if (pids[n] == 0)
             _exit(node_main((uint32_t)n, true));
     }
-    double secs = (double)(mono_ns() - t0) / 1e9;
+    double secs = (double)(nessie_mono_ns() - t0) / 1e9;
 
     /* Quiescence: re-attach every node here and look at what is left. */
     struct nessie_node **nodes = calloc((size_t)opt_nodes, sizeof(*nodes));

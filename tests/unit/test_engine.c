@@ -1,5 +1,5 @@
 /*
- * test_engine.c - the engine (kvstore/nessie.h): memcached semantics of every operation, the
+ * test_engine.c - the engine (nessie/nessie.h): memcached semantics of every operation, the
  * fabric cost of GET and PUT (paper figures 8-11), and the conflict cases of Appendix A, each
  * reproduced deterministically: a test hook pauses one operation between two protocol steps,
  * runs the conflicting operation to completion on another node's context, and resumes it.
@@ -24,7 +24,7 @@
 
 #include "engine_int.h" /* nessie_recycle: a late mark, as the recycler would make it */
 #include "layout.h"
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 #define MAXN 3
 

@@ -26,7 +26,7 @@
 
 #include "engine_int.h"
 #include "layout.h"
-#include "nessie.h"
+#include <nessie/nessie.h>
 
 #define NODES 2
 

@@ -1,12 +1,13 @@
 /*
- * log.h - leveled logging to stderr, shared by the engine, the daemon and the tools.
+ * log.h - leveled logging to stderr, shared by the engine, the daemon and the tools (the
+ * functions are libnessie's, kvstore/log.c; the short macros are for the project's own code).
  *
  * One line per message: "<time> <program>[<pid>] <level>: <text>". The level comes from
  * nessie_log_set_level() or, if never set, from NESSIE_LOG (error|warn|info|debug; default info).
  * Safe from any thread; never allocates, so it can be called on out-of-memory paths.
  */
-#ifndef NESSIE_KVSTORE_LOG_H
-#define NESSIE_KVSTORE_LOG_H
+#ifndef NESSIE_BASE_LOG_H
+#define NESSIE_BASE_LOG_H
 
 enum nessie_log_level {
     NESSIE_LOG_ERROR = 0,

@@ -1,7 +1,7 @@
 /*
- * nessie.h - the Nessie engine (libnessie): a key-value store whose every operation is carried
- * out by the node that issues it, with one-sided READ / WRITE / CAS on the other nodes' memory
- * (kvstore/fabric.h). The protocol is Appendix A of Cassell's thesis; the mechanisms are section
+ * nessie/nessie.h - the Nessie engine (libnessie): a key-value store whose every operation is
+ * carried out by the node that issues it, with one-sided READ / WRITE / CAS on the other nodes'
+ * memory (over RDMA verbs, or shared memory on one host). The protocol is Appendix A of Cassell's thesis; the mechanisms are section
  * 4.3 of the Nessie paper.
  *
  * Objects:
@@ -22,14 +22,16 @@
  * its entry took it back out (abandoned it, so that no takeover can complete it) before
  * returning it, and returns NESSIE_TIMEOUT instead when it could not make sure of that.
  */
-#ifndef NESSIE_KVSTORE_NESSIE_H
-#define NESSIE_KVSTORE_NESSIE_H
+#ifndef NESSIE_NESSIE_H
+#define NESSIE_NESSIE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fabric.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 enum nessie_status {
     NESSIE_OK = 0,       /* found / stored / deleted / touched */
@@ -49,8 +51,23 @@ enum nessie_status {
 
 const char *nessie_strerror(int status);
 
+/* Limits of a cluster's shape and of an item, fixed by the entry layouts (kvstore/layout.h). */
+#define NESSIE_KEY_MAX 250          /* bytes of a key: memcached's limit */
+#define NESSIE_NODES_MAX 1024       /* nodes in a cluster: the ITE's node field */
+#define NESSIE_WAYS_MIN 2           /* N of N-way cuckoo hashing */
+#define NESSIE_WAYS_MAX 8
+#define NESSIE_FILTER_BITS_MAX 7    /* the ITE's filter field */
+#define NESSIE_DATA_BYTES_MAX (64ULL << 30) /* one node's data region: the ITE's offset field */
+#define NESSIE_SD_SLOTS_MAX 64      /* a node's request ring slots per home node */
+
+/* The fabric a cluster runs on. */
+enum nessie_backend {
+    NESSIE_BACKEND_SHM = 0, /* POSIX shared memory: every node a process on this host */
+    NESSIE_BACKEND_VERBS,   /* RDMA verbs (rdma-core): RC queue pairs, connected with librdmacm */
+};
+
 struct nessie_config {
-    enum fab_backend backend;
+    enum nessie_backend backend;
     const char *cluster;        /* fabric cluster name */
     const char *const *addrs;   /* verbs: each node's listener, HOST:PORT (nodes entries) */
     const char *device;         /* verbs: the RDMA device this node's address must be on, or NULL */
@@ -172,10 +189,17 @@ struct nessie_ctx;
  * nothing.
  */
 int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out);
-/* Close; contexts must be destroyed first. The regions stay (see fab_close). */
+/* Close; contexts must be destroyed first. The regions stay, so a later nessie_node_open of the
+ * same node re-attaches them (a restart keeps the node's data). */
 void nessie_node_close(struct nessie_node *node);
+/*
+ * Remove node cfg->self's regions (of cfg->backend and cfg->cluster; nothing else of cfg is
+ * read), so its data is gone and the next open creates them afresh. Call it on a closed node.
+ * Returns NESSIE_OK, also when there was nothing to remove; NESSIE_INVALID for a bad cluster
+ * name or node; NESSIE_FABRIC_ERROR (logged) when a region could not be removed.
+ */
+int nessie_node_unlink(const struct nessie_config *cfg);
 const struct nessie_config *nessie_node_config(const struct nessie_node *node);
-struct fab *nessie_node_fabric(struct nessie_node *node);
 
 int nessie_ctx_create(struct nessie_node *node, struct nessie_ctx **out);
 void nessie_ctx_destroy(struct nessie_ctx *ctx);
@@ -362,41 +386,8 @@ struct nessie_class_usage {
 uint32_t nessie_class_usage(struct nessie_node *node, struct nessie_class_usage *out,
                             uint32_t max);
 
-/*
- * Test hooks: points between protocol steps where a test can run other operations (on other
- * contexts) to reproduce a conflict case of Appendix A deterministically. NULL (the default)
- * costs one predictable branch per point.
- */
-enum nessie_hook_point {
-    NESSIE_HOOK_GET_ITE_READ,        /* GET read I_i (arg: i) */
-    NESSIE_HOOK_GET_BEFORE_REVERSE,  /* GET about to start its reverse pass */
-    NESSIE_HOOK_PUT_BEFORE_CAS,      /* PUT chose I_cnd (arg: cnd), about to CAS it */
-    NESSIE_HOOK_PUT_AFTER_CAS,       /* PUT's CAS on I_cnd succeeded (arg: cnd) */
-    NESSIE_HOOK_PUT_BEFORE_REVERSE,  /* PUT finished step 4 */
-    NESSIE_HOOK_PUT_BEFORE_COMMIT,   /* PUT passed its reverse pass, about to commit */
-    NESSIE_HOOK_MIGRATE_START,       /* MIGRATE about to read its source (arg: depth) */
-    NESSIE_HOOK_MIGRATE_BEFORE_DST,  /* MIGRATE wrote its copy, about to CAS I_dst */
-    NESSIE_HOOK_MIGRATE_AFTER_DST,   /* MIGRATE's CAS on I_dst succeeded */
-};
-typedef void (*nessie_hook_fn)(struct nessie_ctx *ctx, enum nessie_hook_point point,
-                               uint32_t arg, void *user);
-/* Install (or with NULL, remove) the hook for every context of this process. Not thread-safe
- * against running operations: set it before starting them. */
-void nessie_set_test_hook(nessie_hook_fn fn, void *user);
-
-/*
- * Eviction observer, for tests and nessie-stress: called on the evicting thread right before an
- * eviction (or reclamation) of key starts (done=false) and when it ends (done=true, status
- * NESSIE_OK: the key was removed; NESSIE_TIMEOUT: unknown; anything else: no effect), so a
- * checker can put the removal into the key's history as the DELETE it is. Process-wide; set it
- * before operations start.
- */
-typedef void (*nessie_evict_hook_fn)(void *user, const void *key, size_t key_len, bool done,
-                                     int status);
-void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user);
-
-/* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests. */
-void nessie_key_positions(const struct nessie_node *node, const void *key, size_t key_len,
-                          uint64_t *pos);
+#ifdef __cplusplus
+}
+#endif
 
 #endif
