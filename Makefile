@@ -92,7 +92,7 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo bench bench-quick bench-modes rxe-selftest \
+.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes rxe-selftest \
 	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
@@ -202,6 +202,11 @@ $(BUILD)/obj/tests/%.o: tests/%.c
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE_INT) $(CHANNEL_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
+
+# reception/nessie.conf is the daemon's own description of its configuration (config.c's schema);
+# tests/integration/config.sh fails when the checked-in copy is not current.
+config: $(RECEP_BIN)
+	$(RECEP_BIN) --print-config >reception/nessie.conf
 
 # The README's test command. Installs what is missing (tools/install-deps is a no-op when nothing
 # is), then builds and runs everything in a fresh make so pkg-config sees the new packages.

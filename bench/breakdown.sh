@@ -16,9 +16,10 @@ VALUE=${BENCH_VALUE:-16384}
 RATIOS=${BENCH_RATIOS:-"0.5 0.99"}
 bench_begin breakdown "3-node Nessie (shim); Zipf 0.99; $VALUE B values; 10000 keys; GET ratios $RATIOS; one client thread on every node; configurations basic, +filter, +cache, +prev, +multi"
 
-# The configurations, cumulative: NAME and the config lines that differ from the defaults.
+# The configurations, cumulative: NAME and the settings that differ from the defaults.
 config_lines() {
-    f="filter_bits = 0"; c="cache = false"; p="previous_versions = false"; m="multi_read = false"
+    f="cluster.filter_bits=0"; c="optimizations.cache=false"
+    p="optimizations.previous_versions=false"; m="optimizations.multi_read=false"
     case $1 in
     basic) ;;
     +filter) f="" ;;
@@ -26,10 +27,7 @@ config_lines() {
     +prev) f=""; c=""; p="" ;;
     +multi) f=""; c=""; p=""; m="" ;;
     esac
-    # filter_bits lives in [cluster]: nessie_start puts these lines after its [cluster] keys.
-    [ -n "$f" ] && echo "$f"
-    echo "[optimizations]"
-    for l in "$c" "$p" "$m"; do [ -n "$l" ] && echo "$l"; done
+    for l in "$f" "$c" "$p" "$m"; do [ -n "$l" ] && echo "$l"; done
     return 0
 }
 

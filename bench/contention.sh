@@ -43,7 +43,7 @@ mc_start
 sweep memcached
 mc_stop
 for m in $MODES; do
-    nessie_start 3 "mode = $m"
+    nessie_start 3 "cluster.mode=$m"
     sweep "$m"
     nessie_stop
 done

@@ -35,8 +35,8 @@ run() {
 for sys in $SYSTEMS; do
     case $sys in
         memcached) mc_start ;;
-        nessie-sd-spin) nessie_start 3 "mode = sd" "[reception]" "sd_poll = spin" ;;
-        *) nessie_start 3 "mode = ${sys#nessie-}" ;;
+        nessie-sd-spin) nessie_start 3 cluster.mode=sd reception.sd_poll=spin ;;
+        *) nessie_start 3 "cluster.mode=${sys#nessie-}" ;;
     esac
     COLS=max
     bench_log "$sys: closed-loop maximum"

@@ -106,7 +106,7 @@ nessie_stat_sum() {
 }
 
 mc_start
-nessie_start $NODES "evict = true"
+nessie_start $NODES cluster.evict=true
 
 # GETs of a few resident keys (a tenth of the capacity, preloaded), on the empty cache now and
 # on the full one at the end: what being full costs a GET (eviction's leftovers, access hints).

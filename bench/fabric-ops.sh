@@ -38,7 +38,7 @@ echo "workload,mode,op,metric,value,calls,cdf" >"$OUT/cdf.tmp"
 for m in $MODES; do
 for w in $WORKLOADS; do
     g=${w%%:*}; d=${w#*:}
-    nessie_start 3 "mode = $m"
+    nessie_start 3 "cluster.mode=$m"
     COLS_HEADER="workload,mode"; COLS="$w,$m"
     # As in the paper, every node runs a client, so entries are written by (and live on) every
     # node and GETs read remote ones. First each client stores every key, outside the counted

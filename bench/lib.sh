@@ -125,25 +125,24 @@ mc_stop() {
     fi
 }
 
-# A local Nessie cluster of $1 nodes on the shared-memory fabric. Further arguments are extra
-# config lines, e.g. "[optimizations]" "cache = false" (sections after [cluster]).
+# A local Nessie cluster of $1 nodes on the shared-memory fabric. Further arguments are settings
+# of the config file as GROUP.KEY=VALUE, e.g. optimizations.cache=false (reception --set).
 nessie_start() {
     n=$1
     shift
     nessie_stop
     mkdir -p "$RUN"
-    {
-        echo "# Written by bench/$BENCH_NAME.sh (see reception/nessie.conf for every key)."
-        echo "[cluster]"
-        echo "name = bench-$BENCH_NAME-$$"
-        echo "nodes = $n"
-        echo "fabric = shm"
-        echo "index_slots = ${BENCH_INDEX_SLOTS:-262144}"
-        echo "data_bytes = $BENCH_DATA_BYTES"
-        echo "max_item_size = $BENCH_MAX_ITEM"
-        [ -z "$BENCH_EXPIRATION_MS" ] || echo "expiration_ms = $BENCH_EXPIRATION_MS"
-        for line in "$@"; do echo "$line"; done
-    } >"$RUN/nessie.conf"
+    # The daemon writes the file (every key, commented); each setting is one --set.
+    for s in "cluster.name=bench-$BENCH_NAME-$$" "cluster.nodes=$n" cluster.fabric=shm \
+        "cluster.index_slots=${BENCH_INDEX_SLOTS:-262144}" "cluster.data_bytes=$BENCH_DATA_BYTES" \
+        "cluster.max_item_size=$BENCH_MAX_ITEM" \
+        ${BENCH_EXPIRATION_MS:+"cluster.expiration_ms=$BENCH_EXPIRATION_MS"} "$@"; do
+        printf '%s\n' "--set=$s"
+    done >"$RUN/sets"
+    set --
+    while IFS= read -r a; do set -- "$@" "$a"; done <"$RUN/sets"
+    "$BUILD/reception" --print-config "$@" >"$RUN/nessie.conf" ||
+        bench_die "reception --print-config refused the settings above"
     "$BENCH_ROOT/tools/nessie-cluster" start --nodes "$n" --dir "$RUN" --config "$RUN/nessie.conf" \
         >/dev/null || bench_die "the Nessie cluster did not start (see $RUN/node*.log)"
     NESSIE_DIR=$RUN

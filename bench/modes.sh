@@ -49,7 +49,7 @@ fresh() {
         mc_start
     else
         nessie_stop
-        nessie_start 3 "mode = $1"
+        nessie_start 3 "cluster.mode=$1"
     fi
 }
 

@@ -51,7 +51,7 @@ for s in $SIZES; do
     # first took them (no rebalancing yet), so a sweep through sizes on one cluster would leave
     # the large sizes without memory.
     for m in $MODES; do
-        nessie_start 3 "mode = $m"
+        nessie_start 3 "cluster.mode=$m"
         workloads "nessie-$m" "$s"
         nessie_stop
     done

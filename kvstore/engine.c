@@ -243,6 +243,11 @@ int nessie_node_unlink(const struct nessie_config *cfg)
     return NESSIE_FABRIC_ERROR;
 }
 
+uint64_t nessie_node_grace_ms(const struct nessie_node *node)
+{
+    return node->grace_ns / 1000000ULL;
+}
+
 const struct nessie_config *nessie_node_config(const struct nessie_node *node)
 {
     return &node->cfg;

@@ -1,319 +1,530 @@
 /*
- * config.c - parse and check the cluster configuration file (see nessie.conf for every key).
+ * config.c - the cluster configuration file: its schema, parsing, checks and printing.
+ *
+ * The schema below is the only description of the file. Parsing looks keys up in it (a key it
+ * does not list is a typo, and an error: a setting silently ignored is worse than a daemon that
+ * refuses to start), its bounds are the engine's limits (nessie/nessie.h), and
+ * `reception --print-config` writes the file from it, comments included; reception/nessie.conf is
+ * that output. A key without a default of its own takes the engine's (nessie_config_defaults).
  */
 #include "config.h"
 
 #include <errno.h>
 #include <glib.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "log.h"
+#include <nessie/wire.h>
 
-/* Every key the file may hold, by group: a key not listed is a typo, and an error (a setting
- * silently ignored is worse than a daemon that refuses to start). */
-static const char *const known_cluster[] = {
-    "name", "nodes", "fabric", "index_slots", "data_bytes", "ways", "filter_bits",
-    "max_item_size", "expiration_ms", "op_timeout_ms", "migrate_depth", "addresses", "device",
-    "evict", "mode", "sd_slots", NULL};
-static const char *const known_opt[] = {"cache", "previous_versions", "multi_read",
-                                        "multi_read_bytes", "cache_entries", "cache_bytes", NULL};
-static const char *const known_recep[] = {"workers", "recyclers", "arena_bytes", "max_channels",
-                                          "spin_us", "sweep_every_s", "socket", "socket_mode",
-                                          "sd_servers", "sd_poll", NULL};
+/* How a key's value is written and where it goes in struct recep_config. */
+enum cfg_type {
+    CFG_U32,   /* an unsigned integer (decimal, 0x hex or 0 octal), into a uint32_t */
+    CFG_U64,   /* the same, into a uint64_t */
+    CFG_OCTAL, /* the same, written back in octal (permission bits), into a uint32_t */
+    CFG_NOT,   /* true or false, into a bool that holds its negation (the engine's no_* switches) */
+    CFG_STR,   /* a string of min..max bytes, into a char array */
+    CFG_ENUM,  /* one of choices ("a|b|c"), its index into an enum */
+    CFG_ADDRS, /* HOST:PORT, HOST:PORT, ... one per node: [cluster] addresses */
+};
+
+struct cfg_key {
+    const char *group, *key;
+    enum cfg_type type;
+    uint64_t min, max;   /* numbers: the bounds; strings: their length's */
+    const char *def;     /* the default as the file writes it; NULL: the engine's */
+    const char *example; /* keys with no value: written commented out with this value */
+    const char *choices; /* CFG_ENUM: its values in the enum's order, '|'-separated */
+    size_t off;          /* offsetof(struct recep_config, ...) */
+    size_t size;         /* CFG_STR: the array's size */
+    const char *doc;     /* the comment above it in the file */
+};
+
+#define F(field) offsetof(struct recep_config, field), sizeof(((struct recep_config *)0)->field)
+
+/* Enums are stored as the int they are. */
+_Static_assert(sizeof(enum nessie_backend) == sizeof(int) && sizeof(enum nessie_mode) == sizeof(int) &&
+               sizeof(enum recep_sd_poll) == sizeof(int), "enums are int-sized");
+
+static const char *const file_header =
+    "Nessie cluster configuration: one file for the whole cluster, the same on every node.\n"
+    "Each node runs one daemon:   reception --config nessie.conf --node ID\n"
+    "Every key is optional. Written by `reception --print-config`, which with no --config and no\n"
+    "--set shows the defaults; reception/nessie.conf is that output.";
+
 static const struct {
-    const char *group;
-    const char *const *keys;
-} known[] = {{"cluster", known_cluster}, {"optimizations", known_opt}, {"reception", known_recep}};
+    const char *group, *doc;
+} groups[] = {
+    {"cluster", "The same on every node: the cluster's shape, its tables and its protocol."},
+    {"optimizations", "Each can be switched off to measure what it buys (paper figure 13)."},
+    {"reception", "This node's daemon: its threads and its clients' socket."},
+};
 
-void recep_default_run_dir(char *out, size_t len)
+static const struct cfg_key schema[] = {
+    {"cluster", "name", CFG_STR, 1, 64, "nessie", NULL, NULL, F(cluster),
+     "Names the cluster's shared-memory regions (/dev/shm/nessie.<name>.n<ID>.index|data): two\n"
+     "clusters on one host need two names. [A-Za-z0-9_-]."},
+    {"cluster", "nodes", CFG_U32, 1, NESSIE_NODES_MAX, "1", NULL, NULL, F(engine.nodes),
+     "Nodes in the cluster."},
+    {"cluster", "fabric", CFG_ENUM, 0, 0, "shm", NULL, "shm|verbs", F(engine.backend),
+     "shm: every node on this host (one-sided access through shared memory).\n"
+     "verbs: RDMA (rdma-core) between hosts."},
+    {"cluster", "addresses", CFG_ADDRS, 0, 0, "", "10.0.0.1:7470, 10.0.0.2:7470, 10.0.0.3:7470",
+     NULL, F(addr),
+     "verbs only: each node's listener, HOST:PORT, in node order, comma-separated; HOST is an address\n"
+     "of the node's RDMA netdev (on Soft-RoCE: the netdev of `rdma link add rxe0 type rxe netdev\n"
+     "eth0`). Every node's daemon reads the same list."},
+    {"cluster", "device", CFG_STR, 0, 63, "", "rxe0", NULL, F(device),
+     "verbs only: the RDMA device the address must be on (empty: whichever it is on)."},
+    {"cluster", "index_slots", CFG_U64, 16, 1ULL << 32, "65536", NULL, NULL, F(engine.index_slots),
+     "Index table entries per node. The index is an N-way cuckoo hash over all nodes' tables; keep\n"
+     "its load factor (nessie-stat shows it) under ~0.8, or PUTs migrate a lot and may fail."},
+    {"cluster", "data_bytes", CFG_U64, 1 << 20, NESSIE_DATA_BYTES_MAX, "67108864", NULL, NULL,
+     F(engine.data_bytes),
+     "Data region per node, bytes: values, keys and 64-byte headers, carved into size classes that\n"
+     "grow by 1.25x from 128 bytes up to max_item_size."},
+    {"cluster", "ways", CFG_U32, NESSIE_WAYS_MIN, NESSIE_WAYS_MAX, NULL, NULL, NULL, F(engine.ways),
+     "N of N-way cuckoo hashing (the paper's setting: 3)."},
+    {"cluster", "filter_bits", CFG_U32, 0, NESSIE_FILTER_BITS_MAX, NULL, NULL, NULL,
+     F(engine.filter_bits), "Filter bits per index entry (0: off; the paper's setting: 7)."},
+    {"cluster", "max_item_size", CFG_U32, 1024, 1U << 30, NULL, NULL, NULL, F(engine.max_item_size),
+     "Largest item (header + key + value), bytes. memcached's default is 1 MiB."},
+    {"cluster", "expiration_ms", CFG_U32, 1, 3600 * 1000, NULL, NULL, NULL, F(engine.expiration_ms),
+     "The expiration period, ms: how long a recycled entry and a cached index entry stay untouched,\n"
+     "and the budget of one attempt of an operation. The paper uses 1 s."},
+    {"cluster", "op_timeout_ms", CFG_U32, 0, 3600 * 1000, NULL, NULL, NULL, F(engine.op_timeout_ms),
+     "Budget of one call, all retries included, ms (0: one expiration period)."},
+    {"cluster", "migrate_depth", CFG_U32, 0, 64, NULL, NULL, NULL, F(engine.migrate_depth),
+     "Depth limit of recursive MIGRATE."},
+    {"cluster", "evict", CFG_NOT, 0, 0, NULL, NULL, NULL, F(engine.no_evict),
+     "A full node evicts (true: items sampled and scored by their reads, the least read and longest\n"
+     "idle removed, as memcached evicts), or refuses SETs with an out-of-memory error (false, as\n"
+     "memcached -M). Expired and flushed items are reclaimed either way, and DELETE always works."},
+    {"cluster", "mode", CFG_ENUM, 0, 0, NULL, NULL, "cd|sd|hy|auto", F(engine.mode),
+     "Who carries out an operation (the paper's comparisons, section 6): cd, the client's own node,\n"
+     "with one-sided READ, WRITE and CAS (Nessie); sd, the key's home node, to which the operation\n"
+     "is shipped through a request ring in its memory (NessieSD); hy, GETs cd and writes sd\n"
+     "(NessieHY); auto, per operation the way that has lately been faster (Cell's selector: each\n"
+     "node measures both ways per peer, kind of operation and value size, and explores the slower\n"
+     "way now and then). Nodes of one cluster may differ; `reception --mode` overrides it."},
+    {"cluster", "sd_slots", CFG_U32, 1, NESSIE_SD_SLOTS_MAX, NULL, NULL, NULL, F(engine.sd_slots),
+     "Requests one node may have in flight to one home node at once (its ring slots there).\n"
+     "Each slot holds a whole item: the rings cost 2 x nodes x sd_slots x max_item_size (capped at\n"
+     "1 MiB) bytes of shared memory per node."},
+
+    {"optimizations", "cache", CFG_NOT, 0, 0, NULL, NULL, NULL, F(engine.no_cache),
+     "The per-worker LRU cache of remote entries, keyed by index entry."},
+    {"optimizations", "previous_versions", CFG_NOT, 0, 0, NULL, NULL, NULL,
+     F(engine.no_prev_versions), "A GET that meets an entry being written reads its previous version."},
+    {"optimizations", "multi_read", CFG_NOT, 0, 0, NULL, NULL, NULL, F(engine.no_multi_read),
+     "Large entries are read in two READs, header and key first (multi_read_bytes)."},
+    {"optimizations", "multi_read_bytes", CFG_U32, 64, 1U << 30, NULL, NULL, NULL,
+     F(engine.multi_read_bytes),
+     "A DTE read is split into header+key first and value after when its slot exceeds this."},
+    {"optimizations", "cache_entries", CFG_U32, 1, 1U << 24, NULL, NULL, NULL,
+     F(engine.cache_entries), "The cache's entries, per worker."},
+    {"optimizations", "cache_bytes", CFG_U64, 4096, 1ULL << 36, NULL, NULL, NULL,
+     F(engine.cache_bytes), "The cache's bytes, per worker."},
+
+    {"reception", "workers", CFG_U32, 1, 256, "2", NULL, NULL, F(workers),
+     "Threads running requests; each serves a share of the channels."},
+    {"reception", "recyclers", CFG_U32, 1, 64, "1", NULL, NULL, F(recyclers),
+     "Background recycling threads."},
+    {"reception", "arena_bytes", CFG_U32, 4096, 1U << 30, "1048576", NULL, NULL, F(arena_bytes),
+     "Shared-memory arena per client channel, bytes, a multiple of 8. Larger values still work (in\n"
+     "chunks)."},
+    {"reception", "max_channels", CFG_U32, 1, 1 << 20, "1024", NULL, NULL, F(max_channels),
+     "Channels (client threads) one daemon serves at most."},
+    {"reception", "spin_us", CFG_U32, 0, 1000000, "50", NULL, NULL, F(spin_us),
+     "Longest a worker busy-waits for the next request before it sleeps, microseconds. Within this\n"
+     "cap it spins only as long as its clients' measured think times say the next request is due\n"
+     "soon (include/nessie/wire_sync.h); 0: never spin."},
+    {"reception", "sd_servers", CFG_U32, 1, 64, "1", NULL, NULL, F(sd_servers),
+     "Threads that run the operations peers ship to this node (their mode sd or hy): every daemon\n"
+     "runs them, whatever its own mode."},
+    {"reception", "sd_poll", CFG_ENUM, 0, 0, "adaptive", NULL, "adaptive|spin", F(sd_poll),
+     "How they wait for requests: adaptive (spin spin_us after the last request, then sleep in\n"
+     "steps up to 200 us, 2 ms once no request came for 100 ms, 10 ms after a second: the first\n"
+     "request after a quiet spell waits that long) or spin (a core each, always busy, as the paper's\n"
+     "servers)."},
+    {"reception", "sweep_every_s", CFG_U32, 0, 1 << 20, "0", NULL, NULL, F(sweep_every_s),
+     "Leak sweep period, seconds (0: only the sweeps after a start, which find what a crash left)."},
+    {"reception", "socket", CFG_STR, 1, 107, WIRE_SOCKET_NAME, NULL, NULL, F(socket_name),
+     "The Unix socket: relative to the run directory (--run-dir, $NESSIE_RUN_DIR, /tmp/nessie-$UID);\n"
+     "%u is replaced by the node ID."},
+    {"reception", "socket_mode", CFG_OCTAL, 0, 0777, "0600", NULL, NULL, F(socket_mode),
+     "Who may connect: the daemon's user only (peer credentials are checked as well)."},
+};
+#define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
+
+static const struct cfg_key *schema_find(const char *group, const char *key)
 {
-    const char *env = getenv("NESSIE_RUN_DIR");
-    if (env && *env)
-        snprintf(out, len, "%s", env);
-    else
-        snprintf(out, len, "/tmp/nessie-%u", (unsigned)getuid());
+    for (size_t i = 0; i < SCHEMA_LEN; i++)
+        if (strcmp(schema[i].group, group) == 0 && (!key || strcmp(schema[i].key, key) == 0))
+            return &schema[i];
+    return NULL;
 }
 
-static bool listed(const char *const *keys, const char *k)
+/* The index of s in a '|'-separated list, or -1. */
+static int choice_index(const char *choices, const char *s)
 {
-    for (; *keys; keys++)
-        if (strcmp(*keys, k) == 0)
-            return true;
-    return false;
+    size_t n = strlen(s);
+    int i = 0;
+    for (const char *p = choices; p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, s, n) == 0)
+            return i;
+        p = bar ? bar + 1 : NULL;
+    }
+    return -1;
 }
 
-static int check_known(GKeyFile *kf, const char *path)
+/* Write choice i of a '|'-separated list. */
+static void choice_print(FILE *out, const char *choices, int i)
 {
-    gsize ngroups;
-    gchar **groups = g_key_file_get_groups(kf, &ngroups);
+    const char *p = choices;
+    for (; i > 0 && p; i--) {
+        p = strchr(p, '|');
+        p = p ? p + 1 : NULL;
+    }
+    if (p)
+        fprintf(out, "%.*s", (int)strcspn(p, "|"), p);
+}
+
+static int parse_addrs(struct recep_config *cfg, const char *where, const struct cfg_key *k,
+                       const char *s)
+{
+    gchar **parts = g_strsplit(s, ",", -1);
+    uint32_t n = 0;
     int rc = 0;
-    for (gsize g = 0; g < ngroups && rc == 0; g++) {
-        const char *const *keys = NULL;
-        for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-            if (strcmp(known[i].group, groups[g]) == 0)
-                keys = known[i].keys;
-        if (!keys) {
-            log_error("config %s: unknown group [%s]", path, groups[g]);
+    for (gchar **p = parts; *p; p++) {
+        g_strstrip(*p);
+        if (!**p && !p[1] && n == 0)
+            break; /* an empty list */
+        if (n >= NESSIE_NODES_MAX || strlen(*p) >= sizeof(cfg->addr[0]) || !strchr(*p, ':')) {
+            log_error("config %s: [%s] %s: \"%s\": expected HOST:PORT, at most %u of them", where,
+                      k->group, k->key, *p, NESSIE_NODES_MAX);
             rc = -1;
             break;
         }
-        gchar **ks = g_key_file_get_keys(kf, groups[g], NULL, NULL);
-        for (gchar **k = ks; k && *k; k++) {
-            if (!listed(keys, *k)) {
-                log_error("config %s: [%s] has no key \"%s\"", path, groups[g], *k);
-                rc = -1;
-                break;
-            }
+        snprintf(cfg->addr[n], sizeof(cfg->addr[n]), "%s", *p);
+        cfg->addr_ptr[n] = cfg->addr[n];
+        n++;
+    }
+    g_strfreev(parts);
+    if (rc == 0)
+        cfg->naddr = n;
+    return rc;
+}
+
+/*
+ * Parse s as key k's value into cfg. where names the source for the error message (a file, or
+ * --set). Returns 0, or -1 after logging the group, the key, the value and what was expected;
+ * cfg is then unchanged.
+ */
+static int set_value(struct recep_config *cfg, const char *where, const struct cfg_key *k,
+                     const char *s)
+{
+    char *field = (char *)cfg + k->off;
+    switch (k->type) {
+    case CFG_U32:
+    case CFG_U64:
+    case CFG_OCTAL: {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 0);
+        if (errno || end == s || *end != '\0' || s[0] == '-' || v < k->min || v > k->max) {
+            log_error(k->type == CFG_OCTAL
+                          ? "config %s: [%s] %s = \"%s\": expected an integer in 0%llo..0%llo"
+                          : "config %s: [%s] %s = \"%s\": expected an integer in %llu..%llu",
+                      where, k->group, k->key, s, (unsigned long long)k->min,
+                      (unsigned long long)k->max);
+            return -1;
         }
-        g_strfreev(ks);
-    }
-    g_strfreev(groups);
-    return rc;
-}
-
-/* Read an optional unsigned key into *out within [min, max]. Returns 0 (absent: *out unchanged)
- * or -1 after logging. */
-static int get_u64(GKeyFile *kf, const char *path, const char *group, const char *key,
-                   uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (!g_key_file_has_key(kf, group, key, NULL))
+        if (k->type == CFG_U64)
+            *(uint64_t *)field = v;
+        else
+            *(uint32_t *)field = (uint32_t)v;
         return 0;
-    gchar *s = g_key_file_get_string(kf, group, key, NULL);
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = s ? strtoull(s, &end, 0) : 0;
-    int rc = 0;
-    if (!s || errno || end == s || *end != '\0' || s[0] == '-' || v < min || v > max) {
-        log_error("config %s: [%s] %s = \"%s\": expected an integer in %llu..%llu", path, group,
-                  key, s ? s : "", (unsigned long long)min, (unsigned long long)max);
-        rc = -1;
-    } else {
-        *out = v;
     }
-    g_free(s);
-    return rc;
-}
-
-static int get_u32(GKeyFile *kf, const char *path, const char *group, const char *key,
-                   uint64_t min, uint64_t max, uint32_t *out)
-{
-    uint64_t v = *out;
-    if (get_u64(kf, path, group, key, min, max, &v) != 0)
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int get_bool(GKeyFile *kf, const char *path, const char *group, const char *key,
-                    bool *out)
-{
-    if (!g_key_file_has_key(kf, group, key, NULL))
+    case CFG_NOT: {
+        bool v;
+        if (strcmp(s, "true") == 0 || strcmp(s, "1") == 0) {
+            v = true;
+        } else if (strcmp(s, "false") == 0 || strcmp(s, "0") == 0) {
+            v = false;
+        } else {
+            log_error("config %s: [%s] %s = \"%s\": expected true or false", where, k->group,
+                      k->key, s);
+            return -1;
+        }
+        *(bool *)field = !v;
         return 0;
-    GError *err = NULL;
-    gboolean b = g_key_file_get_boolean(kf, group, key, &err);
-    if (err) {
-        log_error("config %s: [%s] %s: expected true or false (%s)", path, group, key,
-                  err->message);
-        g_error_free(err);
-        return -1;
     }
-    *out = b;
-    return 0;
-}
-
-static int get_str(GKeyFile *kf, const char *path, const char *group, const char *key,
-                   char *out, size_t len)
-{
-    if (!g_key_file_has_key(kf, group, key, NULL))
+    case CFG_STR: {
+        size_t len = strlen(s);
+        if (len < k->min || len > k->max || len >= k->size) {
+            log_error("config %s: [%s] %s = \"%s\": expected a string of %llu..%llu bytes", where,
+                      k->group, k->key, s, (unsigned long long)k->min, (unsigned long long)k->max);
+            return -1;
+        }
+        memcpy(field, s, len + 1); /* length checked above */
         return 0;
-    gchar *s = g_key_file_get_string(kf, group, key, NULL);
-    int rc = 0;
-    if (!s || !*s || strlen(s) >= len) {
-        log_error("config %s: [%s] %s: expected a non-empty string shorter than %zu bytes", path,
-                  group, key, len);
-        rc = -1;
-    } else {
-        snprintf(out, len, "%s", s);
     }
-    g_free(s);
-    return rc;
+    case CFG_ENUM: {
+        int i = choice_index(k->choices, s);
+        if (i < 0) {
+            log_error("config %s: [%s] %s = \"%s\": expected one of %s", where, k->group, k->key,
+                      s, k->choices);
+            return -1;
+        }
+        *(int *)field = i;
+        return 0;
+    }
+    case CFG_ADDRS:
+        return parse_addrs(cfg, where, k, s);
+    }
+    return -1;
 }
 
+/* Every schema default, over the engine's (nessie_config_defaults). */
 static void defaults(struct recep_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     nessie_config_defaults(&cfg->engine);
-    snprintf(cfg->cluster, sizeof(cfg->cluster), "nessie");
-    cfg->engine.nodes = 1;
-    cfg->engine.index_slots = 1 << 16;
-    cfg->engine.data_bytes = 64ULL << 20;
+    /* The daemon recycles in its own threads (recycler.c), off the workers' path. */
     cfg->engine.background_recycle = true;
-    cfg->workers = 2;
-    cfg->recyclers = 1;
-    cfg->arena_bytes = 1 << 20;
-    cfg->max_channels = 1024;
-    cfg->spin_us = 50;
-    cfg->sweep_every_s = 0;
-    cfg->socket_mode = 0600;
-    cfg->sd_servers = 1;
-    cfg->sd_poll = RECEP_SD_POLL_ADAPTIVE;
+    for (size_t i = 0; i < SCHEMA_LEN; i++)
+        if (schema[i].def && set_value(cfg, "(schema)", &schema[i], schema[i].def) != 0)
+            abort(); /* a default outside its own bounds: a bug in the table above */
 }
 
-int recep_config_load(struct recep_config *cfg, const char *path, uint32_t node,
-                      const char *run_dir, const char *socket)
+static int load_file(struct recep_config *cfg, const char *path)
 {
-    defaults(cfg);
     GKeyFile *kf = g_key_file_new();
+    GError *err = NULL;
+    if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
+        log_error("config %s: %s", path, err->message);
+        g_error_free(err);
+        g_key_file_free(kf);
+        return -1;
+    }
     int rc = 0;
-    if (path) {
-        GError *err = NULL;
-        if (!g_key_file_load_from_file(kf, path, G_KEY_FILE_NONE, &err)) {
-            log_error("config %s: %s", path, err->message);
-            g_error_free(err);
-            g_key_file_free(kf);
-            return -1;
-        }
-        rc = check_known(kf, path);
-    }
-    const char *p = path ? path : "(defaults)";
-    struct nessie_config *e = &cfg->engine;
-    char fabric[16] = "shm", mode_s[16] = "cd", poll_s[16] = "adaptive";
-    char sock[sizeof(cfg->socket_path)] = "";
-    uint64_t mode = 0600;
-    bool cache = true, prev = true, multi = true, evict = true;
-    if (rc == 0)
-        rc = get_str(kf, p, "cluster", "name", cfg->cluster, sizeof(cfg->cluster)) |
-             get_u32(kf, p, "cluster", "nodes", 1, 1024, &e->nodes) |
-             get_str(kf, p, "cluster", "fabric", fabric, sizeof(fabric)) |
-             get_u64(kf, p, "cluster", "index_slots", 16, 1ULL << 32, &e->index_slots) |
-             get_u64(kf, p, "cluster", "data_bytes", 1 << 20, 1ULL << 36, &e->data_bytes) |
-             get_u32(kf, p, "cluster", "ways", 2, 8, &e->ways) |
-             get_u32(kf, p, "cluster", "filter_bits", 0, NESSIE_FILTER_BITS_MAX, &e->filter_bits) |
-             get_u32(kf, p, "cluster", "max_item_size", 1024, 1U << 30, &e->max_item_size) |
-             get_u32(kf, p, "cluster", "expiration_ms", 1, 3600 * 1000, &e->expiration_ms) |
-             get_u32(kf, p, "cluster", "op_timeout_ms", 0, 3600 * 1000, &e->op_timeout_ms) |
-             get_u32(kf, p, "cluster", "migrate_depth", 0, 64, &e->migrate_depth) |
-             get_bool(kf, p, "cluster", "evict", &evict) |
-             get_str(kf, p, "cluster", "mode", mode_s, sizeof(mode_s)) |
-             get_u32(kf, p, "cluster", "sd_slots", 1, 64, &e->sd_slots) |
-             get_u32(kf, p, "reception", "sd_servers", 1, 64, &cfg->sd_servers) |
-             get_str(kf, p, "reception", "sd_poll", poll_s, sizeof(poll_s)) |
-             get_bool(kf, p, "optimizations", "cache", &cache) |
-             get_bool(kf, p, "optimizations", "previous_versions", &prev) |
-             get_bool(kf, p, "optimizations", "multi_read", &multi) |
-             get_u32(kf, p, "optimizations", "multi_read_bytes", 64, 1U << 30,
-                     &e->multi_read_bytes) |
-             get_u32(kf, p, "optimizations", "cache_entries", 1, 1U << 24, &e->cache_entries) |
-             get_u64(kf, p, "optimizations", "cache_bytes", 4096, 1ULL << 36, &e->cache_bytes) |
-             get_u32(kf, p, "reception", "workers", 1, 256, &cfg->workers) |
-             get_u32(kf, p, "reception", "recyclers", 1, 64, &cfg->recyclers) |
-             get_u32(kf, p, "reception", "arena_bytes", 4096, 1U << 30, &cfg->arena_bytes) |
-             get_u32(kf, p, "reception", "max_channels", 1, 1 << 20, &cfg->max_channels) |
-             get_u32(kf, p, "reception", "spin_us", 0, 1000000, &cfg->spin_us) |
-             get_u32(kf, p, "reception", "sweep_every_s", 0, 1 << 20, &cfg->sweep_every_s) |
-             get_str(kf, p, "reception", "socket", sock, sizeof(sock)) |
-             get_u64(kf, p, "reception", "socket_mode", 0, 0777, &mode) |
-             get_str(kf, p, "cluster", "device", cfg->device, sizeof(cfg->device));
-    gsize naddr = 0;
-    gchar **addrs = NULL;
-    if (rc == 0 && g_key_file_has_key(kf, "cluster", "addresses", NULL)) {
-        g_key_file_set_list_separator(kf, ',');
-        addrs = g_key_file_get_string_list(kf, "cluster", "addresses", &naddr, NULL);
-    }
-    g_key_file_free(kf);
-    for (gsize i = 0; rc == 0 && addrs && i < naddr; i++) {
-        g_strstrip(addrs[i]);
-        if (i >= 1024 || strlen(addrs[i]) >= sizeof(cfg->addr[0]) || !strchr(addrs[i], ':')) {
-            log_error("config %s: [cluster] addresses: \"%s\": expected HOST:PORT", p, addrs[i]);
+    gchar **gs = g_key_file_get_groups(kf, NULL);
+    for (gchar **g = gs; *g && rc == 0; g++) {
+        if (!schema_find(*g, NULL)) {
+            log_error("config %s: unknown group [%s] (groups: cluster, optimizations, reception)",
+                      path, *g);
             rc = -1;
             break;
         }
-        snprintf(cfg->addr[i], sizeof(cfg->addr[i]), "%s", addrs[i]);
-        cfg->addr_ptr[i] = cfg->addr[i];
+        gchar **ks = g_key_file_get_keys(kf, *g, NULL, NULL);
+        for (gchar **k = ks; k && *k && rc == 0; k++) {
+            const struct cfg_key *sk = schema_find(*g, *k);
+            if (!sk) {
+                log_error("config %s: [%s] has no key \"%s\" (see reception --print-config)", path,
+                          *g, *k);
+                rc = -1;
+                break;
+            }
+            gchar *v = g_key_file_get_string(kf, *g, *k, &err);
+            if (!v) {
+                log_error("config %s: [%s] %s: %s", path, *g, *k, err->message);
+                g_clear_error(&err);
+                rc = -1;
+                break;
+            }
+            rc = set_value(cfg, path, sk, v);
+            g_free(v);
+        }
+        g_strfreev(ks);
     }
-    g_strfreev(addrs);
-    if (rc != 0)
+    g_strfreev(gs);
+    g_key_file_free(kf);
+    return rc;
+}
+
+/* One "GROUP.KEY=VALUE" override. */
+static int load_set(struct recep_config *cfg, const char *set)
+{
+    const char *dot = strchr(set, '.'), *eq = strchr(set, '=');
+    if (!dot || !eq || dot > eq) {
+        log_error("config --set %s: expected GROUP.KEY=VALUE", set);
         return -1;
-    if (strcmp(fabric, "shm") == 0) {
-        e->backend = NESSIE_BACKEND_SHM;
-    } else if (strcmp(fabric, "verbs") == 0) {
-        e->backend = NESSIE_BACKEND_VERBS;
-        if (naddr != e->nodes) {
+    }
+    char group[32], key[64];
+    if ((size_t)(dot - set) >= sizeof(group) || (size_t)(eq - dot - 1) >= sizeof(key)) {
+        log_error("config --set %s: no such key (see reception --print-config)", set);
+        return -1;
+    }
+    snprintf(group, sizeof(group), "%.*s", (int)(dot - set), set);
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - dot - 1), dot + 1);
+    const struct cfg_key *k = schema_find(group, key);
+    if (!k) {
+        log_error("config --set %s: [%s] has no key \"%s\" (see reception --print-config)", set,
+                  group, key);
+        return -1;
+    }
+    return set_value(cfg, "--set", k, eq + 1);
+}
+
+/* The checks that involve more than one key. */
+static int check_whole(struct recep_config *cfg, const char *where)
+{
+    struct nessie_config *e = &cfg->engine;
+    if (e->backend == NESSIE_BACKEND_VERBS) {
+        if (cfg->naddr != e->nodes) {
             log_error("config %s: [cluster] fabric = verbs needs addresses = HOST:PORT, ... with "
-                      "one entry per node (%u), found %u", p, e->nodes, (unsigned)naddr);
+                      "one entry per node (%u), found %u", where, e->nodes, cfg->naddr);
             return -1;
         }
         e->addrs = cfg->addr_ptr;
-        e->device = cfg->device[0] ? cfg->device : NULL;
-    } else {
-        log_error("config %s: [cluster] fabric = \"%s\": expected shm or verbs", p, fabric);
-        return -1;
     }
-    if (!nessie_mode_parse(mode_s, &e->mode)) {
-        log_error("config %s: [cluster] mode = \"%s\": expected cd, sd, hy or auto", p, mode_s);
-        return -1;
-    }
-    if (strcmp(poll_s, "adaptive") == 0) {
-        cfg->sd_poll = RECEP_SD_POLL_ADAPTIVE;
-    } else if (strcmp(poll_s, "spin") == 0) {
-        cfg->sd_poll = RECEP_SD_POLL_SPIN;
-    } else {
-        log_error("config %s: [reception] sd_poll = \"%s\": expected adaptive or spin", p, poll_s);
-        return -1;
-    }
-    if (node >= e->nodes) {
-        log_error("config %s: node %u is not in the cluster ([cluster] nodes = %u)", p, node,
-                  e->nodes);
-        return -1;
-    }
-    const char *pct = strchr(sock, '%');
+    e->device = cfg->device[0] ? cfg->device : NULL;
+    const char *pct = strchr(cfg->socket_name, '%');
     if (pct && (pct[1] != 'u' || strchr(pct + 1, '%'))) {
-        log_error("config %s: [reception] socket = \"%s\": %%u (the node) is the only escape", p,
-                  sock);
+        log_error("config %s: [reception] socket = \"%s\": %%u (the node) is the only escape",
+                  where, cfg->socket_name);
         return -1;
     }
     if (cfg->arena_bytes % 8) {
-        log_error("config %s: [reception] arena_bytes must be a multiple of 8", p);
+        log_error("config %s: [reception] arena_bytes = %u: must be a multiple of 8", where,
+                  cfg->arena_bytes);
         return -1;
     }
-    e->no_cache = !cache;
-    e->no_evict = !evict;
-    e->no_prev_versions = !prev;
-    e->no_multi_read = !multi;
-    e->self = node;
     e->cluster = cfg->cluster;
-    cfg->socket_mode = (mode_t)mode;
+    return 0;
+}
 
+int recep_config_load(struct recep_config *cfg, const char *path, const char *const *sets)
+{
+    defaults(cfg);
+    if (path && load_file(cfg, path) != 0)
+        return -1;
+    for (const char *const *s = sets; s && *s; s++)
+        if (load_set(cfg, *s) != 0)
+            return -1;
+    return check_whole(cfg, path ? path : sets && *sets ? "--set" : "(defaults)");
+}
+
+int recep_config_for_node(struct recep_config *cfg, uint32_t node, const char *run_dir,
+                          const char *socket)
+{
+    if (node >= cfg->engine.nodes) {
+        log_error("config: node %u is not in the cluster ([cluster] nodes = %u)", node,
+                  cfg->engine.nodes);
+        return -1;
+    }
+    cfg->engine.self = node;
     if (run_dir)
         snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", run_dir);
     else
-        recep_default_run_dir(cfg->run_dir, sizeof(cfg->run_dir));
-    /* The socket: --socket, else the file's (relative to the run directory, %u = node), else
-     * <run_dir>/node<ID>.sock. */
+        wire_run_dir(cfg->run_dir, sizeof(cfg->run_dir));
+    /* The socket: --socket, else the file's (relative to the run directory, %u = node). */
     char tmp[512];
     if (socket) {
         snprintf(tmp, sizeof(tmp), "%s", socket);
     } else {
-        char name[sizeof(sock) + 16];
-        if (pct)
-            snprintf(name, sizeof(name), sock, node); /* checked: one %u at most */
-        else if (*sock)
-            snprintf(name, sizeof(name), "%s", sock);
+        char name[sizeof(cfg->socket_name) + 16];
+        if (strchr(cfg->socket_name, '%'))
+            snprintf(name, sizeof(name), cfg->socket_name, node); /* checked: one %u at most */
         else
-            snprintf(name, sizeof(name), "node%u.sock", node);
+            snprintf(name, sizeof(name), "%s", cfg->socket_name);
         if (name[0] == '/')
             snprintf(tmp, sizeof(tmp), "%s", name);
         else
             snprintf(tmp, sizeof(tmp), "%s/%s", cfg->run_dir, name);
     }
     if (strlen(tmp) >= sizeof(cfg->socket_path)) {
-        log_error("config %s: socket path %s is longer than a Unix socket path may be (%zu)", p,
-                  tmp, sizeof(cfg->socket_path) - 1);
+        log_error("config: socket path %s is longer than a Unix socket path may be (%zu)", tmp,
+                  sizeof(cfg->socket_path) - 1);
         return -1;
     }
     memcpy(cfg->socket_path, tmp, strlen(tmp) + 1); /* length checked above */
     return 0;
+}
+
+/* Write text as comment lines. */
+static void print_comment(FILE *out, const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        fprintf(out, "# %.*s\n", (int)len, p);
+        p += len;
+        if (*p == '\n')
+            p++;
+    }
+}
+
+/* Whether key k has a value in cfg (an empty string or list is none). */
+static bool has_value(const struct recep_config *cfg, const struct cfg_key *k)
+{
+    if (k->type == CFG_STR)
+        return *((const char *)cfg + k->off) != '\0';
+    if (k->type == CFG_ADDRS)
+        return cfg->naddr > 0;
+    return true;
+}
+
+/* Write key k's value in cfg as the file writes it. */
+static void print_value(FILE *out, const struct recep_config *cfg, const struct cfg_key *k)
+{
+    const char *field = (const char *)cfg + k->off;
+    switch (k->type) {
+    case CFG_U32:
+        fprintf(out, "%u", *(const uint32_t *)field);
+        break;
+    case CFG_U64:
+        fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case CFG_OCTAL:
+        fprintf(out, "0%o", *(const uint32_t *)field);
+        break;
+    case CFG_NOT:
+        fputs(*(const bool *)field ? "false" : "true", out);
+        break;
+    case CFG_STR:
+        fputs(field, out);
+        break;
+    case CFG_ENUM:
+        choice_print(out, k->choices, *(const int *)field);
+        break;
+    case CFG_ADDRS:
+        for (uint32_t i = 0; i < cfg->naddr; i++)
+            fprintf(out, "%s%s", i ? ", " : "", cfg->addr[i]);
+        break;
+    }
+}
+
+int recep_config_print(const struct recep_config *cfg, FILE *out)
+{
+    print_comment(out, file_header);
+    for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++) {
+        fprintf(out, "\n[%s]\n", groups[g].group);
+        print_comment(out, groups[g].doc);
+        for (size_t i = 0; i < SCHEMA_LEN; i++) {
+            const struct cfg_key *k = &schema[i];
+            if (strcmp(k->group, groups[g].group) != 0)
+                continue;
+            print_comment(out, k->doc);
+            if (k->type == CFG_U32 || k->type == CFG_U64)
+                fprintf(out, "# Range: %llu..%llu.\n", (unsigned long long)k->min,
+                        (unsigned long long)k->max);
+            else if (k->type == CFG_ENUM)
+                fprintf(out, "# One of: %s.\n", k->choices);
+            /* A key with no value is written commented out, with an example. */
+            if (has_value(cfg, k)) {
+                fprintf(out, "%s = ", k->key);
+                print_value(out, cfg, k);
+                fputc('\n', out);
+            } else {
+                fprintf(out, "#%s = %s\n", k->key, k->example ? k->example : "");
+            }
+        }
+    }
+    return fflush(out) == 0 && !ferror(out) ? 0 : -1;
 }

@@ -90,8 +90,9 @@ int main(int argc, char **argv)
 {
     gchar *config_path = NULL, *run_dir = NULL, *socket_path = NULL, *log_level = NULL;
     gchar *mode = NULL;
+    gchar **sets = NULL;
     gint node = -1;
-    gboolean show_version = FALSE;
+    gboolean show_version = FALSE, print_config = FALSE;
     GOptionEntry entries[] = {
         {"config", 'c', 0, G_OPTION_ARG_FILENAME, &config_path,
          "Cluster configuration file (INI; see reception/nessie.conf)", "FILE"},
@@ -107,6 +108,12 @@ int main(int argc, char **argv)
          "Who carries out this node's clients' operations, overriding [cluster] mode: cd (this "
          "node, one-sided), sd (each key's home node), hy (GETs cd, writes sd) or auto (per "
          "operation, the way lately faster)", "MODE"},
+        {"set", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &sets,
+         "Override a key of the configuration file, e.g. --set cluster.nodes=3 (repeatable)",
+         "GROUP.KEY=VALUE"},
+        {"print-config", 0, 0, G_OPTION_ARG_NONE, &print_config,
+         "Write the configuration (defaults, then --config, then --set) as a complete commented "
+         "file on stdout and exit; with neither, the defaults (reception/nessie.conf)", NULL},
         {"version", 'V', 0, G_OPTION_ARG_NONE, &show_version, "Print the version and exit", NULL},
         {NULL, 0, 0, 0, NULL, NULL, NULL}};
     GOptionContext *oc = g_option_context_new("- the Nessie reception daemon of one node");
@@ -135,15 +142,25 @@ int main(int argc, char **argv)
         }
         nessie_log_set_level((enum nessie_log_level)lv);
     }
+    int status = 1;
+    /* Large (a verbs cluster's address list): static, this function runs once. */
+    static struct recep_config cfg;
+    if (print_config) {
+        status = recep_config_load(&cfg, config_path, (const char *const *)sets) == 0 &&
+                         recep_config_print(&cfg, stdout) == 0
+                     ? 0
+                     : 1;
+        goto out_config;
+    }
     if (node < 0) {
         fprintf(stderr, "reception: --node ID is required (try --help)\n");
-        return 2;
+        status = 2;
+        goto out_config;
     }
     install_fatal_handlers();
 
-    int status = 1;
-    struct recep_config cfg;
-    if (recep_config_load(&cfg, config_path, (uint32_t)node, run_dir, socket_path) != 0)
+    if (recep_config_load(&cfg, config_path, (const char *const *)sets) != 0 ||
+        recep_config_for_node(&cfg, (uint32_t)node, run_dir, socket_path) != 0)
         goto out_config;
     if (mode && !nessie_mode_parse(mode, &cfg.engine.mode)) {
         log_error("reception: --mode %s: expected cd, sd, hy or auto", mode);
@@ -237,7 +254,8 @@ out_config:
     g_free(socket_path);
     g_free(log_level);
     g_free(mode);
-    if (status == 0)
+    g_strfreev(sets);
+    if (status == 0 && !print_config)
         log_info("reception: stopped; tables kept in shared memory");
     return status;
 }

@@ -173,8 +173,7 @@ int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_ev
     r->sweep_every_s = sweep_every_s;
     const struct nessie_config *c = nessie_node_config(node);
     r->expiration_ms = c->expiration_ms;
-    r->grace_ms = (uint64_t)(c->op_timeout_ms ? c->op_timeout_ms : c->expiration_ms) +
-                  2ULL * c->expiration_ms;
+    r->grace_ms = nessie_node_grace_ms(node);
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     r->t = calloc(n, sizeof(*r->t));

@@ -128,20 +128,17 @@ static void adopt_node(struct chan_node *n)
 
 static void pick_socket(void)
 {
-    const char *s = getenv("NESSIE_SOCKET");
+    const char *s = getenv(WIRE_ENV_SOCKET);
     if (s && *s) {
         snprintf(sock_path, sizeof(sock_path), "%s", s);
         return;
     }
-    const char *dir = getenv("NESSIE_RUN_DIR");
-    const char *node = getenv("NESSIE_NODE");
-    char d[80];
-    if (!dir || !*dir) {
-        snprintf(d, sizeof(d), "/tmp/nessie-%u", (unsigned)getuid());
-        dir = d;
-    }
-    snprintf(sock_path, sizeof(sock_path), "%.90s/node%.8s.sock", dir,
-             node && *node ? node : "0");
+    const char *node = getenv(WIRE_ENV_NODE);
+    char dir[88], name[20]; /* "node" and ten digits and ".sock": both fit sock_path */
+    wire_run_dir(dir, sizeof(dir));
+    snprintf(name, sizeof(name), WIRE_SOCKET_NAME,
+             node && *node ? (unsigned)strtoul(node, NULL, 10) : 0u);
+    snprintf(sock_path, sizeof(sock_path), "%s/%s", dir, name);
 }
 
 static void decide(void)

@@ -342,6 +342,9 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  * recycler thread), not per operation. Returns how many DTEs it recycled.
  */
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
+/* The grace period, ms: op_timeout_ms (or one expiration period) plus two expiration periods.
+ * An orphan is taken over, and a leak recycled by a sweep, only that long after its creation. */
+uint64_t nessie_node_grace_ms(const struct nessie_node *node);
 
 /*
  * Eviction and reclamation by this node, the owner of its data region (the only node that

@@ -48,6 +48,9 @@
 #define NESSIE_WIRE_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #define WIRE_MAGIC 0x4e455353u /* "NESS" */
 #define WIRE_VERSION 2
@@ -56,6 +59,28 @@
 #define WIRE_STATS_VERSION_MIN 1
 
 #define WIRE_KEY_MAX 250 /* memcached's limit, and the engine's */
+
+/*
+ * Where a client finds its node's daemon: the socket WIRE_SOCKET_NAME (the node's id in it) in
+ * the run directory, $NESSIE_RUN_DIR, else /tmp/nessie-$UID. A client picks the node with
+ * $NESSIE_NODE (default 0), or names the socket itself with $NESSIE_SOCKET; a daemon's
+ * configuration may put its socket elsewhere ([reception] socket). tools/nessie-cluster,
+ * nessie-run and nessie-stat follow the same rule.
+ */
+#define WIRE_ENV_RUN_DIR "NESSIE_RUN_DIR"
+#define WIRE_ENV_NODE "NESSIE_NODE"
+#define WIRE_ENV_SOCKET "NESSIE_SOCKET"
+#define WIRE_SOCKET_NAME "node%u.sock"
+
+/* The run directory when nothing else names one, into out (len bytes, truncated to fit). */
+static inline void wire_run_dir(char *out, size_t len)
+{
+    const char *env = getenv(WIRE_ENV_RUN_DIR);
+    if (env && *env)
+        snprintf(out, len, "%s", env);
+    else
+        snprintf(out, len, "/tmp/nessie-%u", (unsigned)getuid());
+}
 
 /* The memcached release whose protocol and outcomes Nessie reproduces (Debian's memcached, which
  * tests/integration/shim-clients.sh compares against): the daemon's version stat is

@@ -25,21 +25,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cat >"$dir/nessie.conf" <<CONF
-[cluster]
-name = it-$$
-nodes = 3
-index_slots = 2048
-data_bytes = 33554432
-max_item_size = 262144
-expiration_ms = 200
 # Its checker holds every acknowledged write to stay readable: no eviction here (the evictor is
 # checked by nessie-stress, which records evictions in the histories, and by test_engine).
-evict = false
-[reception]
-workers = 2
-arena_bytes = 65536
-CONF
+"$BUILD/reception" --print-config --set "cluster.name=it-$$" --set cluster.nodes=3 \
+    --set cluster.index_slots=2048 --set cluster.data_bytes=33554432 \
+    --set cluster.max_item_size=262144 --set cluster.expiration_ms=200 --set cluster.evict=false \
+    --set reception.workers=2 --set reception.arena_bytes=65536 >"$dir/nessie.conf"
 "$cluster" start --nodes 3 --dir "$dir" --config "$dir/nessie.conf"
 
 pids=""

@@ -61,15 +61,9 @@ stat_of() { # stat_of NODE NAME: the daemon's stat (nessie-stat --raw prints "na
 
 for mode in sd hy; do
     mkdir -p "$dir/run"
-    cat >"$dir/$mode.conf" <<CONF
-[cluster]
-name = modes-$$-$mode
-nodes = 3
-index_slots = 65536
-data_bytes = 33554432
-max_item_size = 1048576
-mode = $mode
-CONF
+    "$BUILD/reception" --print-config --set "cluster.name=modes-$$-$mode" --set cluster.nodes=3 \
+        --set cluster.index_slots=65536 --set cluster.data_bytes=33554432 \
+        --set cluster.max_item_size=1048576 --set "cluster.mode=$mode" >"$dir/$mode.conf"
     export NESSIE_RUN_DIR="$dir/run"
     "$cluster" start --nodes 3 --dir "$dir/run" --config "$dir/$mode.conf" >/dev/null
     NESSIE_STRICT=1 "$run" "$BUILD/tests/capi-scenario" "--SERVER=$nowhere" >"$dir/ns.txt" 2>&1

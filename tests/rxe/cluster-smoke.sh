@@ -19,17 +19,10 @@ cat >"$pl/run.sh" <<'GUEST'
 #!/bin/sh
 export NESSIE_RECEPTION=$PWD/reception
 mkdir -p /tmp/c
-cat >/tmp/c/nessie.conf <<CONF
-[cluster]
-name = guest
-nodes = 3
-fabric = verbs
-index_slots = 65536
-data_bytes = 16777216
-addresses = $RXE_IP:7470, $RXE_IP:7471, $RXE_IP:7472
-[reception]
-workers = 1
-CONF
+./reception --print-config --set cluster.name=guest --set cluster.nodes=3 --set cluster.fabric=verbs \
+    --set cluster.index_slots=65536 --set cluster.data_bytes=16777216 \
+    --set "cluster.addresses=$RXE_IP:7470, $RXE_IP:7471, $RXE_IP:7472" --set reception.workers=1 \
+    >/tmp/c/nessie.conf || exit 1
 ./nessie-cluster start --nodes 3 --dir /tmp/c --config /tmp/c/nessie.conf >/dev/null ||
     { tail /tmp/c/node*.log; exit 1; }
 rc=0

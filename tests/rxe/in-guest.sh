@@ -100,17 +100,10 @@ shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
     mkdir -p $d
-    cat >$d/nessie.conf <<CONF
-[cluster]
-name = shim
-nodes = 3
-fabric = verbs
-index_slots = 4096
-data_bytes = 16777216
-addresses = $RXE_IP:7480, $RXE_IP:7481, $RXE_IP:7482
-[reception]
-workers = 1
-CONF
+    ./reception --print-config --set cluster.name=shim --set cluster.nodes=3 \
+        --set cluster.fabric=verbs --set cluster.index_slots=4096 --set cluster.data_bytes=16777216 \
+        --set "cluster.addresses=$RXE_IP:7480, $RXE_IP:7481, $RXE_IP:7482" \
+        --set reception.workers=1 >$d/nessie.conf || return 1
     ./nessie-cluster start --nodes 3 --dir $d --config $d/nessie.conf >/dev/null ||
         { tail $d/node*.log; return 1; }
     rc=0

@@ -13,18 +13,10 @@ A=10.77.1.1
 B=10.77.1.2
 d=/tmp/wire
 mkdir -p $d
-cat >$d/nessie.conf <<CONF
 # One cluster over two hosts: the same file on both.
-[cluster]
-name = wire
-nodes = 3
-fabric = verbs
-index_slots = 4096
-data_bytes = 16777216
-addresses = $A:7470, $A:7471, $B:7472
-[reception]
-workers = 1
-CONF
+./reception --print-config --set cluster.name=wire --set cluster.nodes=3 --set cluster.fabric=verbs \
+    --set cluster.index_slots=4096 --set cluster.data_bytes=16777216 \
+    --set "cluster.addresses=$A:7470, $A:7471, $B:7472" --set reception.workers=1 >$d/nessie.conf
 rc=0
 fail() { echo "wire ($ROLE): FAIL: $*"; rc=1; }
 say() { # say HOST MESSAGE: give the other guest MESSAGE (it may not listen yet: retry 120 s)
