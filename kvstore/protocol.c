@@ -36,65 +36,11 @@
 #include "engine_int.h"
 #include "hash.h"
 #include "log.h"
-
-/* Outcome of one attempt. */
-enum attempt {
-    A_DONE,      /* final: *status is the answer */
-    A_RETRY,     /* concurrent operation: back off, try again */
-    A_RETRY_NOW, /* the way was cleared (takeover, migration): try again at once */
-};
+#include "protocol_int.h"
 
 enum wmode {
     W_SET, W_ADD, W_REPLACE, W_CAS, W_APPEND, W_PREPEND, W_INCR, W_DECR, W_TOUCH, W_DELETE,
     W_EVICT, /* a DELETE by the evictor: only if the key's entry is still exactly the victim */
-};
-
-/* A call in progress: what lives across its attempts. */
-struct op {
-    struct nessie_ctx *ctx;
-    struct nessie_node *node;
-    const unsigned char *key;
-    uint32_t klen;
-    uint32_t n;                     /* ways */
-    uint64_t pos[NESSIE_MAX_WAYS];  /* global ITE positions of the key, I_1..I_n */
-    uint32_t filter;
-    uint64_t id;                    /* creator id written into this call's DTEs */
-    uint64_t deadline;              /* monotonic ns: the call's budget */
-    uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
-    uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
-    uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
-    uint32_t nrec;
-    uint64_t mine;                  /* ITE of this call's published (or possibly published: its
-                                       CAS's outcome was lost), uncommitted DTE, or 0 */
-    uint32_t mine_pos;              /* its position among pos[] */
-    uint64_t mine_replaced;         /* the ITE word its CAS replaced (what a rollback restores) */
-    bool mine_prev_live;            /* its previous version is the value readers see */
-    uint64_t mine_version;          /* its version */
-    /* Multi-get: I_1 read ahead in a batch with other keys' (pre_ite), at pre_t (monotonic ns,
-     * taken before the batch was posted). Used by the first attempt only. */
-    bool pre_valid;
-    uint64_t pre_ite;
-    uint64_t pre_t;
-    bool memory_wait;               /* an attempt found no free entry and waited for one */
-    int want_cls;                   /* ... of this size class */
-    uint64_t memory_wait_ns;        /* ... since then (nessie_mono_ns) */
-    int last_abort;                 /* why the last attempt retried (enum nessie_abort), or -1 */
-    /* GET: where a value read in a READ of its own goes (the caller's buffer: the daemon's
-     * channel arena), instead of the context's buffer; NULL: the context's. */
-    unsigned char *dst;
-    size_t dst_cap;
-    /* The endpoint's totals when the call started, for its traffic histograms. */
-    uint64_t fab_ops0, fab_bytes0;
-};
-
-/* A DTE as read: header copy, key and (if read) value. */
-struct dte_view {
-    struct dte_hdr h;
-    const unsigned char *key;
-    const unsigned char *value; /* NULL if the value was not read */
-    bool stale;                 /* the slot is in another life than the ITE named: the view of
-                                   the index it came from is older than one expiration period */
-    unsigned char *cached;      /* the context's cached copy it came from, or NULL */
 };
 
 /* What a write call asks for and gets back. */
@@ -114,29 +60,13 @@ struct wreq {
 /* --- small helpers ------------------------------------------------------------------------- */
 
 /* The test hook (nessie.h): process-wide, because tests drive several contexts from one thread. */
-static nessie_hook_fn test_hook;
-static void *test_hook_user;
+nessie_hook_fn proto_test_hook;
+void *proto_test_hook_user;
 
 void nessie_set_test_hook(nessie_hook_fn fn, void *user)
 {
-    test_hook = fn;
-    test_hook_user = user;
-}
-
-#define HOOK(op, point, arg)                                               \
-    do {                                                                   \
-        if (__builtin_expect(test_hook != NULL, 0))                        \
-            test_hook((op)->ctx, (point), (uint32_t)(arg), test_hook_user); \
-    } while (0)
-
-static uint64_t ite_node_of_pos(const struct nessie_node *nd, uint64_t pos)
-{
-    return pos / nd->cfg.index_slots;
-}
-
-static uint64_t ite_off_of_pos(const struct nessie_node *nd, uint64_t pos)
-{
-    return (pos % nd->cfg.index_slots) * 8;
+    proto_test_hook = fn;
+    proto_test_hook_user = user;
 }
 
 uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)
@@ -174,16 +104,8 @@ uint32_t nessie_key_home(const struct nessie_node *nd, const void *key, size_t k
     return (uint32_t)(hash_key(key, key_len, NESSIE_HASH_SEED) % total / nd->cfg.index_slots);
 }
 
-/* Remember the endpoint's totals: finish() charges the difference to the call. */
-static void op_traffic_mark(struct op *op)
-{
-    const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
-    op->fab_ops0 = st->reads + st->writes + st->cas;
-    op->fab_bytes0 = st->bytes_read + st->bytes_written;
-}
-
-static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
-                    const void *key, size_t klen)
+void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
+                   const void *key, size_t klen)
 {
     struct nessie_node *nd = ctx->node;
     memset(op, 0, sizeof(*op));
@@ -205,33 +127,9 @@ static void op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind ki
     op_traffic_mark(op);
 }
 
-/* Step 0: an attempt that outlived one expiration period may hold stale views: abort it. */
-static bool attempt_expired(const struct op *op)
-{
-    return nessie_mono_ns() - op->attempt_start >= (uint64_t)op->node->cfg.expiration_ms * 1000000ULL;
-}
-
-static void count_abort(struct op *op, enum nessie_abort why)
-{
-    op->last_abort = why;
-    CTR_ADD(OPC(op->ctx).aborts[why], 1);
-}
-
-/* Step 0, at the moments that matter: a result is used, or a CAS is made, only if every read it
- * rests on is less than one expiration period old. A thread descheduled for longer between its
- * reads and this check could otherwise act on an entry that was recycled and reused meanwhile
- * (the same slot, for the same key, even has the same ITE word). */
-#define EXPIRED_RETRY(op)                              \
-    do {                                               \
-        if (attempt_expired(op)) {                     \
-            count_abort((op), NESSIE_ABORT_TIMEOUT);   \
-            return A_RETRY;                            \
-        }                                              \
-    } while (0)
-
 /* Exponential back-off with jitter (paper 4.3.2): 1 us doubling to 1 ms. Short waits yield
  * rather than sleep: a futex sleep costs ~60 us on these machines. */
-static void backoff(struct op *op, unsigned attempt)
+void proto_backoff(struct op *op, unsigned attempt)
 {
     struct nessie_ctx *ctx = op->ctx;
     unsigned shift = attempt < 10 ? attempt : 10;
@@ -256,21 +154,6 @@ static bool rec_push(struct op *op, uint64_t ite)
 }
 
 /* --- fabric access, counted ------------------------------------------------------------------ */
-
-static int fabric_status(int rc)
-{
-    return rc == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
-}
-
-static int ite_read(struct op *op, uint64_t pos, uint64_t *val)
-{
-    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = (uint32_t)ite_node_of_pos(op->node, pos),
-                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
-                        .local = val, .length = 8};
-    CTR_ADD(OPC(op->ctx).ite_reads, 1);
-    CTR_ADD(OPC(op->ctx).bytes_read, 8);
-    return fabric_status(fab_exec(op->ctx->ep, &wr));
-}
 
 /* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. On NESSIE_FABRIC_ERROR
  * whether it ran is unknown (a lost completion): see ite_cas_resolve. */
@@ -354,8 +237,8 @@ static void view_parse(struct dte_view *v, const unsigned char *bytes, bool with
  * (klen == 0). ite_read_ns: when ite was read (monotonic), from which a cache entry's validity is
  * counted (paper 4.3.1). Returns NESSIE_OK or NESSIE_FABRIC_ERROR / NESSIE_NO_MEMORY.
  */
-static int dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
-                     bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match)
+int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
+                    bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match)
 {
     struct nessie_ctx *ctx = op->ctx;
     struct nessie_node *nd = op->node;
@@ -472,7 +355,7 @@ static bool owner_clock(struct op *op, uint64_t ite, uint64_t *now)
  * judged on its owner's clock alone (created_ns is on it too), never against ours: the hosts'
  * clocks may differ by any amount. A published clock lags the owner's real one, which only makes
  * entries look younger. */
-static bool is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
+bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
 {
     uint64_t now;
     if (h->state & DTE_COMMITTED)
@@ -520,7 +403,7 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
     return NESSIE_OK;
 }
 
-static int takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v)
+int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v)
 {
     struct nessie_ctx *ctx = op->ctx;
     uint64_t old = 0;
@@ -623,7 +506,7 @@ static void recycle_all(struct op *op)
  * change (a migration may have moved the key behind the pass), the key is absent and the call
  * ends with `absent`.
  */
-static enum attempt end_absent(struct op *op, int absent, int *status)
+enum attempt proto_end_absent(struct op *op, int absent, int *status)
 {
     bool changed;
     if ((*status = reverse_pass(op, &changed)) != NESSIE_OK)
@@ -636,143 +519,6 @@ static enum attempt end_absent(struct op *op, int absent, int *status)
     *status = absent;
     return A_DONE;
 }
-
-/* --- GET (A.1.2) ----------------------------------------------------------------------------- */
-
-/* Whether the source src of a migration's copy met at I_i is still linked: at one of
- * I_{i+1}..I_n (one in front of the copy would have been met first). Sets *linked. Returns
- * NESSIE_OK or NESSIE_FABRIC_ERROR. */
-static int source_linked(struct op *op, uint32_t i, uint64_t src, bool *linked)
-{
-    *linked = false;
-    for (uint32_t j = i + 1; j < op->n && !*linked; j++) {
-        uint64_t ite;
-        int rc = ite_read(op, op->pos[j], &ite);
-        if (rc != NESSIE_OK)
-            return rc;
-        *linked = ite == src;
-    }
-    return NESSIE_OK;
-}
-
-static void item_out(const struct dte_view *v, struct nessie_item *out)
-{
-    out->value = v->h.value_len ? v->value : NULL;
-    out->value_len = v->h.value_len;
-    out->flags = v->h.flags;
-    out->exptime = v->h.exptime;
-    out->version = v->h.version;
-}
-
-static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)
-{
-    struct nessie_node *nd = op->node;
-    struct dte_view v;
-    bool match;
-    for (uint32_t i = 0; i < op->n; i++) {
-        if (attempt_expired(op)) {
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        /* Step 2: read I_i (I_1 may have been read ahead, in a multi-get's batch). */
-        uint64_t ite;
-        uint64_t t = nessie_mono_ns();
-        if (i == 0 && op->pre_valid) {
-            ite = op->pre_ite;
-            t = op->pre_t;
-            op->pre_valid = false;
-        } else if ((*status = ite_read(op, op->pos[i], &ite)) != NESSIE_OK) {
-            return A_DONE;
-        }
-        op->seen[i] = ite;
-        HOOK(op, NESSIE_HOOK_GET_ITE_READ, i);
-        /* Steps 2.1, 2.2: empty, or filter bits say it cannot be this key. */
-        if (ite_empty(ite) || ite_filter(ite) != op->filter)
-            continue;
-        /* Step 2.3: the DTE, from memory, the cache, or remotely. */
-        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, true, t, &v, &match)) != NESSIE_OK)
-            return A_DONE;
-        if (v.stale) {
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        if (!match)
-            continue;
-        /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
-        EXPIRED_RETRY(op);
-        if (dte_readable(&v.h)) {
-            if (nessie_item_dead(nd, &v.h)) {
-                *status = NESSIE_NOT_FOUND;
-            } else {
-                item_out(&v, out);
-                nessie_access_record(op->ctx, ite, v.h.access, v.cached);
-                *status = NESSIE_OK;
-            }
-            return A_DONE;
-        }
-        if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
-            *status = NESSIE_NOT_FOUND; /* a finished DELETE whose last CAS is on its way */
-            return A_DONE;
-        }
-        if (is_orphan(op, ite, &v.h)) {
-            if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
-                return A_DONE;
-            return A_RETRY_NOW;
-        }
-        /* Step 2.5: an operation is writing this key; its predecessor is still valid for one
-         * expiration period from our read of I_i (previous versions, paper 4.3.2). A
-         * migration's copy is the exception: its predecessor is its source, the key's value
-         * only while the source is still in the index (a DELETE may have taken it out before
-         * the copy was linked: test_get_ignores_copy_of_deleted_source). */
-        bool prev_ok = true;
-        if ((v.h.flags8 & DTE_F_COPY) && !nd->cfg.no_prev_versions &&
-            (*status = source_linked(op, i, v.h.prev_ite, &prev_ok)) != NESSIE_OK)
-            return A_DONE;
-        if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite) && prev_ok) {
-            struct dte_view pv;
-            bool pmatch;
-            if ((*status = dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t, &pv,
-                                     &pmatch)) != NESSIE_OK)
-                return A_DONE;
-            EXPIRED_RETRY(op);
-            if (pmatch && !pv.stale && dte_readable(&pv.h)) {
-                CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
-                if (nessie_item_dead(nd, &pv.h)) {
-                    *status = NESSIE_NOT_FOUND;
-                } else {
-                    item_out(&pv, out);
-                    nessie_access_record(op->ctx, v.h.prev_ite, pv.h.access, pv.cached);
-                    *status = NESSIE_OK;
-                }
-                return A_DONE;
-            }
-        }
-        count_abort(op, NESSIE_ABORT_INVALID_DTE);
-        return A_RETRY;
-    }
-    /* Step 3: not found in the forward pass; a migration may have moved it behind us. */
-    HOOK(op, NESSIE_HOOK_GET_BEFORE_REVERSE, 0);
-    return end_absent(op, NESSIE_NOT_FOUND, status);
-}
-
-/* Run attempts with back-off until one is final or the call's budget is spent. */
-#define RUN_ATTEMPTS(op, call)                                                   \
-    do {                                                                         \
-        for (unsigned attempt_no = 0;; attempt_no++) {                           \
-            /* A read-ahead belongs to the first attempt: its timer starts then. */ \
-            (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
-            CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
-            enum attempt a_ = (call);                                            \
-            if (a_ == A_DONE)                                                    \
-                break;                                                           \
-            if (nessie_mono_ns() >= (op)->deadline) {                            \
-                status = NESSIE_TIMEOUT;                                         \
-                break;                                                           \
-            }                                                                    \
-            if (a_ == A_RETRY)                                                   \
-                backoff((op), attempt_no);                                       \
-        }                                                                        \
-    } while (0)
 
 /* With eviction on, a write refused for lack of memory means the evictor could not make room
  * in time: worth an operator's attention, with what the class looked like and why the last
@@ -801,7 +547,7 @@ static void refused_log(struct op *op)
              (unsigned long long)items);
 }
 
-static int finish(struct op *op, int status)
+int proto_finish(struct op *op, int status)
 {
     /* A call that ran out of time waiting for memory failed for lack of memory, unless an
      * attempt of it published an entry that a takeover may still commit. */
@@ -830,143 +576,6 @@ void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes)
         CTR_ADD(OPC(ctx).ops_hist[ob], 1);
         CTR_ADD(OPC(ctx).bytes_hist[bb], 1);
     }
-}
-
-static int check_key(const void *key, size_t klen)
-{
-    return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
-}
-
-/* Mode auto (sd.c): the selector picks the way of this call; `call`, the public function
- * itself, runs in that mode, and the selector learns how long it took. */
-#define AUTO_RUN(ctx, write, key, klen, vlen, call)                                      \
-    do {                                                                                 \
-        if ((ctx)->mode == NESSIE_MODE_AUTO) {                                           \
-            struct sd_choice ch_;                                                        \
-            (ctx)->mode = sd_auto_choose((ctx), (write), (key), (klen), (vlen), &ch_);   \
-            int rc_ = (call);                                                            \
-            (ctx)->mode = NESSIE_MODE_AUTO;                                              \
-            sd_auto_learn((ctx), &ch_);                                                  \
-            return rc_;                                                                  \
-        }                                                                                \
-    } while (0)
-
-int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
-{
-    return nessie_get_into(ctx, key, key_len, NULL, 0, out);
-}
-
-int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
-                    size_t cap, struct nessie_item *out)
-{
-    if (!ctx || !out || (cap && !buf))
-        return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    AUTO_RUN(ctx, false, key, key_len, 0, nessie_get_into(ctx, key, key_len, buf, cap, out));
-    uint32_t home;
-    if (sd_route(ctx, false, key, key_len, 0, &home)) {
-        int rc = sd_get(ctx, home, key, key_len, buf, cap, out);
-        if (rc >= 0)
-            return rc;
-    }
-    struct op op;
-    op_init(&op, ctx, NESSIE_OPK_GET, key, key_len);
-    op.dst = buf;
-    op.dst_cap = cap;
-    int status = NESSIE_OK;
-    RUN_ATTEMPTS(&op, get_attempt(&op, out, &status));
-    return finish(&op, status);
-}
-
-/*
- * Multi-get: the first step of up to MULTI_WINDOW GETs (the READ of each key's I_1) is posted
- * as one batch, so those READs are in flight together; each GET then goes on from its own
- * read-ahead, with its Step 0 timer started before the batch was posted, so an early read can
- * only make an attempt expire sooner, never let a stale view through.
- */
-#define MULTI_WINDOW 32
-
-int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
-                     const size_t *lens, nessie_multi_fn done, void *user)
-{
-    return nessie_get_multi_into(ctx, n, keys, lens, NULL, NULL, done, user);
-}
-
-int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *keys,
-                          const size_t *lens, void *const *bufs, const size_t *caps,
-                          nessie_multi_fn done, void *user)
-{
-    if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
-        return NESSIE_INVALID;
-    if (ctx->mode == NESSIE_MODE_SD) {
-        /* Server-driven: each key is shipped to its own home node (or read here if that is
-         * this node), one after the other. */
-        for (size_t i = 0; i < n; i++) {
-            struct nessie_item it;
-            int rc = nessie_get_into(ctx, keys[i], lens[i], bufs ? bufs[i] : NULL,
-                                     bufs && bufs[i] ? caps[i] : 0, &it);
-            done(user, i, rc, rc == NESSIE_OK ? &it : NULL);
-        }
-        return NESSIE_OK;
-    }
-    for (size_t base = 0; base < n; base += MULTI_WINDOW) {
-        size_t m = n - base < MULTI_WINDOW ? n - base : MULTI_WINDOW;
-        struct op ops[MULTI_WINDOW];
-        struct fab_wr wrs[MULTI_WINDOW];
-        bool ok[MULTI_WINDOW];
-        size_t nwr = 0;
-        uint64_t t0 = nessie_mono_ns();
-        for (size_t i = 0; i < m; i++) {
-            ok[i] = check_key(keys[base + i], lens[base + i]) == NESSIE_OK;
-            if (!ok[i])
-                continue;
-            op_init(&ops[i], ctx, NESSIE_OPK_GET, keys[base + i], lens[base + i]);
-            ops[i].pre_t = t0;
-            if (bufs) {
-                ops[i].dst = bufs[base + i];
-                ops[i].dst_cap = bufs[base + i] ? caps[base + i] : 0;
-            }
-            wrs[nwr++] = (struct fab_wr){
-                .wr_id = i, .opcode = FAB_OP_READ,
-                .node = (uint32_t)ite_node_of_pos(ctx->node, ops[i].pos[0]),
-                .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(ctx->node, ops[i].pos[0]),
-                .local = &ops[i].pre_ite, .length = 8};
-        }
-        /* All in flight at once; a batch the endpoint cannot take (or a failed read) just
-         * leaves those GETs to read I_1 themselves. */
-        bool batched = nwr && fab_post(ctx->ep, wrs, nwr) == FAB_OK;
-        if (batched) {
-            CTR_ADD(OPC(ctx).ite_reads, nwr);
-            CTR_ADD(OPC(ctx).bytes_read, 8 * nwr);
-            for (size_t got = 0; got < nwr;) {
-                struct fab_wc wc[MULTI_WINDOW];
-                int k = fab_poll(ctx->ep, wc, MULTI_WINDOW);
-                for (int j = 0; j < k; j++)
-                    ops[wc[j].wr_id].pre_valid = wc[j].status == FAB_OK;
-                got += (size_t)(k > 0 ? k : 0);
-            }
-        }
-        for (size_t i = 0; i < m; i++) {
-            struct nessie_item it = {0};
-            if (!ok[i]) {
-                done(user, base + i, NESSIE_BAD_KEY, NULL);
-                continue;
-            }
-            struct op *op = &ops[i];
-            ctx->kind = NESSIE_OPK_GET;
-            /* Its traffic: its own, and its one READ of the shared batch. */
-            op_traffic_mark(op);
-            if (batched) {
-                op->fab_ops0 -= 1;
-                op->fab_bytes0 -= 8;
-            }
-            int status = NESSIE_OK;
-            RUN_ATTEMPTS(op, get_attempt(op, &it, &status));
-            done(user, base + i, finish(op, status), status == NESSIE_OK ? &it : NULL);
-        }
-    }
-    return NESSIE_OK;
 }
 
 /* --- MIGRATE (A.1.4) ------------------------------------------------------------------------- */
@@ -1151,7 +760,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     }
     struct dte_view v;
     bool match;
-    if ((*status = dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {
+    if ((*status = proto_dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {
         result = A_DONE;
         goto out;
     }
@@ -1167,8 +776,8 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     }
     /* Step 2.4: never move an entry an operation is writing. */
     if (!dte_readable(&v.h)) {
-        if (is_orphan(op, sv, &v.h)) {
-            *status = takeover(op, src, sv, &v);
+        if (proto_is_orphan(op, sv, &v.h)) {
+            *status = proto_takeover(op, src, sv, &v);
             result = *status == NESSIE_OK ? A_RETRY_NOW : A_DONE;
         } else {
             count_abort(op, NESSIE_ABORT_INVALID_DTE);
@@ -1220,7 +829,7 @@ static enum attempt migrate(struct op *op, uint64_t src, const uint64_t *key_pos
     /* Step 5: a copy of the source, invalid. Its previous version is the source itself, so a GET
      * that meets the copy before the migration finishes reads the (same) value there. */
     struct dte_view full;
-    if ((*status = dte_fetch(op, sv, 1, skey, sklen, true, t, &full, &match)) != NESSIE_OK) {
+    if ((*status = proto_dte_fetch(op, sv, 1, skey, sklen, true, t, &full, &match)) != NESSIE_OK) {
         result = A_DONE;
         goto out;
     }
@@ -1652,8 +1261,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             break;
         }
         /* Step 2.3: the DTE without its value, unless the new value is built from it. */
-        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, needs_old_value(w->mode), t, &v,
-                                 &match)) != NESSIE_OK)
+        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, needs_old_value(w->mode), t,
+                                       &v, &match)) != NESSIE_OK)
             return A_DONE;
         if (v.stale) {
             count_abort(op, NESSIE_ABORT_TIMEOUT);
@@ -1664,8 +1273,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         if (is_mine(op, &v) && (v.h.state & DTE_COMMITTED)) /* a takeover finished this call */
             return write_done(op, w, v.h.version, status);
         if (!(v.h.state & DTE_COMMITTED)) {
-            if (is_orphan(op, ite, &v.h)) {
-                if ((*status = takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
+            if (proto_is_orphan(op, ite, &v.h)) {
+                if ((*status = proto_takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
                     return A_DONE;
                 return A_RETRY_NOW;
             }
@@ -1700,7 +1309,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         return A_RETRY_NOW;
     }
     if (cand < 0 && needs_present(w->mode)) /* in none of I_1..I_n: as a GET miss ends */
-        return end_absent(op, absent_status(w->mode), status);
+        return proto_end_absent(op, absent_status(w->mode), status);
     if (cand < 0) {
         /* Step 2.4: every entry is taken by other keys: MIGRATE one away, then try again. The
          * thesis moves I_1; when that chain ends at the depth limit, I_2.. are tried too before
@@ -1787,7 +1396,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         op->seen[j] = ite;
         if (ite_empty(ite) || ite_filter(ite) != op->filter)
             continue;
-        if ((*status = dte_fetch(op, ite, 0, op->key, op->klen, false, t, &v, &match)) != NESSIE_OK)
+        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, false, t, &v,
+                                       &match)) != NESSIE_OK)
             return A_DONE;
         if (v.stale) {
             count_abort(op, NESSIE_ABORT_TIMEOUT);
@@ -1805,8 +1415,8 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
              * this call takes its own entry back out (holding it would block the other, which
              * meets ours first) and tries again once the other has finished, or takes it over
              * if its writer is gone. */
-            if (is_orphan(op, ite, &v.h)) {
-                if ((*status = takeover(op, op->pos[j], ite, &v)) != NESSIE_OK)
+            if (proto_is_orphan(op, ite, &v.h)) {
+                if ((*status = proto_takeover(op, op->pos[j], ite, &v)) != NESSIE_OK)
                     return A_DONE;
                 return A_RETRY_NOW;
             }
@@ -1940,14 +1550,14 @@ static int write_end(struct op *op, struct wreq *w, int status)
             if (op->rec[i] != keep)
                 nessie_recycle(ctx, op->rec[i]);
     }
-    return finish(op, status);
+    return proto_finish(op, status);
 }
 
 static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void *key,
                      size_t klen, struct wreq *w)
 {
     struct op op;
-    op_init(&op, ctx, kind, key, klen);
+    proto_op_init(&op, ctx, kind, key, klen);
     int status = NESSIE_OK;
     RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
     return write_end(&op, w, status);
@@ -1973,7 +1583,7 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, 
     struct op op;
     if (nessie_evict_hook)
         nessie_evict_hook(nessie_evict_hook_user, key, key_len, false, 0);
-    op_init(&op, ctx, NESSIE_OPK_EVICT, key, key_len);
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, key, key_len);
     int status = NESSIE_OK;
     for (unsigned attempt = 0;; attempt++) {
         op.attempt_start = nessie_mono_ns();
@@ -1986,7 +1596,7 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, 
             break;
         }
         if (a == A_RETRY)
-            backoff(&op, attempt);
+            proto_backoff(&op, attempt);
     }
     status = write_end(&op, &w, status);
     ctx->kind = saved;
