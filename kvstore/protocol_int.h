@@ -148,6 +148,14 @@ static inline int ite_read(struct op *op, uint64_t pos, uint64_t *val)
     return fabric_status(fab_exec(op->ctx->ep, &wr));
 }
 
+/* ite_cas, and when its completion reports an error, a READ of the entry to learn whether it ran
+ * (*ok); *clean: the CAS itself completed. NESSIE_FABRIC_ERROR: even the READ failed (unknown). */
+int proto_ite_cas_resolve(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok,
+                          bool *clean);
+/* CAS a DTE's state word (the writer's last step, a rollback, or a takeover). Sets *old. */
+int proto_dte_state_cas(struct op *op, uint64_t ite, uint64_t expect, uint64_t swap,
+                        uint64_t *old);
+
 /* Fetch the DTE ite refers to (A.1.2 step 2.3), into the context's buffer b unless it is
  * cached: protocol.c says what each argument means. */
 int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
@@ -159,6 +167,11 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
 bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h);
 /* Take over the orphan ite at position pos (view v): roll it forward, or back if abandoned. */
 int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v);
+/* Reverse pass (A.1.2 step 3, A.1.3 step 5): I_{n-1}..I_1 read again; *changed if any differs
+ * from what the attempt saw. */
+int proto_reverse_pass(struct op *op, bool *changed);
+/* Hand every DTE in I_rec to recycling (A.1.3 step 7). */
+void proto_recycle_all(struct op *op);
 /* A.1.2 step 3: the key met nowhere; the reverse pass decides (the call ends with `absent`). */
 enum attempt proto_end_absent(struct op *op, int absent, int *status);
 
@@ -206,5 +219,27 @@ static inline int check_key(const void *key, size_t klen)
         }                                                                                \
     } while (0)
 
+
+/* --- new entries (write.c) ------------------------------------------------------------------- */
+
+/* A write (or a MIGRATE's copy) found no room for a new entry of these sizes: whether to retry
+ * (the wait is counted, and with eviction on, room is made) or fail for lack of memory. */
+bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len);
+/* Write a new DTE (BUSY, uncommitted) into this node's data region, created by `creator`, from
+ * the header tmpl, key and the value's two parts. Sets *ite_out. */
+int proto_dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t creator,
+                        const void *key, const void *v1, uint32_t l1, const void *v2,
+                        uint32_t l2, uint32_t filter, uint64_t *ite_out);
+/* Free a new DTE that no ITE ever named (no quarantine needed). */
+void proto_dte_free_unpublished(struct op *op, uint64_t ite);
+/* The writer's last step (A.1.3 step 6, A.1.4 step 8): commit our own DTE; *committed. */
+int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
+
+/* --- MIGRATE (A.1.4) ------------------------------------------------------------------------- */
+
+/* MIGRATE the entry at position src out of the way of key_pos (the N positions of the key that
+ * needs room); depth counts recursion. */
+enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
+                           int *status);
 
 #endif
