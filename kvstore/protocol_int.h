@@ -1,8 +1,11 @@
 /*
- * protocol_int.h - what the files of the protocol share: protocol.c (the operations' machinery:
- * a call's state, its counted fabric accesses, views of entries, orphans and their takeover, the
- * reverse pass, recycling, a call's end), get.c (GET, A.1.2) and the operations still in
- * protocol.c. Included by those files only. Not a public header.
+ * protocol_int.h - what the files of the protocol share: protocol.c (the operations' machinery: a
+ * call's state, its counted fabric accesses, views of entries, orphans and their takeover, the
+ * reverse pass, recycling, a call's end), get.c (GET, A.1.2), write.c (PUT and its forms, DELETE:
+ * A.1.3, A.1.5; and the new entries writes and MIGRATE's copies are written into) and migrate.c
+ * (MIGRATE, A.1.4). Included by those four only; not a public header. What one of them defines
+ * for the others is named proto_ (the library exports no generic names); the tiny helpers the GET
+ * path calls are static inline here, so that none of them is a call across files.
  */
 #ifndef NESSIE_KVSTORE_PROTOCOL_INT_H
 #define NESSIE_KVSTORE_PROTOCOL_INT_H
@@ -235,7 +238,7 @@ void proto_dte_free_unpublished(struct op *op, uint64_t ite);
 /* The writer's last step (A.1.3 step 6, A.1.4 step 8): commit our own DTE; *committed. */
 int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
 
-/* --- MIGRATE (A.1.4) ------------------------------------------------------------------------- */
+/* --- MIGRATE (migrate.c) --------------------------------------------------------------------- */
 
 /* MIGRATE the entry at position src out of the way of key_pos (the N positions of the key that
  * needs room); depth counts recursion. */

@@ -8,7 +8,7 @@
  * on a fabric error) is decided as protocol.c's opening comment says.
  *
  * The machinery every operation shares is in protocol.c, through protocol_int.h; MIGRATE, which a
- * write calls when the key's N entries are all taken, is in protocol.c too.
+ * write calls when the key's N entries are all taken by other keys, is in migrate.c.
  */
 #include <string.h>
 
