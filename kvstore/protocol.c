@@ -1,9 +1,14 @@
 /*
  * protocol.c - GET, PUT (and its conditional and read-modify-write forms), DELETE and MIGRATE,
  * as Appendix A of Cassell's thesis specifies them, with the mechanisms of the Nessie paper's
- * section 4.3 (filter bits, local cache, previous versions, multiple reads, timeouts).
+ * section 4.3 (filter bits, local cache, previous versions, multiple reads, timeouts): this file
+ * holds what the operations share (a call's state and its Step 0 timer, the key's positions and
+ * filter bits, the counted fabric accesses, fetching an entry, orphans and their takeover, the
+ * reverse pass, recycling, a call's end, the test hook); the operations themselves are in get.c
+ * (GET, A.1.2), write.c (PUT and its forms, A.1.3; DELETE, A.1.5) and migrate.c (MIGRATE, A.1.4),
+ * and protocol_int.h is what the four files share.
  *
- * What the appendix leaves open, and what this file decides:
+ * What the appendix leaves open, and what these files decide (the first three: write.c):
  *   - Conditional forms (add, replace, cas, append, prepend, incr, decr, touch) are PUTs whose
  *     candidate must be the ITE holding the key (or, for add, an empty one); the condition is
  *     judged on the DTE the candidate's CAS replaces, so it holds at the instant of that CAS.
@@ -21,10 +26,10 @@
  *     generation (layout.h), so a thread stalled past the expiration period between its last
  *     check and its CAS fails instead of acting on a reused slot; recycle marks are such CASes.
  *   - A CAS whose completion reports an error may have run (RDMA loses completions): the entry
- *     is read again to learn it (ite_cas_resolve), and an entry that may be linked is never
- *     freed without quarantine.
+ *     is read again to learn it (proto_ite_cas_resolve), and an entry that may be linked is
+ *     never freed without quarantine.
  *   - Honest outcomes: once a write has published its entry, a fabric error makes it abandon
- *     the entry (abandon_mine) before it returns NESSIE_FABRIC_ERROR, so the failure is
+ *     the entry (write.c, abandon_mine) before it returns NESSIE_FABRIC_ERROR, so the failure is
  *     definite; only when it cannot even do that does it return NESSIE_TIMEOUT (unknown).
  */
 #include <errno.h>
@@ -126,7 +131,7 @@ void proto_backoff(struct op *op, unsigned attempt)
 /* --- fabric access, counted ------------------------------------------------------------------ */
 
 /* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. On NESSIE_FABRIC_ERROR
- * whether it ran is unknown (a lost completion): see ite_cas_resolve. */
+ * whether it ran is unknown (a lost completion): see proto_ite_cas_resolve. */
 static int ite_cas(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok)
 {
     uint64_t old = 0;
@@ -399,8 +404,8 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
     }
     if (v->h.state & DTE_ABANDONED) {
         /* Its writer set its previous version to one it unlinked itself before abandoning it
-         * (abandon_mine), so linking that again undoes exactly what the writer did. The CAS names
-         * the abandoned entry's life. */
+         * (write.c, abandon_mine), so linking that again undoes exactly what the writer did. The
+         * CAS names the abandoned entry's life. */
         rc = ite_cas(op, pos, ite, (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite, &ok);
         if (rc == NESSIE_OK && ok) {
             nessie_recycle(ctx, ite);
