@@ -168,7 +168,8 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
 
 /* An uncommitted entry older than the grace period, on its owner's clock. */
 bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h);
-/* Take over the orphan ite at position pos (view v): roll it forward, or back if abandoned. */
+/* Take over the orphan ite at position pos (view v): finish it as its writer would have, or undo
+ * it if it was abandoned (or is a migration's copy that must not stand). */
 int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v);
 /* Reverse pass (A.1.2 step 3, A.1.3 step 5): I_{n-1}..I_1 read again; *changed if any differs
  * from what the attempt saw. */
@@ -197,7 +198,6 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
         }                                                                        \
     } while (0)
 
-
 /* A call's end: its outcome counted, its traffic charged to the histograms. Returns status (or
  * NESSIE_NO_MEMORY for a call that timed out waiting for room). */
 int proto_finish(struct op *op, int status);
@@ -206,7 +206,6 @@ static inline int check_key(const void *key, size_t klen)
 {
     return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
 }
-
 
 /* Mode auto (sd.c): the selector picks the way of this call; `call`, the public function
  * itself, runs in that mode, and the selector learns how long it took. */
@@ -221,7 +220,6 @@ static inline int check_key(const void *key, size_t klen)
             return rc_;                                                                  \
         }                                                                                \
     } while (0)
-
 
 /* --- new entries (write.c) ------------------------------------------------------------------- */
 
