@@ -1,6 +1,6 @@
 /*
  * engine.c - the engine's lifecycle (nodes, contexts), counters, versions, flush and recycling.
- * The operations themselves are in protocol.c.
+ * The operations themselves are in protocol.c, get.c, write.c and migrate.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /*
  * engine_int.h - the engine's internal state, shared by engine.c (lifecycle, counters, versions,
- * recycling) and protocol.c (the operations of Appendix A). Not a public header.
+ * recycling) and the operations of Appendix A (protocol.c, get.c, write.c, migrate.c; what those
+ * four share among themselves is in protocol_int.h). Not a public header.
  */
 #ifndef NESSIE_KVSTORE_ENGINE_INT_H
 #define NESSIE_KVSTORE_ENGINE_INT_H
@@ -227,7 +228,7 @@ size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n);
 /* A writer found no room: wake the evictor (nessie_node_on_pressure), rate-limited. */
 void nessie_pressure(struct nessie_node *nd);
 
-/* Remove key if its first entry in the index is exactly ite (protocol.c, the DELETE path).
+/* Remove key if its first entry in the index is exactly ite (write.c, the DELETE path).
  * Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or NESSIE_EXISTS (changed, or in use: no
  * effect), NESSIE_TIMEOUT (unknown), or another error (no effect). */
 int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite);

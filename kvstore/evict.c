@@ -4,7 +4,7 @@
  *
  * Only the owner allocates from its data region, so only the owner evicts from it, and it does
  * so through the protocol: a victim is removed by the DELETE path with a CAS that expects exactly
- * the victim's ITE word (protocol.c, W_EVICT), so an item written, moved or deleted after it was
+ * the victim's ITE word (write.c, W_EVICT), so an item written, moved or deleted after it was
  * chosen is left alone, and a reader meets the item whole or not at all. Victims are chosen as
  * Ditto (SOSP'23) and Redis choose them when no list can be kept (readers are on other hosts and
  * never tell the owner anything but a hint in the entry): sample a few entries of the class that

@@ -43,8 +43,8 @@
  * its requester a TIMEOUT, an honest answer): dropped, counted and logged. */
 #define SD_GARBAGE_NS (100ULL * 1000000ULL)
 /* A requester waits for a reply this long beyond the home node's own budget for the call (its
- * op_timeout, and for a write the extra a full node grants a write waiting for room: protocol.c,
- * memory_short): the transit both ways and the server's scan. */
+ * op_timeout, and for a write the extra a full node grants a write waiting for room: write.c,
+ * proto_memory_short): the transit both ways and the server's scan. */
 #define SD_TRANSIT_MARGIN_MS 100
 #define SD_WRITE_EXTRA_MS(cfg) (3ULL * (cfg)->expiration_ms + 500)
 /* How a requester waits: spin this many polls (a reply from an idle server comes within a few

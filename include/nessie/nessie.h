@@ -165,7 +165,7 @@ struct nessie_counters {
     uint64_t expired_unfetched;   /* ... that nobody had read */
     uint64_t evict_skipped;       /* victims that changed or were in use when their turn came */
     uint64_t moves_undone;        /* MIGRATEs undone after a lost answer: the item is gone, as if
-                                     evicted (protocol.c, migrate step 7) */
+                                     evicted (migrate.c, step 7) */
     /* Server-driven execution (sd.c), on the requesting node and on the home node: */
     uint64_t sd_shipped[NESSIE_OPK_COUNT]; /* operations shipped to their home node */
     uint64_t sd_no_reply;         /* ... whose reply did not come in time (TIMEOUT) */

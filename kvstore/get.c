@@ -1,0 +1,246 @@
+/*
+ * get.c - GET (Appendix A.1.2) and multi-get: a forward pass over the key's N index entries, with
+ * the paper's filter bits, ITE-keyed cache, previous versions and multiple reads (section 4.3),
+ * and, when the key is met nowhere, the reverse pass (protocol.c, proto_end_absent). A multi-get
+ * posts the first READ of many GETs as one batch and runs each GET on from its read-ahead.
+ *
+ * The machinery every operation shares (a call's state, the counted fabric accesses, fetching an
+ * entry, orphans and their takeover, a call's end) is in protocol.c, through protocol_int.h.
+ */
+#include "engine_int.h"
+#include "protocol_int.h"
+
+/* Whether the source src of a migration's copy met at I_i is still linked: at one of
+ * I_{i+1}..I_n (one in front of the copy would have been met first). Sets *linked. Returns
+ * NESSIE_OK or NESSIE_FABRIC_ERROR. */
+static int source_linked(struct op *op, uint32_t i, uint64_t src, bool *linked)
+{
+    *linked = false;
+    for (uint32_t j = i + 1; j < op->n && !*linked; j++) {
+        uint64_t ite;
+        int rc = ite_read(op, op->pos[j], &ite);
+        if (rc != NESSIE_OK)
+            return rc;
+        *linked = ite == src;
+    }
+    return NESSIE_OK;
+}
+
+static void item_out(const struct dte_view *v, struct nessie_item *out)
+{
+    out->value = v->h.value_len ? v->value : NULL;
+    out->value_len = v->h.value_len;
+    out->flags = v->h.flags;
+    out->exptime = v->h.exptime;
+    out->version = v->h.version;
+}
+
+static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)
+{
+    struct nessie_node *nd = op->node;
+    struct dte_view v;
+    bool match;
+    for (uint32_t i = 0; i < op->n; i++) {
+        if (attempt_expired(op)) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
+        /* Step 2: read I_i (I_1 may have been read ahead, in a multi-get's batch). */
+        uint64_t ite;
+        uint64_t t = nessie_mono_ns();
+        if (i == 0 && op->pre_valid) {
+            ite = op->pre_ite;
+            t = op->pre_t;
+            op->pre_valid = false;
+        } else if ((*status = ite_read(op, op->pos[i], &ite)) != NESSIE_OK) {
+            return A_DONE;
+        }
+        op->seen[i] = ite;
+        HOOK(op, NESSIE_HOOK_GET_ITE_READ, i);
+        /* Steps 2.1, 2.2: empty, or filter bits say it cannot be this key. */
+        if (ite_empty(ite) || ite_filter(ite) != op->filter)
+            continue;
+        /* Step 2.3: the DTE, from memory, the cache, or remotely. */
+        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, true, t, &v,
+                                       &match)) != NESSIE_OK)
+            return A_DONE;
+        if (v.stale) {
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
+        if (!match)
+            continue;
+        /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
+        EXPIRED_RETRY(op);
+        if (dte_readable(&v.h)) {
+            if (nessie_item_dead(nd, &v.h)) {
+                *status = NESSIE_NOT_FOUND;
+            } else {
+                item_out(&v, out);
+                nessie_access_record(op->ctx, ite, v.h.access, v.cached);
+                *status = NESSIE_OK;
+            }
+            return A_DONE;
+        }
+        if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
+            *status = NESSIE_NOT_FOUND; /* a finished DELETE whose last CAS is on its way */
+            return A_DONE;
+        }
+        if (proto_is_orphan(op, ite, &v.h)) {
+            if ((*status = proto_takeover(op, op->pos[i], ite, &v)) != NESSIE_OK)
+                return A_DONE;
+            return A_RETRY_NOW;
+        }
+        /* Step 2.5: an operation is writing this key; its predecessor is still valid for one
+         * expiration period from our read of I_i (previous versions, paper 4.3.2). A
+         * migration's copy is the exception: its predecessor is its source, the key's value
+         * only while the source is still in the index (a DELETE may have taken it out before
+         * the copy was linked: test_get_ignores_copy_of_deleted_source). */
+        bool prev_ok = true;
+        if ((v.h.flags8 & DTE_F_COPY) && !nd->cfg.no_prev_versions &&
+            (*status = source_linked(op, i, v.h.prev_ite, &prev_ok)) != NESSIE_OK)
+            return A_DONE;
+        if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite) && prev_ok) {
+            struct dte_view pv;
+            bool pmatch;
+            if ((*status = proto_dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t,
+                                           &pv, &pmatch)) != NESSIE_OK)
+                return A_DONE;
+            EXPIRED_RETRY(op);
+            if (pmatch && !pv.stale && dte_readable(&pv.h)) {
+                CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
+                if (nessie_item_dead(nd, &pv.h)) {
+                    *status = NESSIE_NOT_FOUND;
+                } else {
+                    item_out(&pv, out);
+                    nessie_access_record(op->ctx, v.h.prev_ite, pv.h.access, pv.cached);
+                    *status = NESSIE_OK;
+                }
+                return A_DONE;
+            }
+        }
+        count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        return A_RETRY;
+    }
+    /* Step 3: not found in the forward pass; a migration may have moved it behind us. */
+    HOOK(op, NESSIE_HOOK_GET_BEFORE_REVERSE, 0);
+    return proto_end_absent(op, NESSIE_NOT_FOUND, status);
+}
+
+int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
+{
+    return nessie_get_into(ctx, key, key_len, NULL, 0, out);
+}
+
+int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
+                    size_t cap, struct nessie_item *out)
+{
+    if (!ctx || !out || (cap && !buf))
+        return NESSIE_INVALID;
+    if (check_key(key, key_len) != NESSIE_OK)
+        return NESSIE_BAD_KEY;
+    AUTO_RUN(ctx, false, key, key_len, 0, nessie_get_into(ctx, key, key_len, buf, cap, out));
+    uint32_t home;
+    if (sd_route(ctx, false, key, key_len, 0, &home)) {
+        int rc = sd_get(ctx, home, key, key_len, buf, cap, out);
+        if (rc >= 0)
+            return rc;
+    }
+    struct op op;
+    proto_op_init(&op, ctx, NESSIE_OPK_GET, key, key_len);
+    op.dst = buf;
+    op.dst_cap = cap;
+    int status = NESSIE_OK;
+    RUN_ATTEMPTS(&op, get_attempt(&op, out, &status));
+    return proto_finish(&op, status);
+}
+
+/*
+ * Multi-get: the first step of up to MULTI_WINDOW GETs (the READ of each key's I_1) is posted
+ * as one batch, so those READs are in flight together; each GET then goes on from its own
+ * read-ahead, with its Step 0 timer started before the batch was posted, so an early read can
+ * only make an attempt expire sooner, never let a stale view through.
+ */
+#define MULTI_WINDOW 32
+
+int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
+                     const size_t *lens, nessie_multi_fn done, void *user)
+{
+    return nessie_get_multi_into(ctx, n, keys, lens, NULL, NULL, done, user);
+}
+
+int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *keys,
+                          const size_t *lens, void *const *bufs, const size_t *caps,
+                          nessie_multi_fn done, void *user)
+{
+    if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
+        return NESSIE_INVALID;
+    if (ctx->mode == NESSIE_MODE_SD) {
+        /* Server-driven: each key is shipped to its own home node (or read here if that is
+         * this node), one after the other. */
+        for (size_t i = 0; i < n; i++) {
+            struct nessie_item it;
+            int rc = nessie_get_into(ctx, keys[i], lens[i], bufs ? bufs[i] : NULL,
+                                     bufs && bufs[i] ? caps[i] : 0, &it);
+            done(user, i, rc, rc == NESSIE_OK ? &it : NULL);
+        }
+        return NESSIE_OK;
+    }
+    for (size_t base = 0; base < n; base += MULTI_WINDOW) {
+        size_t m = n - base < MULTI_WINDOW ? n - base : MULTI_WINDOW;
+        struct op ops[MULTI_WINDOW];
+        struct fab_wr wrs[MULTI_WINDOW];
+        bool ok[MULTI_WINDOW];
+        size_t nwr = 0;
+        uint64_t t0 = nessie_mono_ns();
+        for (size_t i = 0; i < m; i++) {
+            ok[i] = check_key(keys[base + i], lens[base + i]) == NESSIE_OK;
+            if (!ok[i])
+                continue;
+            proto_op_init(&ops[i], ctx, NESSIE_OPK_GET, keys[base + i], lens[base + i]);
+            ops[i].pre_t = t0;
+            if (bufs) {
+                ops[i].dst = bufs[base + i];
+                ops[i].dst_cap = bufs[base + i] ? caps[base + i] : 0;
+            }
+            wrs[nwr++] = (struct fab_wr){
+                .wr_id = i, .opcode = FAB_OP_READ,
+                .node = (uint32_t)ite_node_of_pos(ctx->node, ops[i].pos[0]),
+                .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(ctx->node, ops[i].pos[0]),
+                .local = &ops[i].pre_ite, .length = 8};
+        }
+        /* All in flight at once; a batch the endpoint cannot take (or a failed read) just
+         * leaves those GETs to read I_1 themselves. */
+        bool batched = nwr && fab_post(ctx->ep, wrs, nwr) == FAB_OK;
+        if (batched) {
+            CTR_ADD(OPC(ctx).ite_reads, nwr);
+            CTR_ADD(OPC(ctx).bytes_read, 8 * nwr);
+            for (size_t got = 0; got < nwr;) {
+                struct fab_wc wc[MULTI_WINDOW];
+                int k = fab_poll(ctx->ep, wc, MULTI_WINDOW);
+                for (int j = 0; j < k; j++)
+                    ops[wc[j].wr_id].pre_valid = wc[j].status == FAB_OK;
+                got += (size_t)(k > 0 ? k : 0);
+            }
+        }
+        for (size_t i = 0; i < m; i++) {
+            struct nessie_item it = {0};
+            if (!ok[i]) {
+                done(user, base + i, NESSIE_BAD_KEY, NULL);
+                continue;
+            }
+            struct op *op = &ops[i];
+            ctx->kind = NESSIE_OPK_GET;
+            /* Its traffic: its own, and its one READ of the shared batch. */
+            op_traffic_mark(op);
+            if (batched) {
+                op->fab_ops0 -= 1;
+                op->fab_bytes0 -= 8;
+            }
+            int status = NESSIE_OK;
+            RUN_ATTEMPTS(op, get_attempt(op, &it, &status));
+            done(user, base + i, proto_finish(op, status), status == NESSIE_OK ? &it : NULL);
+        }
+    }
+    return NESSIE_OK;
+}

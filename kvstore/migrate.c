@@ -1,0 +1,251 @@
+/*
+ * migrate.c - MIGRATE (Appendix A.1.4): a write whose key's N index entries are all taken by other
+ * keys moves one of those keys to another of its own N positions (first freeing that one, the
+ * same way, down to a depth limit): a copy of its entry, linked at the destination, then the
+ * source emptied, then the copy committed. A GET that meets the copy before it is committed reads
+ * its source as its previous version; a copy whose migration died is taken over, or undone when
+ * its source was not emptied by it (protocol.c, copy_undo and proto_takeover).
+ *
+ * The copy is a new entry like a write's (write.c: proto_dte_write_new, proto_memory_short,
+ * proto_commit_own); the machinery every operation shares is in protocol.c, through
+ * protocol_int.h.
+ */
+#include <string.h>
+
+#include "engine_int.h"
+#include "protocol_int.h"
+
+static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (set[i] == p)
+            return true;
+    return false;
+}
+
+/*
+ * MIGRATE the entry at global position src out of the way of key_pos (the N positions of the key
+ * that needs room). depth counts recursion (A.1.4 step 4.2). Returns A_DONE with *status
+ * NESSIE_OK (src is free, or holds the key now), A_RETRY on a concurrent operation, or A_DONE
+ * with NESSIE_INDEX_FULL when the depth limit is reached.
+ */
+enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
+                           int *status)
+{
+    struct nessie_ctx *ctx = op->ctx;
+    struct nessie_node *nd = op->node;
+    enum nessie_opkind saved = ctx->kind;
+    enum attempt result = A_RETRY;
+    if (depth > nd->cfg.migrate_depth) {
+        *status = NESSIE_INDEX_FULL;
+        return A_DONE;
+    }
+    ctx->kind = NESSIE_OPK_MIGRATE;
+    CTR_ADD(OPC(ctx).ops, 1);
+
+    /* Step 2: read the source. */
+    HOOK(op, NESSIE_HOOK_MIGRATE_START, depth);
+    uint64_t sv;
+    uint64_t t = nessie_mono_ns();
+    if ((*status = ite_read(op, src, &sv)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (ite_empty(sv)) { /* Step 2.1: freed meanwhile */
+        *status = NESSIE_OK;
+        result = A_DONE;
+        goto out;
+    }
+    struct dte_view v;
+    bool match;
+    if ((*status = proto_dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (!match) {
+        count_abort(op, v.stale ? NESSIE_ABORT_TIMEOUT : NESSIE_ABORT_INVALID_DTE);
+        goto out;
+    }
+    /* Step 2.3: the key that needs room got here meanwhile. */
+    if (depth == 0 && v.h.key_len == op->klen && memcmp(v.key, op->key, op->klen) == 0) {
+        *status = NESSIE_OK;
+        result = A_DONE;
+        goto out;
+    }
+    /* Step 2.4: never move an entry an operation is writing. */
+    if (!dte_readable(&v.h)) {
+        if (proto_is_orphan(op, sv, &v.h)) {
+            *status = proto_takeover(op, src, sv, &v);
+            result = *status == NESSIE_OK ? A_RETRY_NOW : A_DONE;
+        } else {
+            count_abort(op, NESSIE_ABORT_INVALID_DTE);
+        }
+        goto out;
+    }
+    /* Steps 3, 4: the source key's positions. The destination is one that is neither the source
+     * nor one of the positions of the key that needs room; the thesis takes the first such, we
+     * take the first empty one if there is one (the thesis allows any choice), which keeps
+     * recursion, and so failure at the depth limit, rare. */
+    uint64_t spos[NESSIE_MAX_WAYS];
+    unsigned char skey[NESSIE_KEY_MAX];
+    uint32_t sklen = v.h.key_len;
+    memcpy(skey, v.key, sklen);
+    nessie_key_positions(nd, skey, sklen, spos);
+    uint64_t dst = UINT64_MAX, dv = 0;
+    for (uint32_t i = 0; i < op->n; i++) {
+        if (spos[i] == src || pos_in(spos[i], key_pos, op->n))
+            continue;
+        uint64_t w;
+        if ((*status = ite_read(op, spos[i], &w)) != NESSIE_OK) {
+            result = A_DONE;
+            goto out;
+        }
+        if (dst == UINT64_MAX || (dv != 0 && w == 0)) {
+            dst = spos[i];
+            dv = w;
+        }
+        if (dv == 0)
+            break;
+    }
+    if (dst == UINT64_MAX) {
+        *status = NESSIE_INDEX_FULL;
+        result = A_DONE;
+        goto out;
+    }
+    if (!ite_empty(dv)) {
+        /* Step 4.2: free the destination first, recursively. */
+        enum nessie_opkind k = ctx->kind;
+        enum attempt r = proto_migrate(op, dst, spos, depth + 1, status);
+        ctx->kind = k;
+        if (r != A_DONE || *status != NESSIE_OK) {
+            if (r == A_RETRY)
+                count_abort(op, NESSIE_ABORT_MIGRATE);
+            result = r;
+            goto out;
+        }
+    }
+    /* Step 5: a copy of the source, invalid. Its previous version is the source itself, so a GET
+     * that meets the copy before the migration finishes reads the (same) value there. */
+    struct dte_view full;
+    if ((*status = proto_dte_fetch(op, sv, 1, skey, sklen, true, t, &full, &match)) != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    if (!match || full.stale || !dte_readable(&full.h)) {
+        count_abort(op, full.stale ? NESSIE_ABORT_TIMEOUT : NESSIE_ABORT_INVALID_DTE);
+        goto out;
+    }
+    struct dte_hdr tmpl = full.h;
+    tmpl.prev_ite = sv;
+    tmpl.flags8 = DTE_F_COPY;
+    uint64_t copy;
+    /* The copy keeps its source's creator: it is that write's item, moved, and must never be
+     * mistaken for an entry of the call that happens to migrate it. */
+    *status = proto_dte_write_new(op, &tmpl, full.h.creator, skey, full.value, full.h.value_len,
+                                  NULL, 0, nessie_key_filter(nd, skey, sklen), &copy);
+    /* No room for the copy: the write that needs the move waits for room as for its own entry
+     * (it failed at once with NO_MEMORY, a SET refused on a cache with eviction on). An
+     * eviction does not wait (it moves nothing: it never inserts). */
+    if (*status == NESSIE_NO_MEMORY && saved != NESSIE_OPK_EVICT &&
+        proto_memory_short(op, sklen, full.h.value_len))
+        goto out; /* result is A_RETRY */
+    if (*status != NESSIE_OK) {
+        result = A_DONE;
+        goto out;
+    }
+    /* Step 6: point the (empty) destination at the copy. */
+    HOOK(op, NESSIE_HOOK_MIGRATE_BEFORE_DST, 0);
+    bool ok = false, clean;
+    if (attempt_expired(op)) {
+        proto_dte_free_unpublished(op, copy);
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        goto out;
+    }
+    *status = proto_ite_cas_resolve(op, dst, 0, copy, &ok, &clean);
+    if (*status != NESSIE_OK || !ok) {
+        if (clean) {
+            proto_dte_free_unpublished(op, copy); /* never visible: free at once */
+        } else {
+            /* Perhaps linked (the outcome was lost and the entry could not be read again), or
+             * linked and cleared since: abandon it, so that a takeover empties its ITE instead
+             * of committing it, and let it through quarantine; if it is linked, whoever takes
+             * it over recycles it once more, which a mark naming its life makes harmless. */
+            uint64_t old;
+            proto_dte_state_cas(op, copy, dte_state(ite_gen(copy), DTE_BUSY),
+                                dte_state(ite_gen(copy), DTE_BUSY | DTE_ABANDONED), &old);
+            if (*status == NESSIE_OK)
+                nessie_recycle(ctx, copy);
+        }
+        if (*status != NESSIE_OK) {
+            result = A_DONE;
+        } else {
+            count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        }
+        goto out;
+    }
+    HOOK(op, NESSIE_HOOK_MIGRATE_AFTER_DST, 0);
+    /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1, "aborting
+     * migration"): the copy was visible, so it is recycled, not freed. */
+    *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
+    if (*status != NESSIE_OK) {
+        /* Whether the source is empty is unknown: the copy stays as it is, uncommitted. A
+         * takeover commits it after the grace period, which completes the move if the source
+         * was emptied and otherwise leaves a second committed entry of the same item, which
+         * the key's next write clears (A.1.3 step 4). The source stays: readers of the copy
+         * read it as its previous version meanwhile. */
+        result = A_DONE;
+        goto out;
+    }
+    /* The CAS's answer was lost and the source reads empty. That says nothing of who emptied
+     * it: this CAS, or a DELETE (or any write) of the key that replaced the source and unlinked
+     * its own entry meanwhile, and committing the copy then brought a removed item back
+     * (test_migration_source_cas_lost_after_delete). Left uncommitted for a takeover, the copy
+     * would block the key for a grace period. Undone instead, as when the CAS fails: the key
+     * is absent after, which is right if a DELETE emptied the source and is an eviction if
+     * this CAS did (a cache may lose an item to a fault, as to memory; a removed one must never
+     * come back). Reported as an eviction whose effect is unknown. */
+    bool lost = *status == NESSIE_OK && ok && !clean;
+    if (lost) {
+        if (nessie_evict_hook)
+            nessie_evict_hook(nessie_evict_hook_user, skey, sklen, false, 0);
+        ok = false;
+    }
+    if (!ok) {
+        bool cleared;
+        uint64_t old;
+        /* Abandon the copy first so no takeover can commit it once it is unlinked. */
+        proto_dte_state_cas(op, copy, dte_state(ite_gen(copy), DTE_BUSY),
+                            dte_state(ite_gen(copy), DTE_BUSY | DTE_ABANDONED), &old);
+        if (proto_ite_cas_resolve(op, dst, copy, 0, &cleared, &clean) == NESSIE_OK && cleared)
+            nessie_recycle(ctx, copy);
+        if (lost) {
+            /* Unlinked by this CAS or by the write that emptied the source, which recycles it
+             * too: a second mark of the same life is harmless. */
+            nessie_recycle(ctx, sv);
+            CTR_ADD(ctx->ctr.moves_undone, 1);
+            if (nessie_evict_hook)
+                nessie_evict_hook(nessie_evict_hook_user, skey, sklen, true, NESSIE_TIMEOUT);
+        }
+        count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        goto out;
+    }
+    /* Step 8: the copy is valid. Step 9: the source's DTE is recycled. */
+    bool committed;
+    if ((*status = proto_commit_own(op, copy, &committed)) != NESSIE_OK) {
+        /* The source is out of the index, so the copy must be committed; a takeover does it
+         * after the grace period. The source is its previous version until then (the leak
+         * sweep recycles it after). */
+        result = A_DONE;
+        goto out;
+    }
+    nessie_recycle(ctx, sv);
+    /* Counted here, when an entry has moved: attempts that abort show in the MIGRATE counters. */
+    CTR_ADD(ctx->ctr.migrations, 1);
+    if (depth > 0)
+        CTR_ADD(ctx->ctr.recursive_migrations, 1);
+    *status = NESSIE_OK;
+    result = A_DONE;
+out:
+    ctx->kind = saved;
+    return result;
+}

@@ -1,0 +1,246 @@
+/*
+ * protocol_int.h - what the files of the protocol share: protocol.c (the operations' machinery: a
+ * call's state, its counted fabric accesses, views of entries, orphans and their takeover, the
+ * reverse pass, recycling, a call's end), get.c (GET, A.1.2), write.c (PUT and its forms, DELETE:
+ * A.1.3, A.1.5; and the new entries writes and MIGRATE's copies are written into) and migrate.c
+ * (MIGRATE, A.1.4). Included by those four only; not a public header. What one of them defines
+ * for the others is named proto_ (the library exports no generic names); the tiny helpers the GET
+ * path calls are static inline here, so that none of them is a call across files.
+ */
+#ifndef NESSIE_KVSTORE_PROTOCOL_INT_H
+#define NESSIE_KVSTORE_PROTOCOL_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine_int.h"
+
+/* Outcome of one attempt. */
+enum attempt {
+    A_DONE,      /* final: *status is the answer */
+    A_RETRY,     /* concurrent operation: back off, try again */
+    A_RETRY_NOW, /* the way was cleared (takeover, migration): try again at once */
+};
+
+/* A call in progress: what lives across its attempts. */
+struct op {
+    struct nessie_ctx *ctx;
+    struct nessie_node *node;
+    const unsigned char *key;
+    uint32_t klen;
+    uint32_t n;                     /* ways */
+    uint64_t pos[NESSIE_MAX_WAYS];  /* global ITE positions of the key, I_1..I_n */
+    uint32_t filter;
+    uint64_t id;                    /* creator id written into this call's DTEs */
+    uint64_t deadline;              /* monotonic ns: the call's budget */
+    uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
+    uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
+    uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
+    uint32_t nrec;
+    uint64_t mine;                  /* ITE of this call's published (or possibly published: its
+                                       CAS's outcome was lost), uncommitted DTE, or 0 */
+    uint32_t mine_pos;              /* its position among pos[] */
+    uint64_t mine_replaced;         /* the ITE word its CAS replaced (what a rollback restores) */
+    bool mine_prev_live;            /* its previous version is the value readers see */
+    uint64_t mine_version;          /* its version */
+    /* Multi-get: I_1 read ahead in a batch with other keys' (pre_ite), at pre_t (monotonic ns,
+     * taken before the batch was posted). Used by the first attempt only. */
+    bool pre_valid;
+    uint64_t pre_ite;
+    uint64_t pre_t;
+    bool memory_wait;               /* an attempt found no free entry and waited for one */
+    int want_cls;                   /* ... of this size class */
+    uint64_t memory_wait_ns;        /* ... since then (nessie_mono_ns) */
+    int last_abort;                 /* why the last attempt retried (enum nessie_abort), or -1 */
+    /* GET: where a value read in a READ of its own goes (the caller's buffer: the daemon's
+     * channel arena), instead of the context's buffer; NULL: the context's. */
+    unsigned char *dst;
+    size_t dst_cap;
+    /* The endpoint's totals when the call started, for its traffic histograms. */
+    uint64_t fab_ops0, fab_bytes0;
+};
+
+/* A DTE as read: header copy, key and (if read) value. */
+struct dte_view {
+    struct dte_hdr h;
+    const unsigned char *key;
+    const unsigned char *value; /* NULL if the value was not read */
+    bool stale;                 /* the slot is in another life than the ITE named: the view of
+                                   the index it came from is older than one expiration period */
+    unsigned char *cached;      /* the context's cached copy it came from, or NULL */
+};
+
+/* --- small helpers ------------------------------------------------------------------------- */
+
+/* The test hook (nessie.h, nessie_set_test_hook): process-wide, because tests drive several
+ * contexts from one thread. */
+extern nessie_hook_fn proto_test_hook;
+extern void *proto_test_hook_user;
+
+#define HOOK(op, point, arg)                                                            \
+    do {                                                                                \
+        if (__builtin_expect(proto_test_hook != NULL, 0))                               \
+            proto_test_hook((op)->ctx, (point), (uint32_t)(arg), proto_test_hook_user); \
+    } while (0)
+
+static inline uint64_t ite_node_of_pos(const struct nessie_node *nd, uint64_t pos)
+{
+    return pos / nd->cfg.index_slots;
+}
+
+static inline uint64_t ite_off_of_pos(const struct nessie_node *nd, uint64_t pos)
+{
+    return (pos % nd->cfg.index_slots) * 8;
+}
+
+/* Remember the endpoint's totals: proto_finish() charges the difference to the call. */
+static inline void op_traffic_mark(struct op *op)
+{
+    const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
+    op->fab_ops0 = st->reads + st->writes + st->cas;
+    op->fab_bytes0 = st->bytes_read + st->bytes_written;
+}
+
+/* A call's start: its key's positions and filter bits, its creator id, its budget; counts it
+ * as an operation of kind. */
+void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
+                   const void *key, size_t klen);
+
+/* Step 0: an attempt that outlived one expiration period may hold stale views: abort it. */
+static inline bool attempt_expired(const struct op *op)
+{
+    return nessie_mono_ns() - op->attempt_start >= (uint64_t)op->node->cfg.expiration_ms * 1000000ULL;
+}
+
+static inline void count_abort(struct op *op, enum nessie_abort why)
+{
+    op->last_abort = why;
+    CTR_ADD(OPC(op->ctx).aborts[why], 1);
+}
+
+/* Step 0, at the moments that matter: a result is used, or a CAS is made, only if every read it
+ * rests on is less than one expiration period old. A thread descheduled for longer between its
+ * reads and this check could otherwise act on an entry that was recycled and reused meanwhile
+ * (the same slot, for the same key, even has the same ITE word). */
+#define EXPIRED_RETRY(op)                              \
+    do {                                               \
+        if (attempt_expired(op)) {                     \
+            count_abort((op), NESSIE_ABORT_TIMEOUT);   \
+            return A_RETRY;                            \
+        }                                              \
+    } while (0)
+
+/* Exponential back-off with jitter before the next attempt (paper 4.3.2). */
+void proto_backoff(struct op *op, unsigned attempt);
+
+/* --- fabric access, counted ------------------------------------------------------------------ */
+
+static inline int fabric_status(int rc)
+{
+    return rc == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
+static inline int ite_read(struct op *op, uint64_t pos, uint64_t *val)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = (uint32_t)ite_node_of_pos(op->node, pos),
+                        .region = FAB_REGION_INDEX, .offset = ite_off_of_pos(op->node, pos),
+                        .local = val, .length = 8};
+    CTR_ADD(OPC(op->ctx).ite_reads, 1);
+    CTR_ADD(OPC(op->ctx).bytes_read, 8);
+    return fabric_status(fab_exec(op->ctx->ep, &wr));
+}
+
+/* ite_cas, and when its completion reports an error, a READ of the entry to learn whether it ran
+ * (*ok); *clean: the CAS itself completed. NESSIE_FABRIC_ERROR: even the READ failed (unknown). */
+int proto_ite_cas_resolve(struct op *op, uint64_t pos, uint64_t expect, uint64_t swap, bool *ok,
+                          bool *clean);
+/* CAS a DTE's state word (the writer's last step, a rollback, or a takeover). Sets *old. */
+int proto_dte_state_cas(struct op *op, uint64_t ite, uint64_t expect, uint64_t swap,
+                        uint64_t *old);
+
+/* Fetch the DTE ite refers to (A.1.2 step 2.3), into the context's buffer b unless it is
+ * cached: protocol.c says what each argument means. */
+int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
+                    bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match);
+
+/* --- orphans, reverse pass, the end of a call ------------------------------------------------ */
+
+/* An uncommitted entry older than the grace period, on its owner's clock. */
+bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h);
+/* Take over the orphan ite at position pos (view v): finish it as its writer would have, or undo
+ * it if it was abandoned (or is a migration's copy that must not stand). */
+int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_view *v);
+/* Reverse pass (A.1.2 step 3, A.1.3 step 5): I_{n-1}..I_1 read again; *changed if any differs
+ * from what the attempt saw. */
+int proto_reverse_pass(struct op *op, bool *changed);
+/* Hand every DTE in I_rec to recycling (A.1.3 step 7). */
+void proto_recycle_all(struct op *op);
+/* A.1.2 step 3: the key met nowhere; the reverse pass decides (the call ends with `absent`). */
+enum attempt proto_end_absent(struct op *op, int absent, int *status);
+
+/* Run attempts with back-off until one is final or the call's budget is spent. */
+#define RUN_ATTEMPTS(op, call)                                                   \
+    do {                                                                         \
+        for (unsigned attempt_no = 0;; attempt_no++) {                           \
+            /* A read-ahead belongs to the first attempt: its timer starts then. */ \
+            (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
+            CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
+            enum attempt a_ = (call);                                            \
+            if (a_ == A_DONE)                                                    \
+                break;                                                           \
+            if (nessie_mono_ns() >= (op)->deadline) {                            \
+                status = NESSIE_TIMEOUT;                                         \
+                break;                                                           \
+            }                                                                    \
+            if (a_ == A_RETRY)                                                   \
+                proto_backoff((op), attempt_no);                                 \
+        }                                                                        \
+    } while (0)
+
+/* A call's end: its outcome counted, its traffic charged to the histograms. Returns status (or
+ * NESSIE_NO_MEMORY for a call that timed out waiting for room). */
+int proto_finish(struct op *op, int status);
+
+static inline int check_key(const void *key, size_t klen)
+{
+    return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
+}
+
+/* Mode auto (sd.c): the selector picks the way of this call; `call`, the public function
+ * itself, runs in that mode, and the selector learns how long it took. */
+#define AUTO_RUN(ctx, write, key, klen, vlen, call)                                      \
+    do {                                                                                 \
+        if ((ctx)->mode == NESSIE_MODE_AUTO) {                                           \
+            struct sd_choice ch_;                                                        \
+            (ctx)->mode = sd_auto_choose((ctx), (write), (key), (klen), (vlen), &ch_);   \
+            int rc_ = (call);                                                            \
+            (ctx)->mode = NESSIE_MODE_AUTO;                                              \
+            sd_auto_learn((ctx), &ch_);                                                  \
+            return rc_;                                                                  \
+        }                                                                                \
+    } while (0)
+
+/* --- new entries (write.c) ------------------------------------------------------------------- */
+
+/* A write (or a MIGRATE's copy) found no room for a new entry of these sizes: whether to retry
+ * (the wait is counted, and with eviction on, room is made) or fail for lack of memory. */
+bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len);
+/* Write a new DTE (BUSY, uncommitted) into this node's data region, created by `creator`, from
+ * the header tmpl, key and the value's two parts. Sets *ite_out. */
+int proto_dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t creator,
+                        const void *key, const void *v1, uint32_t l1, const void *v2,
+                        uint32_t l2, uint32_t filter, uint64_t *ite_out);
+/* Free a new DTE that no ITE ever named (no quarantine needed). */
+void proto_dte_free_unpublished(struct op *op, uint64_t ite);
+/* The writer's last step (A.1.3 step 6, A.1.4 step 8): commit our own DTE; *committed. */
+int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
+
+/* --- MIGRATE (migrate.c) --------------------------------------------------------------------- */
+
+/* MIGRATE the entry at position src out of the way of key_pos (the N positions of the key that
+ * needs room); depth counts recursion. */
+enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
+                           int *status);
+
+#endif
