@@ -132,15 +132,16 @@ nessie_start() {
     shift
     nessie_stop
     mkdir -p "$RUN"
-    # The daemon writes the file (every key, commented); each setting is one --set.
-    for s in "cluster.name=bench-$BENCH_NAME-$$" "cluster.nodes=$n" cluster.fabric=shm \
+    # The daemon writes the file (every key, commented); each setting is one --set. (sh has no
+    # local variables: these names must not be the callers' loop variables.)
+    for ns_set in "cluster.name=bench-$BENCH_NAME-$$" "cluster.nodes=$n" cluster.fabric=shm \
         "cluster.index_slots=${BENCH_INDEX_SLOTS:-262144}" "cluster.data_bytes=$BENCH_DATA_BYTES" \
         "cluster.max_item_size=$BENCH_MAX_ITEM" \
         ${BENCH_EXPIRATION_MS:+"cluster.expiration_ms=$BENCH_EXPIRATION_MS"} "$@"; do
-        printf '%s\n' "--set=$s"
+        printf '%s\n' "--set=$ns_set"
     done >"$RUN/sets"
     set --
-    while IFS= read -r a; do set -- "$@" "$a"; done <"$RUN/sets"
+    while IFS= read -r ns_set; do set -- "$@" "$ns_set"; done <"$RUN/sets"
     "$BUILD/reception" --print-config "$@" >"$RUN/nessie.conf" ||
         bench_die "reception --print-config refused the settings above"
     "$BENCH_ROOT/tools/nessie-cluster" start --nodes "$n" --dir "$RUN" --config "$RUN/nessie.conf" \
