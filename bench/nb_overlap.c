@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     double t0 = now();
     for (int b = 0; b < blocks; b++)
         for (int c = 0; c < chunks; c++) {
-            int kl = snprintf(key, sizeof(key), "BR%4dB%4dC", b, c);
+            int kl = snprintf(key, sizeof(key), "BR%04dB%04dC", b, c);
             fill(buf, chunk_bytes, b, c, 0);
             errors += memcached_set(m, key, (size_t)kl, buf, chunk_bytes, 0, 0) != MEMCACHED_SUCCESS;
         }
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     t0 = now();
     for (int b = 0; b < blocks; b++)
         for (int c = 0; c < chunks; c++) {
-            int kl = snprintf(key, sizeof(key), "BR%4dB%4dC", b, c);
+            int kl = snprintf(key, sizeof(key), "BR%04dB%04dC", b, c);
             size_t len;
             uint32_t fl;
             memcached_return_t rc;
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
     size_t tested_done = 0;
     for (int b = 0; b < blocks; b++) {
         for (int c = 0; c < chunks; c++) {
-            int kl = snprintf(key, sizeof(key), "BR%4dB%4dC", b, c);
+            int kl = snprintf(key, sizeof(key), "BR%04dB%04dC", b, c);
             fill(buf, chunk_bytes, b, c, 1);
             uint32_t flags = 0;
             memcached_iset(m, key, (size_t)kl, buf, chunk_bytes, 0, &flags,
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
     t0 = now();
     for (int b = 0; b < blocks; b++)
         for (int c = 0; c < chunks; c++) {
-            int kl = snprintf(key, sizeof(key), "BR%4dB%4dC", b, c);
+            int kl = snprintf(key, sizeof(key), "BR%04dB%04dC", b, c);
             memcached_return_t rc;
             memcached_iget(m, key, (size_t)kl, NULL, NULL,
                            &reqs[(size_t)b * (size_t)chunks + (size_t)c], &rc);

@@ -14,6 +14,9 @@
 
 #include <nessie/nessie.h>
 
+/* A key the shim may send is one the engine takes: memcached's limit on both sides. */
+_Static_assert(WIRE_KEY_MAX == NESSIE_KEY_MAX, "the wire's and the engine's key limits agree");
+
 enum recep_stage_kind { STAGE_NONE = 0, STAGE_STORE, STAGE_FETCH };
 
 /* A value travelling in chunks through one slot (wire.h "Large values"): the store being

@@ -28,12 +28,44 @@ static bool binary_mode(memcached_st *ptr)
     return REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL) != 0;
 }
 
+/*
+ * Key bytes the ascii protocol cannot carry: a key is a token of a command line, so a space or a
+ * control character splits or ends it. libmemcached sends such a key anyway unless
+ * MEMCACHED_BEHAVIOR_VERIFY_KEY is set, and against memcached the call then fails with the
+ * connection out of step (ERROR, UNKNOWN READ FAILURE, a SUCCESS with no value, the next calls
+ * failing too), or an assertion aborts the program (a space or NUL; measured with Debian's
+ * libmemcached 1.1.4 and memcached 1.6.18). The shim never stores such a key in ascii mode: it
+ * answers BAD_KEY_PROVIDED, as the library does with VERIFY_KEY, which also refuses bytes past
+ * 0x7e (isgraph). The binary protocol carries any byte, so memcached stores them all there.
+ */
+static bool ascii_unsafe(const char *key, size_t klen, bool verify)
+{
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c <= 0x20 || c == 0x7f || (verify && c > 0x7e))
+            return true;
+    }
+    return false;
+}
+
+/* A key the shim refuses itself: one the library would send to the server, where it breaks
+ * the connection (above). With VERIFY_KEY the library refuses these keys itself. */
+static bool key_refused_here(memcached_st *ptr, const char *key, size_t klen)
+{
+    return ptr && key && klen > 0 && !binary_mode(ptr) &&
+           !REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_VERIFY_KEY) &&
+           ascii_unsafe(key, klen, false);
+}
+
 /* The key the server sees: namespace + key. Returns MEMCACHED_SUCCESS, or BAD_KEY_PROVIDED for
- * an empty key or one too long with its prefix. */
+ * an empty key, one too long with its prefix, or (ascii) one the protocol cannot carry. */
 memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
                                    size_t *outlen)
 {
     if (!key || klen == 0)
+        return MEMCACHED_BAD_KEY_PROVIDED;
+    if (!binary_mode(ptr) &&
+        ascii_unsafe(key, klen, REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_VERIFY_KEY)))
         return MEMCACHED_BAD_KEY_PROVIDED;
     memcached_return_t rc;
     const char *ns = REAL(memcached_callback_get)(ptr, MEMCACHED_CALLBACK_NAMESPACE, &rc);
@@ -188,7 +220,8 @@ static bool no_servers(memcached_st *ptr)
 
 /* A key the library refuses is refused by the library itself: it checks keys before it talks to
  * any server, and records the error (memcached_last_error_message) in the handle, which only it
- * can do. So is any call on a handle without servers. */
+ * can do. So is any call on a handle without servers. A key the library would send but the ascii
+ * protocol cannot carry is refused by the shim (key_refused_here). */
 static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 {
     char k[SHIM_KEY_MAX];
@@ -199,7 +232,9 @@ static bool key_ok(memcached_st *ptr, const char *key, size_t klen)
 #define NOT_SERVED_KEY(fn, ptr, key, klen, ...)                                 \
     do {                                                                        \
         if (shim_serving() && !key_ok((ptr), (key), (klen)))                    \
-            return REAL(fn)(__VA_ARGS__);                                       \
+            return key_refused_here((ptr), (key), (klen))                       \
+                       ? MEMCACHED_BAD_KEY_PROVIDED                             \
+                       : REAL(fn)(__VA_ARGS__);                                 \
         NOT_SERVED(fn, __VA_ARGS__);                                            \
     } while (0)
 
@@ -425,6 +460,11 @@ char *memcached_get(memcached_st *ptr, const char *key, size_t key_length, size_
                 *error = MEMCACHED_CONNECTION_FAILURE;
             return NULL;
         }
+        if (shim_serving() && key_refused_here(ptr, key, key_length)) {
+            if (error)
+                *error = MEMCACHED_BAD_KEY_PROVIDED;
+            return NULL;
+        }
         return REAL(memcached_get)(ptr, key, key_length, value_length, flags, error);
     }
     return serve_get(ptr, key, key_length, value_length, flags, error);
@@ -438,6 +478,11 @@ char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t grou
         if (shim_refusing() && key_ok(ptr, key, key_length)) {
             if (error)
                 *error = MEMCACHED_CONNECTION_FAILURE;
+            return NULL;
+        }
+        if (shim_serving() && key_refused_here(ptr, key, key_length)) {
+            if (error)
+                *error = MEMCACHED_BAD_KEY_PROVIDED;
             return NULL;
         }
         return REAL(memcached_get_by_key)(ptr, group_key, group_key_length, key, key_length,
@@ -602,6 +647,7 @@ struct collect {
     struct pending *p;
     const char *const *keys; /* the caller's, without namespace */
     const size_t *klens;
+    const size_t *asked;     /* asked[j]: the caller's index of the j-th key asked */
     bool oom;
 };
 
@@ -609,6 +655,7 @@ static void on_hit(void *user, size_t index, struct shim_value *v)
 {
     struct collect *c = user;
     struct pending *p = c->p;
+    index = c->asked[index];
     struct pending_item *it = realloc(p->items, (p->n + 1) * sizeof(*it));
     if (!it) {
         free(v->data);
@@ -652,18 +699,23 @@ static memcached_return_t serve_mget(memcached_st *ptr, const char *const *keys,
         return MEMCACHED_CONNECTION_FAILURE;
     char (*full)[SHIM_KEY_MAX] = malloc(n * SHIM_KEY_MAX);
     const void **kp = malloc(n * sizeof(*kp));
-    size_t *kl = malloc(n * sizeof(*kl));
+    size_t *kl = malloc(n * sizeof(*kl)), *asked = malloc(n * sizeof(*asked));
     memcached_return_t ret = MEMCACHED_SUCCESS;
-    if (!full || !kp || !kl) {
+    if (!full || !kp || !kl || !asked) {
         ret = MEMCACHED_MEMORY_ALLOCATION_FAILURE;
         goto out;
     }
+    /* A key the ascii protocol cannot carry is a miss: memcached reads "get a b c" as three
+     * keys, so a key with a space is keys that nobody stored (key_refused_here). */
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        shim_full_key(ptr, keys[i], klens[i], full[i], &kl[i]);
-        kp[i] = full[i];
+        if (shim_full_key(ptr, keys[i], klens[i], full[m], &kl[m]) != MEMCACHED_SUCCESS)
+            continue;
+        kp[m] = full[m];
+        asked[m++] = i;
     }
-    struct collect c = {.ptr = ptr, .p = p, .keys = keys, .klens = klens};
-    int rc = shim_ch_mget(ch, kp, kl, n, on_hit, &c);
+    struct collect c = {.ptr = ptr, .p = p, .keys = keys, .klens = klens, .asked = asked};
+    int rc = m ? shim_ch_mget(ch, kp, kl, m, on_hit, &c) : WIRE_OK;
     if (rc != WIRE_OK)
         ret = shim_status(rc);
     else if (c.oom)
@@ -673,17 +725,19 @@ out:
     free(full);
     free(kp);
     free(kl);
+    free(asked);
     return ret;
 }
 
 /* All keys acceptable (else the library refuses the call, with its message, as for one key),
- * and at least one (the library answers a multi-get of none with INVALID ARGUMENTS). */
+ * and at least one (the library answers a multi-get of none with INVALID ARGUMENTS). Keys the
+ * ascii protocol cannot carry are acceptable here: they are misses (serve_mget). */
 static bool keys_ok(memcached_st *ptr, const char *const *keys, const size_t *klens, size_t n)
 {
     if (!ptr || n == 0 || !keys || !klens || no_servers(ptr))
         return false;
     for (size_t i = 0; i < n; i++)
-        if (!key_ok(ptr, keys[i], klens[i]))
+        if (!key_ok(ptr, keys[i], klens[i]) && !key_refused_here(ptr, keys[i], klens[i]))
             return false;
     return true;
 }
