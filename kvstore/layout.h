@@ -205,6 +205,27 @@ static inline uint64_t dte_size(uint32_t key_len, uint32_t value_len)
     return (uint64_t)DTE_HDR_SIZE + key_len + value_len;
 }
 
+/*
+ * An item's size as max_item_size limits it: memcached's count (its 48-byte header, the CAS, the
+ * key's NUL and the value's CRLF: 59 bytes; 4 more when the flags are not 0), so that exactly the
+ * items memcached -I takes fit (measured, memcached 1.6.18 at -I 1m: value + key + 59, or + 63
+ * with flags, up to 1048576). A DTE's own header is larger, so the largest DTE is
+ * dte_max_size(max_item_size), a few bytes past it: the slab's largest class holds it.
+ */
+#define MC_ITEM_OVERHEAD 59
+#define MC_ITEM_FLAGS_BYTES 4
+_Static_assert(DTE_HDR_SIZE >= MC_ITEM_OVERHEAD, "a DTE is never smaller than memcached's item");
+
+static inline uint64_t mc_item_size(uint32_t key_len, uint64_t value_len, uint32_t flags)
+{
+    return MC_ITEM_OVERHEAD + (flags ? MC_ITEM_FLAGS_BYTES : 0) + (uint64_t)key_len + value_len;
+}
+
+static inline uint64_t dte_max_size(uint64_t max_item)
+{
+    return max_item - MC_ITEM_OVERHEAD + DTE_HDR_SIZE;
+}
+
 /* --- the data region's header ---------------------------------------------------------------- */
 
 #define DATA_MAGIC 0x4e45535349454454ULL /* "NESSIEDT" */

@@ -38,7 +38,7 @@ static _Atomic uint32_t *quarantine_at(unsigned char *base, uint64_t off)
 uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class_size,
                        uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset)
 {
-    uint64_t largest = round_up(max_item, ITE_UNIT);
+    uint64_t largest = round_up(dte_max_size(max_item), ITE_UNIT);
     uint32_t n = 0;
     uint64_t size = SLAB_MIN_SLOT;
     if (largest < SLAB_MIN_SLOT)
@@ -57,7 +57,10 @@ uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class
                   (unsigned long long)max_item, ITE_MAX_CLASSES);
         return 0;
     }
-    uint64_t page = round_up(largest > SLAB_MIN_PAGE ? largest : SLAB_MIN_PAGE, SLAB_MIN_PAGE);
+    /* A page holds one slot of the largest class, and at least SLAB_MIN_PAGE bytes. It is not
+     * rounded further: the largest DTE is a few bytes past a power of two (dte_max_size), and a
+     * page rounded up to the next 64 KiB would waste that much of each. */
+    uint64_t page = largest > SLAB_MIN_PAGE ? largest : SLAB_MIN_PAGE;
     /* Pages follow the header and the page table (one byte per page, bounded above by the number
      * of pages that could fit if the table took no room). */
     uint64_t max_pages = region_bytes / page;

@@ -82,8 +82,9 @@ struct slab {
     size_t qhead, qlen, qcap;
 };
 
-/* Slot geometry for a configuration: fills class sizes and page size. Returns the number of
- * classes, or 0 if the configuration cannot be laid out (logged). */
+/* Slot geometry for a configuration: fills class sizes and page size; the largest class holds
+ * the largest DTE an item of max_item bytes needs (layout.h, dte_max_size). Returns the number
+ * of classes, or 0 if the configuration cannot be laid out (logged). */
 uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class_size,
                        uint64_t *page_bytes, uint64_t *page_count, uint64_t *pages_offset);
 

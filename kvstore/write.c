@@ -103,7 +103,9 @@ int proto_dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t crea
 {
     struct nessie_node *nd = op->node;
     uint64_t size = dte_size(tmpl->key_len, l1 + l2);
-    if (size > nd->cfg.max_item_size)
+    if (tmpl->kind == DTE_KIND_VALUE
+            ? mc_item_size(tmpl->key_len, (uint64_t)l1 + l2, tmpl->flags) > nd->cfg.max_item_size
+            : size > dte_max_size(nd->cfg.max_item_size))
         return NESSIE_TOO_BIG;
     int want = slab_class_for(&nd->slab, size);
     uint64_t off;
@@ -850,7 +852,7 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
         return NESSIE_INVALID;
     if (check_key(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
-    if (dte_size((uint32_t)key_len, 0) + value_len > ctx->node->cfg.max_item_size)
+    if (mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size)
         return NESSIE_TOO_BIG;
     AUTO_RUN(ctx, true, key, key_len, value_len,
              nessie_store(ctx, mode, key, key_len, value, value_len, flags, exptime, cas,

@@ -229,6 +229,20 @@ static void do_fetch(struct recep_req *r)
         stage_clear(r->ch, st);
 }
 
+/*
+ * memcached's rule for a SET that fails for want of room (too big, out of memory): it takes the
+ * key's old value out, so that no stale value outlives the write that failed ("Avoid stale data
+ * persisting in cache because we failed alloc", memcached.c; measured on 1.6.18, both protocols).
+ * The other store forms leave the old value. The engine changes nothing on those errors, so the
+ * daemon deletes; the DELETE's own outcome does not change the answer.
+ */
+static void set_failed_unlink(struct nessie_ctx *ctx, const struct wire_req *rq,
+                              const unsigned char *key, int rc)
+{
+    if (rq->mode == WIRE_SET && (rc == NESSIE_TOO_BIG || rc == NESSIE_NO_MEMORY))
+        nessie_delete(ctx, key, rq->key_len);
+}
+
 static int run_store(struct nessie_ctx *ctx, const struct wire_req *rq, const unsigned char *key,
                      const void *value, struct wire_rep *rep)
 {
@@ -241,6 +255,7 @@ static int run_store(struct nessie_ctx *ctx, const struct wire_req *rq, const un
     int rc = nessie_store(ctx, modes[rq->mode], key, rq->key_len, value, rq->total_len,
                           rq->flags, rq->exptime, rq->cas, &version);
     rep->version = version;
+    set_failed_unlink(ctx, rq, key, rc);
     return rc;
 }
 
@@ -257,6 +272,7 @@ static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
     if (rq->total_len > r->ch->max_item_size) {
         /* Nothing could hold it: refuse before buffering anything (the engine would too). */
         stage_clear(r->ch, st);
+        set_failed_unlink(ctx, rq, r->key, NESSIE_TOO_BIG);
         rep->status = WIRE_TOO_BIG;
         return;
     }

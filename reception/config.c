@@ -91,7 +91,8 @@ static const struct cfg_key schema[] = {
     {"cluster", "filter_bits", CFG_U32, 0, NESSIE_FILTER_BITS_MAX, NULL, NULL, NULL,
      F(engine.filter_bits), "Filter bits per index entry (0: off; the paper's setting: 7)."},
     {"cluster", "max_item_size", CFG_U32, 1024, 1U << 30, NULL, NULL, NULL, F(engine.max_item_size),
-     "Largest item (header + key + value), bytes. memcached's default is 1 MiB."},
+     "Largest item, bytes, counted as memcached counts it (key + value + 59, + 4 with flags), so\n"
+     "the same values fit as in memcached -I. memcached's default is 1 MiB."},
     {"cluster", "expiration_ms", CFG_U32, 1, 3600 * 1000, NULL, NULL, NULL, F(engine.expiration_ms),
      "The expiration period, ms: how long a recycled entry and a cached index entry stay untouched,\n"
      "and the budget of one attempt of an operation. The paper uses 1 s."},

@@ -77,7 +77,9 @@ struct nessie_config {
     uint64_t data_bytes;        /* data region bytes per node (at most 64 GiB) */
     uint32_t ways;              /* N of N-way cuckoo hashing, 2..8 (default 3) */
     uint32_t filter_bits;       /* 0..7 (default 7); 0 disables filter bits */
-    uint32_t max_item_size;     /* header + key + value (default 1 MiB, up to 64 MiB and more) */
+    /* The largest item, counted as memcached counts it (key + value + 59 bytes, + 4 when the
+     * flags are not 0), so the items memcached -I takes fit (default 1 MiB). */
+    uint32_t max_item_size;
     uint32_t expiration_ms;     /* expiration period (default 1000) */
     uint32_t op_timeout_ms;     /* budget of one call, all retries included (default: expiration) */
     uint32_t migrate_depth;     /* recursive MIGRATE depth limit (default 4) */

@@ -267,6 +267,43 @@ static void noreply_calls(void)
     memcached_free(o);
 }
 
+/* Values at the item size limit (memcached -I 1m, the cluster's max_item_size 1 MiB): key + value
+ * + 59 bytes fit, 4 fewer with flags; one byte more is too big and leaves the old value; a value
+ * of exactly 1 MiB never fits. Each stored value is read back whole. */
+static void item_size_limits(void)
+{
+    const size_t mib = 1048576, key = 2;
+    char *v = malloc(mib + 1);
+    if (!v)
+        return;
+    for (size_t i = 0; i <= mib; i++)
+        v[i] = (char)('a' + i % 26);
+    const struct {
+        const char *step;
+        size_t len;
+        uint32_t flags;
+    } c[] = {
+        {"largest value - 1", mib - 59 - key - 1, 0}, {"largest value", mib - 59 - key, 0},
+        {"largest value + 1", mib - 59 - key + 1, 0}, {"largest with flags", mib - 63 - key, 9},
+        {"largest with flags + 1", mib - 63 - key + 1, 9}, {"1 MiB value", mib, 0},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        memcached_set(m, "mx", key, "old", 3, 0, 0);
+        memcached_return_t rc = memcached_set(m, "mx", key, v, c[i].len, 0, c[i].flags);
+        printf("set %s (%zu B): %s\n", c[i].step, c[i].len, memcached_strerror(m, rc));
+        size_t len = 0;
+        uint32_t fl = 0;
+        char *got = memcached_get(m, "mx", key, &len, &fl, &rc);
+        printf("get %s: %s len=%zu flags=%u %s\n", c[i].step, memcached_strerror(m, rc), len, fl,
+               !got ? "(null)"
+               : len == c[i].len && memcmp(got, v, len) == 0 ? "whole"
+               : len == 3 && memcmp(got, "old", 3) == 0 ? "old"
+                                                          : "other");
+        free(got);
+    }
+    free(v);
+}
+
 /* Keys with bytes the ascii protocol cannot carry (a space or a control character ends a token),
  * and one past 0x7e, which memcached takes. */
 static const struct {
@@ -560,6 +597,7 @@ int main(int argc, char **argv)
     more_calls();
     noreply_calls();
     odd_keys_checks();
+    item_size_limits();
     memcached_free(m);
     return 0;
 }

@@ -97,6 +97,19 @@ print "set 334: $stored\n";
 my $all = $m->get_multi(@many);
 my $right = grep { ($all->{"mk$_"} // '') eq "v$_" } grep { $_ % 3 == 0 } 0 .. 999;
 printf "get_multi 1000: %d found, %d right\n", scalar(keys %$all), $right;
+# The item size limit (memcached -I 1m; the cluster's max_item_size): key + value + 59 bytes fit,
+# + 4 with flags; one more is refused and takes the old value out.
+my $largest = 1048576 - 59 - 2;
+for my $case (["largest value", $largest, 0], ["largest value + 1", $largest + 1, 0],
+              ["largest with flags", $largest - 4, 5], ["largest with flags + 1", $largest - 3, 5],
+              ["1 MiB value", 1048576, 0]) {
+    my ($name, $size, $fl) = @$case;
+    memcached_set($m, "mx", "old");
+    show("set $name", memcached_set($m, "mx", "m" x $size, 0, $fl));
+    my ($flags, $rc) = (0, 0);
+    my $v = memcached_get($m, "mx", $flags, $rc);
+    printf "get %s: %s flags=%d\n", $name, defined $v ? length($v) : 'undef', $flags;
+}
 show("flush", memcached_flush($m, 0));
 get("get after flush", "m1");
 memcached_free($m);

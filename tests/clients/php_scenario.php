@@ -107,5 +107,15 @@ step("race get", $m->get("race"));
 step("getVersion", array_values($m->getVersion())); // its keys name the server: not compared
 step("expired", $m->set("e", "x", -1));
 step("get expired", $m->get("e"));
+// The item size limit (memcached -I 1m; the cluster's max_item_size): key + value + 59 bytes fit
+// (a string carries flags 0 without compression); one more is refused and takes the old value out.
+$largest = 1048576 - 59 - 2;
+foreach (["largest value" => $largest, "largest value + 1" => $largest + 1,
+          "1 MiB value" => 1048576] as $name => $size) {
+    $m->set("mx", "old");
+    step("set $name", $m->set("mx", str_repeat("m", $size)));
+    $v = $m->get("mx");
+    step("get $name", $v === false ? false : strlen($v));
+}
 step("flush", $m->flush());
 step("get after flush", $m->get("m1"));

@@ -96,6 +96,20 @@ def main():
         return (len(servers), sorted(st), int(st["pid"]) > 0, st["version"].split(".")[0].isdigit(),
                 int(st["cmd_get"]) > 0, int(st["get_hits"]) > 0, int(st["limit_maxbytes"]) > 0)
     step("stats", stats_shape)
+    # The item size limit (memcached -I 1m; the cluster's max_item_size): key + value + 59 bytes
+    # fit (bytes values carry flags 0); one more is refused and takes the old value out.
+    largest = 1048576 - 59 - 2
+    for name, size in (("largest value", largest), ("largest value + 1", largest + 1),
+                       ("1 MiB value", 1048576)):
+        def at_limit(size=size):
+            mc.set("mx", b"old")
+            try:
+                r = mc.set("mx", b"m" * size)
+            except Exception as e:
+                r = "raised " + type(e).__name__
+            v = mc.get("mx")
+            return (r, None if v is None else len(v))
+        step(name, at_limit)
     step("flush all", lambda: mc.flush_all())
     step("get after flush", lambda: mc.get("m2"))
     print("\n".join(out))

@@ -245,8 +245,9 @@ static void test_bad_input_changes_nothing(void **state)
     assert_int_equal(nessie_store(a, NESSIE_SET, key, 0, "v", 1, 0, 0, 0, NULL), NESSIE_BAD_KEY);
     assert_int_equal(nessie_delete(a, NULL, 3), NESSIE_BAD_KEY);
 
-    /* Too big: refused, the old value stays. The largest value that fits is stored whole. */
-    size_t max_value = 64 * 1024 - 64 - 3;
+    /* Too big: refused, the old value stays. The largest value that fits is stored whole. Sizes
+     * count as memcached counts them (layout.h, mc_item_size): key + value + 59, + 4 with flags. */
+    size_t max_value = 64 * 1024 - 59 - 3;
     char *big = malloc(max_value + 1);
     assert_non_null(big);
     for (size_t i = 0; i <= max_value; i++)
@@ -255,6 +256,11 @@ static void test_bad_input_changes_nothing(void **state)
     assert_int_equal(nessie_store(a, NESSIE_SET, "big", 3, big, max_value + 1, 0, 0, 0, NULL),
                      NESSIE_TOO_BIG);
     check_value(a, "big", "small");
+    assert_int_equal(nessie_store(a, NESSIE_SET, "big", 3, big, max_value - 3, 1, 0, 0, NULL),
+                     NESSIE_TOO_BIG); /* flags cost 4 bytes */
+    check_value(a, "big", "small");
+    assert_int_equal(nessie_store(a, NESSIE_SET, "big", 3, big, max_value - 4, 1, 0, 0, NULL),
+                     NESSIE_OK);
     assert_int_equal(nessie_store(a, NESSIE_SET, "big", 3, big, max_value, 0, 0, 0, NULL),
                      NESSIE_OK);
     assert_int_equal(nessie_get(a, "big", 3, &it), NESSIE_OK);
