@@ -30,18 +30,101 @@
 
 /* ---- the real library ----------------------------------------------------------------------- */
 
+/*
+ * A program may find libmemcached's functions without the dynamic linker's help: dlopen the
+ * library and dlsym its handle (Python's ctypes does), which searches that library's scope and
+ * finds the real functions, past the shim. So the shim defines dlsym too: a lookup, on any
+ * handle, of a libmemcached name the shim defines gets the shim's function; every other lookup
+ * is glibc's (real_dlsym), reached by a tail jump so that glibc sees the program's return
+ * address: dlsym(RTLD_NEXT, ...) searches after its caller's object, and a call from here would
+ * make the shim the caller. The jump needs a few instructions of assembly, written for x86-64;
+ * elsewhere dlsym is not interposed and such a program bypasses the shim (the README says so).
+ * The shim's own lookups call real_dlsym directly (they are the shim's: RTLD_NEXT from here is
+ * right, and an explicit handle must find the real function, not ours).
+ */
+__attribute__((visibility("hidden"))) void *(*shim_real_dlsym)(void *, const char *);
+/* The shim's own object (its handle, taken with RTLD_NOLOAD, and its base address). */
+static void *self_handle;
+static void *self_base;
+
+static void dlsym_init(void)
+{
+    if (!__atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE)) {
+        /* glibc 2.34 moved dlsym into libc with a new version; older ones have only the first. */
+        void *f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!f)
+            f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        __atomic_store_n(&shim_real_dlsym, (void *(*)(void *, const char *))f, __ATOMIC_RELEASE);
+    }
+    Dl_info info;
+    if (!self_handle && dladdr((void *)dlsym_init, &info) && info.dli_fname) {
+        self_base = info.dli_fbase;
+        self_handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    }
+}
+
+/* The shim's own function for a lookup of `name` on `handle`, or NULL: glibc answers. */
+__attribute__((visibility("hidden"))) void *shim_dlsym_override(void *handle, const char *name);
+void *shim_dlsym_override(void *handle, const char *name)
+{
+    if (!__atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE))
+        dlsym_init();
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name ||
+        strncmp(name, "memcached", 9) != 0 || !self_handle || !shim_real_dlsym)
+        return NULL; /* the global scope finds the shim's functions first anyway */
+    void *mine = shim_real_dlsym(self_handle, name);
+    Dl_info info;
+    if (!mine || !dladdr(mine, &info) || info.dli_fbase != self_base)
+        return NULL; /* not one the shim defines (its lookup also searches its dependencies) */
+    return mine;
+}
+
+#if defined(__x86_64__)
+/* dlsym(handle, name): keep the arguments, ask shim_dlsym_override, and either return its answer
+ * or jump to glibc's dlsym with the caller's return address still on the stack. The stack is
+ * 16-byte aligned at the call (entry: 8 mod 16; two pushes and 8 bytes make it 0). */
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "    .cfi_startproc\n"
+        "    pushq %rdi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    pushq %rsi\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    subq $8, %rsp\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    call shim_dlsym_override\n"
+        "    addq $8, %rsp\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rsi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    popq %rdi\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  jmp *shim_real_dlsym(%rip)\n"
+        "    .cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#endif
+
 /* dlsym(RTLD_NEXT) finds the real function when libmemcached is in the global scope (the tools);
  * an extension module (Python, Perl) may have loaded it RTLD_LOCAL, where only a handle of our
  * own, taken with RTLD_NOLOAD, finds it. */
 void *shim_real(const char *name)
 {
-    void *f = dlsym(RTLD_NEXT, name);
+    if (!__atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE))
+        dlsym_init();
+    if (!shim_real_dlsym)
+        return NULL;
+    void *f = shim_real_dlsym(RTLD_NEXT, name);
     if (f)
         return f;
     void *lib = dlopen("libmemcached.so.11", RTLD_LAZY | RTLD_NOLOAD);
     if (!lib)
         return NULL;
-    f = dlsym(lib, name);
+    f = shim_real_dlsym(lib, name);
     dlclose(lib); /* NOLOAD took a reference to a library that stays loaded */
     return f;
 }
@@ -305,6 +388,7 @@ static void preload_scope(void)
 
 __attribute__((constructor)) static void shim_init(void)
 {
+    dlsym_init();
     preload_scope();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }

@@ -5,8 +5,10 @@
 # server). Differential: the same scenario run against a real memcached (no shim) must give the
 # same transcript, in ascii and in binary mode: the libmemcached tools
 # (tests/clients/tools_scenario.sh), pylibmc (tests/clients/pylibmc_scenario.py), Perl
-# (tests/clients/perl_scenario.pl), PHP (tests/clients/php_scenario.php), and the C API
-# (build/tests/capi-scenario). A program PHP starts under nessie-run. Then memcslap with 4
+# (tests/clients/perl_scenario.pl), PHP (tests/clients/php_scenario.php), Python's ctypes, which
+# finds libmemcached's functions with dlsym on the library's own handle
+# (tests/clients/ctypes_scenario.py), and the C API (build/tests/capi-scenario); keys the ascii
+# protocol cannot carry, through the shim alone. A program PHP starts under nessie-run. Then memcslap with 4
 # threads (get, mget; ascii and binary), the non-blocking extensions, the channels a client
 # holds (build/tests/channels-scenario), and the fallback: without a daemon and without
 # NESSIE_STRICT, calls reach the configured server.
@@ -78,6 +80,11 @@ for mode in "" --binary; do
     php "$here/tests/clients/php_scenario.php" 127.0.0.1 $port $mode >"$dir/mc.txt" 2>&1
     NESSIE_STRICT=1 "$run" php "$here/tests/clients/php_scenario.php" 127.0.0.1 1 $mode >"$dir/ns.txt" 2>&1
     compare "PHP $m"
+
+    # ctypes: functions found by dlsym on libmemcached's own handle (the shim interposes dlsym).
+    /usr/bin/python3 "$here/tests/clients/ctypes_scenario.py" 127.0.0.1:$port $mode >"$dir/mc.txt" 2>&1
+    NESSIE_STRICT=1 "$run" /usr/bin/python3 "$here/tests/clients/ctypes_scenario.py" $nowhere $mode >"$dir/ns.txt" 2>&1
+    compare "ctypes (dlopen + dlsym) $m"
 
     opt=""
     [ -n "$mode" ] && opt=" --BINARY-PROTOCOL"
