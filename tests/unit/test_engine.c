@@ -1995,6 +1995,32 @@ static void test_dump_lists_live_keys_once(void **state)
     assert_string_equal(got, "");
 }
 
+/* A node the judgment needs is unreachable: the items that need it are left out, the rest are
+ * listed, and the call says so; once it is back, every item is listed again. */
+static void test_dump_with_a_node_down(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, NULL);
+    char k[16];
+    for (int i = 0; i < 30; i++) {
+        snprintf(k, sizeof(k), "n%d", i);
+        assert_int_equal(set(C.ctx[0], k, "v"), NESSIE_OK);
+    }
+    faults_on(0, (struct fault_script){.down = 2 + 1}); /* node 0 cannot reach node 2 */
+    struct dump_keys d = {0};
+    uint64_t cursor = 0;
+    assert_int_equal(nessie_dump_local(C.ctx[0], &cursor, 0, dump_collect, &d),
+                     NESSIE_FABRIC_ERROR);
+    assert_true(cursor == 0);
+    faults_off(0);
+    assert_true(d.n > 0 && d.n < 30);
+    for (int i = 0; i < d.n; i++)
+        check_value(C.ctx[0], d.keys[i], "v");
+    char got[512];
+    dump_node(0, 0, 0, got, sizeof(got));
+    assert_int_equal(strlen(got), 30 * 2 + 20 * 1 + 29); /* n0..n9, n10..n29, 29 commas */
+}
+
 static char dump_seen[2][64];
 
 static void dump_nodes_0_and_1(void)
@@ -2071,6 +2097,7 @@ int main(void)
         cmocka_unit_test_teardown(test_orphan_of_a_silent_owner_ages, teardown),
         cmocka_unit_test_teardown(test_dump_lists_live_keys_once, teardown),
         cmocka_unit_test_teardown(test_dump_during_put_lists_previous_version, teardown),
+        cmocka_unit_test_teardown(test_dump_with_a_node_down, teardown),
     };
     return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
