@@ -649,6 +649,15 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
         __atomic_store_n(&nd->hdr->flush_at_ns, at, __ATOMIC_RELEASE);
 }
 
+int nessie_ite_read_pos(struct fab_ep *ep, const struct nessie_node *nd, uint64_t pos,
+                        uint64_t *out)
+{
+    struct fab_wr rd = {.opcode = FAB_OP_READ, .node = (uint32_t)(pos / nd->cfg.index_slots),
+                        .region = FAB_REGION_INDEX, .offset = (pos % nd->cfg.index_slots) * 8,
+                        .local = out, .length = 8};
+    return fab_exec(ep, &rd) == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
+}
+
 /* --- leak sweep ------------------------------------------------------------------------------ */
 
 static int cmp_u64(const void *a, const void *b)
@@ -677,12 +686,6 @@ static void sweep_slot(void *arg, uint32_t cls, uint64_t off)
     g_array_append_val(sc->candidates, ite);
 }
 
-static bool same_entry(uint64_t a, uint64_t b)
-{
-    return (a & ~(uint64_t)((1u << ITE_FILTER_BITS_MAX) - 1)) ==
-           (b & ~(uint64_t)((1u << ITE_FILTER_BITS_MAX) - 1));
-}
-
 /*
  * Whether anything may still use the entry ite names: an ITE at one of its key's positions (every
  * entry of a key is linked only there: PUTs, DELETEs and MIGRATE copies alike) names it, or names
@@ -706,14 +709,11 @@ static int sweep_referenced(struct nessie_ctx *ctx, uint64_t ite)
     nessie_key_positions(nd, hk + DTE_HDR_SIZE, h.key_len, pos);
     for (uint32_t i = 0; i < nd->cfg.ways; i++) {
         uint64_t w;
-        struct fab_wr rd = {.opcode = FAB_OP_READ, .node = (uint32_t)(pos[i] / nd->cfg.index_slots),
-                            .region = FAB_REGION_INDEX, .offset = (pos[i] % nd->cfg.index_slots) * 8,
-                            .local = &w, .length = 8};
-        if (fab_exec(ctx->ep, &rd) != FAB_OK)
+        if (nessie_ite_read_pos(ctx->ep, nd, pos[i], &w) != NESSIE_OK)
             return -1;
         if (ite_empty(w))
             continue;
-        if (same_entry(w, ite))
+        if (ite_same_entry(w, ite))
             return 1;
         if (ite_class(w) >= nd->nclasses)
             continue;
@@ -722,7 +722,7 @@ static int sweep_referenced(struct nessie_ctx *ctx, uint64_t ite)
                             .offset = ite_offset(w), .local = hdr, .length = sizeof(hdr)};
         if (fab_exec(ctx->ep, &rh) != FAB_OK)
             return -1;
-        if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) && same_entry(hdr[2], ite))
+        if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) && ite_same_entry(hdr[2], ite))
             return 1;
     }
     return 0;

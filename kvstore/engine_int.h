@@ -158,6 +158,11 @@ void nessie_clock_publish(struct nessie_node *node);
 /* The filter bits of key (its ITEs' low bits, paper 4.3.2). */
 uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len);
 
+/* Read the ITE at global position pos (node * index_slots + slot) into *out, uncounted (the
+ * leak sweep and the dump, which are not operations). Returns NESSIE_OK or NESSIE_FABRIC_ERROR. */
+int nessie_ite_read_pos(struct fab_ep *ep, const struct nessie_node *nd, uint64_t pos,
+                        uint64_t *out);
+
 /* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
 bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h);
 

@@ -123,6 +123,13 @@ static inline uint32_t ite_filter(uint64_t ite)
 {
     return (uint32_t)(ite & ((1u << ITE_FILTER_BITS_MAX) - 1));
 }
+/* Whether two words name the same life of the same slot (their filter bits aside: a DTE's
+ * prev ITE and the words the leak sweep builds carry none). */
+static inline bool ite_same_entry(uint64_t a, uint64_t b)
+{
+    const uint64_t filter = (1u << ITE_FILTER_BITS_MAX) - 1;
+    return (a & ~filter) == (b & ~filter);
+}
 
 /* --- DTE ------------------------------------------------------------------------------------- */
 

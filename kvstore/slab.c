@@ -811,6 +811,36 @@ void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
     }
 }
 
+void slab_walk(struct slab *s, uint64_t *pos, size_t n,
+               bool (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t pages = s->next_page;
+    pthread_mutex_unlock(&s->lock);
+    const uint64_t start = *pos;
+    uint64_t p = 0, within = 0;
+    if (start >= s->hdr->pages_offset) {
+        p = page_of(s, start);
+        within = start - page_offset(s, p);
+    }
+    size_t seen = 0;
+    for (; p < pages; p++, within = 0) {
+        uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[p], memory_order_acquire);
+        if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses)
+            continue;
+        const uint64_t sb = s->cls[c].slot_bytes;
+        for (uint64_t i = (within + sb - 1) / sb; i < slots_per_page(s, c); i++) {
+            uint64_t off = page_offset(s, p) + i * sb;
+            if (seen == n || !fn(arg, c, off)) {
+                *pos = off;
+                return;
+            }
+            seen++;
+        }
+    }
+    *pos = 0;
+}
+
 void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes)
 {
     *items = *bytes = 0;

@@ -172,6 +172,16 @@ size_t slab_scan(struct slab *s, size_t max_slots, uint64_t now_ms);
 void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
                 void (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg);
 
+/*
+ * Call fn on the slots of the assigned pages in region order, from the slot at or after offset
+ * *pos (0: the first slot), at most n of them, without the lock (fn may take its time: the dump's
+ * index reads). fn returns false to stop before that slot. On return *pos is where the next walk
+ * starts: the slot fn refused or the first one past the n, or 0 when no slot is left. A position
+ * that a page's change of class has put inside a slot starts at the page's next slot boundary.
+ */
+void slab_walk(struct slab *s, uint64_t *pos, size_t n,
+               bool (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg);
+
 /* Committed items (not tombstones) and their bytes, as of the recycle scan's last full pass. */
 void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes);
 

@@ -416,6 +416,57 @@ out:
     free(kl);
 }
 
+/* Slots a DUMP request examines at most: a header read each, and the index reads of the live
+ * items among them, a few ms of a worker at most, during which its other channels wait; a region
+ * of mostly free or replaced slots then takes more requests, never a long one. */
+#define DUMP_SLOTS_PER_REQUEST 16384
+
+/* DUMP's reply under construction: keys packed as [u8 len][bytes] from the part's start. */
+struct dump_fill {
+    struct recep_req *r;
+    uint32_t off;
+};
+
+/* One key of the walk (nessie_dump_local's callback): false once the part or the count is full,
+ * which leaves the key for the next chunk. */
+static bool dump_one(void *user, const void *key, size_t klen)
+{
+    struct dump_fill *f = user;
+    struct recep_req *r = f->r;
+    if ((uint64_t)f->off + 1 + klen > r->rq.arena_len || r->rep.nitems == UINT16_MAX)
+        return false;
+    part(r)[f->off] = (unsigned char)klen;
+    memcpy(part(r) + f->off + 1, key, klen);
+    f->off += 1 + (uint32_t)klen;
+    r->rep.nitems++;
+    return true;
+}
+
+/* DUMP (wire.h "Dump"): the next chunk of this node's keys from req.cursor. The walk is the
+ * engine's and keeps nothing here between requests, so a client that stops halfway costs
+ * nothing. */
+static void do_dump(struct recep_req *r, struct nessie_ctx *ctx)
+{
+    struct wire_rep *rep = &r->rep;
+    if (r->rq.arena_len < 1 + WIRE_KEY_MAX) {
+        rep->status = WIRE_E_MALFORMED; /* a key might never fit: the walk could not go on */
+        return;
+    }
+    struct dump_fill f = {.r = r};
+    uint64_t cursor = r->rq.cursor;
+    int rc = nessie_dump_local(ctx, &cursor, DUMP_SLOTS_PER_REQUEST, dump_one, &f);
+    if (rc == NESSIE_INVALID) {
+        rep->status = WIRE_E_MALFORMED; /* the cursor, the one argument that is the client's */
+        rep->nitems = 0;
+        return;
+    }
+    rep->status = wire_status_of(rc);
+    rep->chunk_len = f.off;
+    rep->cursor = cursor;
+    if (cursor != 0)
+        rep->rflags |= WIRE_F_MORE;
+}
+
 static bool is_key_op(uint16_t op)
 {
     return op == WIRE_OP_GET || op == WIRE_OP_STORE || op == WIRE_OP_DELETE ||
@@ -499,6 +550,9 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
         break;
     case WIRE_OP_NOOP:
         rep->status = WIRE_OK;
+        break;
+    case WIRE_OP_DUMP:
+        do_dump(r, ctx);
         break;
     default:
         rep->status = WIRE_E_UNKNOWN_OP;

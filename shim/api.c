@@ -7,6 +7,7 @@
  * memcached_return_t the real library gives against memcached in the handle's protocol mode.
  * Values returned to the caller are allocated with the handle's allocators, NUL-terminated.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -1376,6 +1377,84 @@ memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_retur
         stats[i] = stats[0];
     *error = MEMCACHED_SUCCESS;
     return stats;
+}
+
+/* ---- dump ------------------------------------------------------------------------------------ */
+
+/* A dump's callbacks and what they answered. */
+struct dump_call {
+    memcached_st *ptr;
+    memcached_dump_fn *fn;
+    uint32_t nfn;
+    void *context;
+    bool failed; /* a callback answered an error (memcached_fatal) */
+};
+
+/* One key of the daemon's walk to the callbacks, as the library hands over each key memcached
+ * lists: the key ends at its first byte that is not isgraph() (the library parses memcached's
+ * "ITEM <key> [...]" line so; a key stored through the binary protocol may hold any byte), NUL
+ * terminated; a callback that answers anything but SUCCESS ends this key's callbacks, and the
+ * walk goes on. */
+static bool dump_key(void *user, const char *key, size_t klen)
+{
+    struct dump_call *d = user;
+    char k[SHIM_KEY_MAX + 1];
+    size_t n = 0;
+    while (n < klen && isgraph((unsigned char)key[n]))
+        n++;
+    memcpy(k, key, n);
+    k[n] = '\0';
+    for (uint32_t i = 0; i < d->nfn; i++) {
+        if (!d->fn[i])
+            continue;
+        memcached_return_t rc = d->fn[i](d->ptr, k, n, d->context);
+        if (rc != MEMCACHED_SUCCESS) {
+            d->failed |= memcached_fatal(rc);
+            break;
+        }
+    }
+    return true;
+}
+
+/*
+ * memcached_dump (memcdump): the keys of the items the daemon's node holds, which are the values
+ * written through it (nessie_dump_local; memcached's dump likewise lists what each server holds,
+ * and that node is the one server this process talks to), each once however many servers the
+ * handle names. Outcomes and side effects are the library's against memcached:
+ * - binary protocol: NOT SUPPORTED, answered here. The library answers so too without talking to
+ *   anyone, but a served call is never left to code that could reach a server.
+ * - ascii: the library asks the servers' versions first (memcached_version), so the handle's
+ *   servers report theirs from then on (versioned_mark); then each key goes to the callbacks
+ *   (dump_key), and the result is SUCCESS, or SOME ERRORS if a callback answered an error.
+ * - keys are raw, as memcached lists them and the library reports them: with the namespace
+ *   prefix they were stored under, whatever the handle's namespace (none is stripped, no key is
+ *   filtered out).
+ * A node the daemon could not reach to judge some items makes it SOME ERRORS, after every other
+ * key was reported; a daemon without the dump (an older one: unknown op) makes it NOT SUPPORTED.
+ * The library's error message for these (memcached_last_error_message) is not set: only the
+ * library sets it.
+ */
+memcached_return_t memcached_dump(memcached_st *ptr, memcached_dump_fn *function, void *context,
+                                  uint32_t number_of_callbacks)
+{
+    NOT_SERVED(memcached_dump, ptr, function, context, number_of_callbacks);
+    if (!ptr)
+        return MEMCACHED_INVALID_ARGUMENTS;
+    if (binary_mode(ptr))
+        return MEMCACHED_NOT_SUPPORTED;
+    drain_writes(ptr);
+    versioned_mark(ptr, true);
+    struct shim_ch *ch = shim_channel();
+    if (!ch)
+        return MEMCACHED_CONNECTION_FAILURE;
+    struct dump_call d = {.ptr = ptr, .fn = function, .context = context,
+                          .nfn = function ? number_of_callbacks : 0};
+    int rc = shim_ch_dump(ch, 0, 0, dump_key, &d);
+    if (rc == WIRE_E_UNKNOWN_OP)
+        return MEMCACHED_NOT_SUPPORTED;
+    if (rc != WIRE_OK && rc != WIRE_FABRIC_ERROR)
+        return shim_status(rc);
+    return d.failed || rc == WIRE_FABRIC_ERROR ? MEMCACHED_SOME_ERRORS : MEMCACHED_SUCCESS;
 }
 
 /* The servers' versions: every server is Nessie, which is there (the daemon answered). The

@@ -706,6 +706,64 @@ int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klen
     return WIRE_OK;
 }
 
+int shim_ch_dump(struct shim_ch *ch, uint64_t cursor, uint32_t part, shim_key_fn key,
+                 void *user)
+{
+    bool partial = false;
+    unsigned char *chunk = NULL;
+    int rc;
+    do {
+        struct wire_rep rep;
+        uint32_t poff, plen;
+        part_of(ch, SYNC_SLOT, &poff, &plen);
+        if (part && part < plen)
+            plen = part;
+        *slot_req(ch, SYNC_SLOT) = (struct wire_req){.op = WIRE_OP_DUMP, .cursor = cursor};
+        rc = post_part(ch, SYNC_SLOT, poff, plen);
+        if (rc == 0)
+            rc = wait_reply(ch, SYNC_SLOT, &rep);
+        if (rc != WIRE_OK && rc != WIRE_FABRIC_ERROR)
+            goto out;
+        partial |= rc == WIRE_FABRIC_ERROR;
+        /* A cursor that does not move on would have us ask for the same chunk for ever. */
+        rc = -EPROTO;
+        if (rep.chunk_len > plen || ((rep.rflags & WIRE_F_MORE) != 0) != (rep.cursor != 0) ||
+            (rep.cursor != 0 && rep.cursor == cursor))
+            goto out;
+        /* Out of the arena before any callback runs: a callback may well make calls of its own,
+         * on this thread's channel, whose replies land in the same part. */
+        unsigned char *grown = realloc(chunk, rep.chunk_len ? rep.chunk_len : 1);
+        if (!grown) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        chunk = grown;
+        memcpy(chunk, ch->arena + poff, rep.chunk_len);
+        uint32_t off = 0, i;
+        for (i = 0; i < rep.nitems; i++) {
+            if (off >= rep.chunk_len || chunk[off] == 0 || off + 1u + chunk[off] > rep.chunk_len)
+                goto out;
+            off += 1u + chunk[off];
+        }
+        if (off != rep.chunk_len)
+            goto out;
+        for (off = 0, i = 0; i < rep.nitems; i++, off += 1u + chunk[off]) {
+            char k[WIRE_KEY_MAX + 1];
+            memcpy(k, chunk + off + 1, chunk[off]);
+            k[chunk[off]] = '\0';
+            if (!key(user, k, chunk[off])) {
+                rc = WIRE_OK;
+                goto out;
+            }
+        }
+        cursor = rep.cursor;
+    } while (cursor != 0);
+    rc = partial ? WIRE_FABRIC_ERROR : WIRE_OK;
+out:
+    free(chunk);
+    return rc;
+}
+
 int shim_stats(const char *path, char **text)
 {
     int fd, rc;

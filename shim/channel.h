@@ -9,6 +9,7 @@
 #ifndef NESSIE_SHIM_CHANNEL_H
 #define NESSIE_SHIM_CHANNEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,16 @@ int shim_ch_flush(struct shim_ch *ch, int64_t exptime);
 typedef void (*shim_hit_fn)(void *user, size_t index, struct shim_value *v);
 int shim_ch_mget(struct shim_ch *ch, const void *const *keys, const size_t *klens, size_t n,
                  shim_hit_fn hit, void *user);
+
+/* Dump (wire.h "Dump"): calls key(user, key, klen) for each key the daemon's node holds, chunk
+ * after chunk from cursor (0: the start), until the walk is done or key returns false (then it
+ * stops there). The key is NUL-terminated, valid during the call only. part: the bytes of the
+ * blocking slot's arena part each request uses at most (0: all of it; tests use small parts to
+ * make the walk take many chunks). Returns WIRE_OK; WIRE_FABRIC_ERROR when the walk went to its
+ * end but some chunk left out keys it could not judge; else the first error (the walk stops). */
+typedef bool (*shim_key_fn)(void *user, const char *key, size_t klen);
+int shim_ch_dump(struct shim_ch *ch, uint64_t cursor, uint32_t part, shim_key_fn key,
+                 void *user);
 
 /*
  * Asynchronous use: up to SHIM_CH_ASYNC requests in flight on the channel besides the blocking

@@ -372,6 +372,33 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims);
 typedef void (*nessie_pressure_fn)(void *arg);
 void nessie_node_on_pressure(struct nessie_node *node, nessie_pressure_fn fn, void *arg);
 
+/*
+ * Dump (memcached_dump, memcached's `stats cachedump`): call fn(user, key, key_len) for the key
+ * of each live item in THIS node's data region: a committed value, not expired, not flushed, not
+ * on its way to recycling, that the key's index entries name as the key's value now (the first
+ * of the key's N entries that holds the key names it, or names a write in progress whose previous
+ * version it is: what a GET would read), so the older versions of a key a node still holds are
+ * never listed. A node holds the values written through it (a PUT writes its value on the
+ * writing node; a MIGRATE's copy on the migrating one; a shipped write on the key's home node).
+ *
+ * The walk is resumable, in slot order: *cursor is where it starts (0: the region's start) and,
+ * on return, where the next call goes on, 0 once the whole region is done. A call examines at
+ * most max_slots slots (0: no limit), so a caller can bound the time one call takes, and stops
+ * early when fn returns false: that key is offered again by the next call. No lock is held
+ * across fn or between calls (the allocator's is taken once per call, for one load), so writers
+ * go on meanwhile; a key written during a dump may be missed, or listed twice (its new entry on
+ * the other side of the cursor, like SCAN in Redis); a key left alone is listed exactly once.
+ *
+ * Judging an item reads its key's N index entries (and the entries they name when their filter
+ * bits match), on whichever nodes hold them; an item that needs an unreachable node is left out,
+ * the walk goes on, and the call returns NESSIE_FABRIC_ERROR (the keys it listed stand). Returns
+ * NESSIE_OK, or NESSIE_INVALID (NULL arguments, or a cursor past the region: nothing called).
+ * Never changes an entry, and counts in no operation's counters (it is not an operation).
+ */
+typedef bool (*nessie_dump_fn)(void *user, const void *key, size_t key_len);
+int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots,
+                      nessie_dump_fn fn, void *user);
+
 /* Live items and their bytes (header, key and value) in this node's data region, as of the
  * last full pass of the recycle scan (memcached's curr_items and bytes). */
 void nessie_data_usage(struct nessie_node *node, uint64_t *items, uint64_t *bytes);

@@ -43,6 +43,22 @@
  * last chunk, then runs the store. A get whose value does not fit answers with the first chunk,
  * rep.total_len and WIRE_F_MORE; the client fetches the rest with WIRE_OP_FETCH at chunk_off.
  * Both are per slot: a slot's staged value is dropped by the slot's next request of another kind.
+ *
+ * Dump (WIRE_OP_DUMP, for memcached_dump): the keys of the live items the daemon's node holds
+ * (nessie_dump_local: the values written through that node), walked in chunks that the daemon
+ * keeps no state for. A request sends req.cursor: 0 to start, else the rep.cursor of the chunk
+ * before. The reply packs keys from the start of the request's part as [u8 len][len bytes]
+ * (MGET's key format), rep.nitems keys in rep.chunk_len bytes, and sets rep.cursor to where the
+ * next chunk starts, with WIRE_F_MORE, or to 0 without it once the walk is done. A chunk may hold
+ * no key at all (the daemon examines a bounded number of slots per request, so one request never
+ * holds a worker long), so a client goes on while WIRE_F_MORE is set. rep.status: WIRE_OK, or
+ * WIRE_FABRIC_ERROR: the chunk's keys stand, but it left out items whose index entries are on a
+ * node that cannot be reached (the walk goes on); WIRE_E_MALFORMED: a cursor no walk gave, or a
+ * part too small for one key record (1 + WIRE_KEY_MAX bytes): nothing listed. Keys are raw, as
+ * stored (a client's namespace prefix included). A key written during the walk may be missed or
+ * listed twice; one left alone is listed once. Added in version 2 without a bump, as no peer
+ * misreads it: an older daemon answers WIRE_E_UNKNOWN_OP, and the cursors are new names for
+ * words only ARITH used, unchanged in place and meaning for every other op.
  */
 #ifndef NESSIE_WIRE_H
 #define NESSIE_WIRE_H
@@ -149,6 +165,8 @@ enum wire_op {
     WIRE_OP_FLUSH,
     WIRE_OP_FETCH,        /* the next chunk of the value of the last get, at chunk_off */
     WIRE_OP_NOOP,
+    WIRE_OP_DUMP,         /* the keys of the live items this node holds, a chunk per request:
+                             "Dump" below */
     WIRE_OP_MAX_,
 };
 
@@ -182,7 +200,10 @@ struct wire_req {
     uint32_t chunk_off;   /* where this chunk goes (STORE) or comes from (FETCH) */
     int64_t exptime;      /* memcached exptime */
     uint64_t cas;         /* WIRE_CAS: the expected version */
-    uint64_t delta;       /* ARITH */
+    union {
+        uint64_t delta;   /* ARITH */
+        uint64_t cursor;  /* DUMP: where the walk goes on (0: from the start) */
+    };
     uint64_t seq;         /* the client's request number, echoed */
     uint32_t arena_off;   /* the arena part of this request: key, value, reply */
     uint32_t arena_len;
@@ -194,7 +215,7 @@ struct wire_rep {
     uint32_t flags;       /* memcached flags of the item read */
     uint32_t chunk_len;   /* value bytes in the arena */
     uint32_t total_len;   /* the whole value's length */
-    uint16_t nitems;      /* MGET: wire_mitem records in the arena */
+    uint16_t nitems;      /* MGET: wire_mitem records in the arena; DUMP: keys in the arena */
     uint16_t nkeys_done;  /* MGET: keys answered (hits and misses); the client resends the rest */
     /* How long the daemon worked on the request (ns, saturated), and CLOCK_MONOTONIC (one clock
      * per host, shared by both sides) when it replied: from them the client learns how long
@@ -202,7 +223,10 @@ struct wire_rep {
      * wake-ups (wire_sync.h). Informational: nothing depends on them for safety. */
     uint32_t busy_ns;
     uint64_t version;     /* CAS token of the item read or stored */
-    uint64_t number;      /* ARITH result */
+    union {
+        uint64_t number;  /* ARITH result */
+        uint64_t cursor;  /* DUMP: where the next chunk starts (0: the walk is done) */
+    };
     uint64_t seq;
     uint64_t done_ns;
 };

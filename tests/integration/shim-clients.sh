@@ -10,8 +10,8 @@
 # (tests/clients/ctypes_scenario.py), and the C API (build/tests/capi-scenario); keys the ascii
 # protocol cannot carry, through the shim alone. A program PHP starts under nessie-run. Then memcslap with 4
 # threads (get, mget; ascii and binary), the non-blocking extensions, the channels a client
-# holds (build/tests/channels-scenario), and the fallback: without a daemon and without
-# NESSIE_STRICT, calls reach the configured server.
+# holds (build/tests/channels-scenario), memcached_dump's keys (memcdump, below), and the
+# fallback: without a daemon and without NESSIE_STRICT, calls reach the configured server.
 #
 # Environment: BUILD (default build).
 set -eu
@@ -30,26 +30,32 @@ if [ -n "${SAN:-}" ]; then
 fi
 
 dir=$(mktemp -d /tmp/nessie-shim-XXXXXX)
-mcpid=""
+mcpids=""
 cleanup() {
+    cd /
     "$cluster" stop --dir "$dir" --purge >/dev/null 2>&1 || true
-    [ -n "$mcpid" ] && kill "$mcpid" 2>/dev/null
+    [ -n "$mcpids" ] && kill $mcpids 2>/dev/null
     rm -rf "$dir"
 }
 trap cleanup EXIT
 export NESSIE_RUN_DIR="$dir"
 "$cluster" start --nodes 3 --dir "$dir" >/dev/null
 
-# The baseline: a real memcached on a free port.
-port=$((20000 + $$ % 20000))
 user=""
 [ "$(id -u)" = 0 ] && user="-u root"
-memcached $user -p "$port" -l 127.0.0.1 -m 1024 -U 0 &
-mcpid=$!
-for i in $(seq 1 50); do
-    memcping --servers=127.0.0.1:$port >/dev/null 2>&1 && break
-    sleep 0.1
-done
+memcached_start() { # memcached_start PORT [OPTION...]: a real memcached, once it answers
+    p=$1
+    shift
+    memcached $user -p "$p" -l 127.0.0.1 -m 1024 -U 0 "$@" &
+    mcpids="$mcpids $!"
+    for i in $(seq 1 50); do
+        memcping --servers=127.0.0.1:$p >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+}
+# The baseline: a real memcached on a free port.
+port=$((20000 + $$ % 20000))
+memcached_start $port
 nowhere=127.0.0.1:1
 fail=0
 
@@ -154,6 +160,93 @@ if NESSIE_STRICT=1 "$run" "$BUILD/tests/channels-scenario" $nowhere >"$dir/chan.
 else
     echo "channels-scenario: failed"
     cat "$dir/chan.txt"
+    fail=1
+fi
+
+# memcached_dump. The baseline is a memcached started with -o no_lru_maintainer: one LRU per
+# slab class, all of which `stats cachedump` lists (by default memcached 1.6 lists only its COLD
+# LRU, so a key just set is mostly missing: the C API transcripts above compare outcomes only).
+# Through the shim the cluster is flushed first (the C API's flush_all), so no earlier key counts.
+# - The callbacks' contract (capi-scenario with CAPI_DUMP=1): the same transcript.
+# - memcdump through node 0 lists every key set through node 0 with memccp (one of them set
+#   twice) exactly once, and nothing else: not a key deleted, not one that expired, not those set
+#   through node 1, which node 1's memcdump lists (and node 2's nothing). Against memcached the
+#   same commands list the same keys, but for the expired one: memcached lists an expired item
+#   until it reaps it.
+# - The wire (build/tests/wire-client dump, on node 2): a walk whose requests each have room for
+#   two of its keys lists them all once; requests no client sends (a part too small for a key, a
+#   cursor past the region) get WIRE_E_MALFORMED, and the daemon goes on serving, unchanged.
+dport=$((20000 + ($$ + 7) % 20000))
+memcached_start $dport -o no_lru_maintainer
+mc=127.0.0.1:$dport
+CAPI_DUMP=1 "$BUILD/tests/capi-scenario" "--SERVER=$mc" >"$dir/mc.txt" 2>&1
+CAPI_DUMP=1 NESSIE_STRICT=1 "$run" "$BUILD/tests/capi-scenario" "--SERVER=$nowhere" >"$dir/ns.txt" 2>&1
+compare "memcached_dump's callbacks"
+
+node() { # node N CMD...: CMD through the shim, served by node N
+    n=$1
+    shift
+    NESSIE_NODE=$n NESSIE_STRICT=1 "$run" "$@"
+}
+mkdir "$dir/files"
+cd "$dir/files" # memccp stores a file under its name
+keys0="k0 k1 k2 k3 k4 k5 k6 k7 k8 k9"
+for k in $keys0 gone old n1a n1b; do echo "value of $k" >"$k"; done
+writes() { # writes SERVERS [RUNNER]: node 0's share; "old" expires at once (a time in 2001)
+    $2 memccp --servers="$1" $keys0 gone
+    echo "k3, written again" >k3
+    $2 memccp --servers="$1" k3
+    $2 memccp --servers="$1" --expire=1000000000 old
+    $2 memcrm --servers="$1" gone
+}
+writes "$nowhere" "node 0"
+node 1 memccp --servers=$nowhere n1a n1b
+writes "$mc" ""
+for n in 0 1 2; do # each node's memcdump, sorted, duplicates kept
+    if ! node $n memcdump --servers=$nowhere >"$dir/raw$n.txt" 2>"$dir/dump$n.err"; then
+        echo "memcdump through node $n: failed: $(cat "$dir/dump$n.err")"
+        fail=1
+    fi
+    sort "$dir/raw$n.txt" >"$dir/dump$n.txt"
+done
+got0=$(cat "$dir/dump0.txt")
+if [ "$got0" = "$(printf '%s\n' $keys0 | sort)" ] && [ "$(cat "$dir/dump1.txt")" = "n1a
+n1b" ] && [ ! -s "$dir/dump2.txt" ]; then
+    echo "memcdump: node 0 lists its 10 keys once each (one overwritten; none deleted, expired or of node 1), node 1 its 2, node 2 none"
+else
+    echo "memcdump: unexpected keys: $(cat "$dir/dump0.txt" | tr '\n' ' ') / $(cat "$dir/dump1.txt" | tr '\n' ' ') / $(cat "$dir/dump2.txt" | tr '\n' ' ')"
+    fail=1
+fi
+mcgot=$(memcdump --servers=$mc | grep -vx old | sort)
+if [ "$mcgot" = "$got0" ]; then
+    echo "memcdump: node 0's keys are memcached's for the same commands (its expired key aside)"
+else
+    echo "memcdump: memcached lists $(echo "$mcgot" | tr '\n' ' '), node 0 $(echo "$got0" | tr '\n' ' ')"
+    fail=1
+fi
+cd "$here"
+# Keys of 101 bytes, two to a 260-byte part (a key record is 1 + its length).
+wc="$BUILD/tests/wire-client -s $dir/node2.sock"
+long=$(printf '%099d' 0)
+for i in $(seq 10 24); do $wc set "w$i$long" v >/dev/null; done
+want2=$(for i in $(seq 10 24); do echo "w$i$long"; done | sort)
+if [ "$($wc dump 260 | sort)" = "$want2" ] && [ "$($wc dump | sort)" = "$want2" ]; then
+    echo "wire dump: 15 keys in parts of 260 bytes (8 chunks at least) and in one, each once"
+else
+    echo "wire dump: in parts of 260 bytes: $($wc dump 260 | sort | tr '\n' ' ')"
+    fail=1
+fi
+for bad in "250" "0 0x7fffffffffffffff"; do
+    if got=$($wc dump $bad 2>&1) || [ "$got" != E_MALFORMED ]; then
+        echo "wire dump $bad: answered '$got', not E_MALFORMED"
+        fail=1
+    fi
+done
+$wc dump 0 12345 >/dev/null || { echo "wire dump from a cursor inside a slot: failed"; fail=1; }
+if [ "$($wc dump | sort)" = "$want2" ]; then
+    echo "wire dump: a part too small and a cursor past the region refused (E_MALFORMED); the daemon serves on, unchanged"
+else
+    echo "wire dump: the keys changed after the bad requests"
     fail=1
 fi
 

@@ -3,6 +3,7 @@
  * for poking at a daemon by hand, until (and besides) the shim.
  *
  *   wire-client -s SOCK get KEY | set KEY VALUE | delete KEY | incr KEY N | decr KEY N
+ *   wire-client -s SOCK dump [PART [CURSOR]]
  *   wire-client -s SOCK stats
  *   wire-client -s SOCK load --id P --keys K --ops N [--max-value B] [--seed S]
  *
@@ -10,6 +11,10 @@
  * checks every read against what it was told, survives its daemon's death (it reconnects, and
  * counts the operations cut off as possibly applied), and at the end reads every key back. Its
  * last line: "load: ops=N acked=A unknown=U reconnects=R violations=V"; exit 1 if V > 0.
+ *
+ * dump: the keys of the daemon's node, one a line (shim_ch_dump), each request using PART bytes
+ * of the arena at most (default: all of the blocking slot's part), from CURSOR (default 0), so a
+ * test can make a walk take many chunks, or send what no client would.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +34,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: wire-client -s SOCKET COMMAND ...\n"
             "  get KEY | set KEY VALUE | delete KEY | incr KEY N | decr KEY N | stats\n"
+            "  dump [PART [CURSOR]]\n"
             "  load --id P --keys K --ops N [--max-value BYTES] [--seed S]\n");
 }
 
@@ -53,7 +59,19 @@ static const char *status_name(int rc)
         return names[rc];
     if (rc < 0)
         return strerror(-rc);
+    if (rc == WIRE_E_MALFORMED)
+        return "E_MALFORMED";
+    if (rc == WIRE_E_UNKNOWN_OP)
+        return "E_UNKNOWN_OP";
     return "PROTOCOL_ERROR";
+}
+
+static bool print_key(void *user, const char *key, size_t klen)
+{
+    (void)user;
+    fwrite(key, 1, klen, stdout);
+    putchar('\n');
+    return true;
 }
 
 /* ---- load ---------------------------------------------------------------------------------- */
@@ -305,6 +323,9 @@ int main(int argc, char **argv)
         }
     } else if (strcmp(cmd, "set") == 0 && na == 2) {
         rc = shim_ch_store(ch, WIRE_SET, a[0], strlen(a[0]), a[1], strlen(a[1]), 0, 0, 0, NULL);
+    } else if (strcmp(cmd, "dump") == 0 && na <= 2) {
+        rc = shim_ch_dump(ch, na > 1 ? strtoull(a[1], NULL, 0) : 0,
+                          na > 0 ? (uint32_t)strtoul(a[0], NULL, 0) : 0, print_key, NULL);
     } else if (strcmp(cmd, "delete") == 0 && na == 1) {
         rc = shim_ch_delete(ch, a[0], strlen(a[0]));
     } else if ((strcmp(cmd, "incr") == 0 || strcmp(cmd, "decr") == 0) && na == 2) {
