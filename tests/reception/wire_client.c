@@ -208,8 +208,14 @@ static int cmd_load(int argc, char **argv)
             } else if (rc == WIRE_TIMEOUT || rc < 0) {
                 add_unknown(m, v); /* may have taken effect, now or later */
                 unknown++;
+            } else if (rc == WIRE_TOO_BIG || rc == WIRE_NO_MEMORY) {
+                /* Refused for want of room: the daemon takes the old value out, as memcached
+                 * does for a SET (reception/channel.c), unless that DELETE failed: a delete
+                 * that may have happened. */
+                free(v);
+                add_unknown(m, NULL);
             } else {
-                free(v); /* refused (too big, out of memory...): changed nothing */
+                free(v); /* refused otherwise: changed nothing */
             }
         } else if (dice < 60) {
             rc = shim_ch_delete(ch, key, (size_t)klen);
