@@ -21,6 +21,15 @@
 
 #include "log.h"
 
+/* Reconnections clients reported (WIRE_NOOP_RECONNECT), for total_connections: process-wide,
+ * because a channel may close before the stats are read, and one daemon is one process. */
+static uint64_t reconnects;
+
+uint64_t recep_channel_reconnects(void)
+{
+    return __atomic_load_n(&reconnects, __ATOMIC_RELAXED);
+}
+
 int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock, pid_t pid,
                          uint64_t id, struct recep_channel **out)
 {
@@ -549,6 +558,8 @@ static void dispatch(struct recep_req *r, struct nessie_ctx *ctx)
         do_fetch(r);
         break;
     case WIRE_OP_NOOP:
+        if (rq->mode == WIRE_NOOP_RECONNECT)
+            __atomic_fetch_add(&reconnects, 1, __ATOMIC_RELAXED);
         rep->status = WIRE_OK;
         break;
     case WIRE_OP_DUMP:

@@ -67,6 +67,10 @@ int recep_channel_create(uint32_t arena_bytes, uint32_t max_item_size, int sock,
                          uint64_t id, struct recep_channel **out);
 void recep_channel_destroy(struct recep_channel *ch);
 
+/* How many times clients' handles reconnected (memcached_quit, WIRE_NOOP_RECONNECT) since the
+ * daemon started: memcached counts each as a connection. */
+uint64_t recep_channel_reconnects(void);
+
 /* True if the client posted requests not taken yet (a cheap load, for the worker's loops). */
 bool recep_channel_pending(const struct recep_channel *ch);
 

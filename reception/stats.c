@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "clock.h"
 #include "log.h"
 
@@ -150,7 +151,10 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         requests += ws.requests;
     }
     STAT_U("curr_connections", channels);
-    STAT_U("total_connections", __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED));
+    /* memcached counts every connection it accepted: a channel is one, and so is each time a
+     * client's handle reconnected after memcached_quit. */
+    STAT_U("total_connections", __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED) +
+                                    recep_channel_reconnects());
     STAT_U("threads", st->nworkers);
     const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],
                                     *d = &c.op[NESSIE_OPK_DELETE];

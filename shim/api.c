@@ -210,6 +210,8 @@ static bool no_servers(memcached_st *ptr)
     return ptr && REAL(memcached_server_count)(ptr) == 0;
 }
 
+static void reconnect_due(memcached_st *ptr);
+
 #define FIRST_ARG(a, ...) (a)
 #define NOT_SERVED(fn, ...)                                                     \
     do {                                                                        \
@@ -217,6 +219,7 @@ static bool no_servers(memcached_st *ptr)
             return shim_refusing() && !no_servers(FIRST_ARG(__VA_ARGS__))        \
                        ? MEMCACHED_CONNECTION_FAILURE                           \
                        : REAL(fn)(__VA_ARGS__);                                 \
+        reconnect_due(FIRST_ARG(__VA_ARGS__));                                  \
     } while (0)
 
 /* A key the library refuses is refused by the library itself: it checks keys before it talks to
@@ -398,6 +401,7 @@ memcached_return_t memcached_cas_by_key(memcached_st *ptr, const char *group_key
 static char *serve_get(memcached_st *ptr, const char *key, size_t klen, size_t *vlen,
                        uint32_t *flags, memcached_return_t *error)
 {
+    reconnect_due(ptr);
     memcached_return_t dummy;
     if (!error)
         error = &dummy;
@@ -534,12 +538,16 @@ struct pending {
     bool any_hit, active;
     struct queued_write *q; /* writes queued while the handle buffers them, oldest first */
     size_t nq;
+    bool quit;              /* memcached_quit since its last served call (reconnect_due) */
     struct pending *chain;
 };
 
 #define PENDING_BUCKETS 256
 static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *pending_tab[PENDING_BUCKETS];
+/* Handles that quit and have not called since (pending.quit): while none has, a call checks
+ * nothing more (reconnect_due). */
+static unsigned quits_pending;
 
 static size_t bucket_of(const memcached_st *ptr) { return ((uintptr_t)ptr >> 4) % PENDING_BUCKETS; }
 
@@ -578,8 +586,11 @@ static void pending_drop(const memcached_st *ptr)
     while (*pp && (*pp)->ptr != ptr)
         pp = &(*pp)->chain;
     struct pending *p = *pp;
-    if (p)
+    if (p) {
         *pp = p->chain;
+        if (p->quit)
+            __atomic_fetch_sub(&quits_pending, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&pending_lock);
     if (p) {
         pending_clear(p);
@@ -1218,6 +1229,50 @@ memcached_return_t memcached_flush_buffers(memcached_st *mem)
 
 static void versioned_mark(memcached_st *ptr, bool on);
 
+/* A served call of ptr: its first since a memcached_quit is a new connection for the daemon's
+ * total_connections. One relaxed load when no handle has quit. */
+static void reconnect_due(memcached_st *ptr)
+{
+    if (!__atomic_load_n(&quits_pending, __ATOMIC_RELAXED) || !ptr)
+        return;
+    struct pending *p = pending_of(ptr, false);
+    bool due = false;
+    pthread_mutex_lock(&pending_lock);
+    if (p && p->quit) {
+        p->quit = false;
+        __atomic_fetch_sub(&quits_pending, 1, __ATOMIC_RELAXED);
+        due = true;
+    }
+    pthread_mutex_unlock(&pending_lock);
+    struct shim_ch *ch = due ? shim_channel() : NULL;
+    if (ch)
+        shim_ch_reconnected(ch);
+}
+
+/* The library quits a handle's connections itself when it frees it: not a reconnection. */
+static __thread bool freeing;
+
+/* memcached_quit drops the handle's connections, and its next call takes a new one, which
+ * memcached counts (total_connections): that call tells the daemon (reconnect_due), so quitting
+ * twice in a row counts one. Queued writes go out first, as the library writes them before its
+ * "quit". The library does the rest. */
+void memcached_quit(memcached_st *ptr)
+{
+    if (ptr && shim_serving() && !no_servers(ptr) && !freeing) {
+        drain_writes(ptr);
+        struct pending *p = pending_of(ptr, true);
+        pthread_mutex_lock(&pending_lock);
+        if (p && !p->quit) {
+            p->quit = true;
+            __atomic_fetch_add(&quits_pending, 1, __ATOMIC_RELAXED);
+        }
+        pthread_mutex_unlock(&pending_lock);
+    }
+    void (*real)(memcached_st *) = REAL(memcached_quit);
+    if (real)
+        real(ptr);
+}
+
 void memcached_free(memcached_st *ptr)
 {
     if (ptr && shim_serving())
@@ -1227,8 +1282,10 @@ void memcached_free(memcached_st *ptr)
         versioned_mark(ptr, false);
     }
     void (*real)(memcached_st *) = REAL(memcached_free);
+    freeing = true;
     if (real)
         real(ptr);
+    freeing = false;
 }
 
 /* ---- statistics --------------------------------------------------------------------------------- */
@@ -1332,6 +1389,7 @@ memcached_stat_st *memcached_stat(memcached_st *ptr, char *args, memcached_retur
         }
         return REAL(memcached_stat)(ptr, args, error);
     }
+    reconnect_due(ptr);
     if (!ptr) {
         *error = MEMCACHED_INVALID_ARGUMENTS;
         return NULL;

@@ -527,6 +527,13 @@ int shim_ch_get_value(struct shim_ch *ch, int ticket, const struct wire_rep *rep
 
 /* ---- blocking calls (slot 0) ---------------------------------------------------------------- */
 
+int shim_ch_reconnected(struct shim_ch *ch)
+{
+    struct wire_rep rep;
+    return shim_ch_raw(ch, &(struct wire_req){.op = WIRE_OP_NOOP, .mode = WIRE_NOOP_RECONNECT},
+                       NULL, 0, &rep);
+}
+
 int shim_ch_raw(struct shim_ch *ch, const struct wire_req *req, const void *arena_data,
                 size_t arena_len, struct wire_rep *rep)
 {

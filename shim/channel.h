@@ -96,6 +96,10 @@ void shim_ch_release(struct shim_ch *ch, int ticket);
 /* Async requests posted and not released. */
 unsigned shim_ch_async_busy(const struct shim_ch *ch);
 
+/* Tell the daemon that a handle of this thread reconnected (memcached_quit; WIRE_NOOP_RECONNECT):
+ * it counts one connection more. Returns WIRE_OK or the channel's error. */
+int shim_ch_reconnected(struct shim_ch *ch);
+
 /* One raw request, as given (tests send malformed ones with it): req is copied into the blocking
  * slot as is (its arena_off and arena_len too), arena_data (arena_len bytes) into the arena at
  * its start. *rep receives the reply. */

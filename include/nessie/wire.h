@@ -88,6 +88,11 @@
 #define WIRE_ENV_SOCKET "NESSIE_SOCKET"
 #define WIRE_SOCKET_NAME "node%u.sock"
 
+/* A NOOP with this mode tells the daemon that a client's handle dropped its connection
+ * (memcached_quit) and takes a new one at its next call, as a memcached client reconnects: the
+ * daemon counts it in total_connections. (An older daemon answers any NOOP with OK.) */
+#define WIRE_NOOP_RECONNECT 1
+
 /* The run directory when nothing else names one, into out (len bytes, truncated to fit). */
 static inline void wire_run_dir(char *out, size_t len)
 {
@@ -164,7 +169,7 @@ enum wire_op {
     WIRE_OP_TOUCH,        /* exptime */
     WIRE_OP_FLUSH,
     WIRE_OP_FETCH,        /* the next chunk of the value of the last get, at chunk_off */
-    WIRE_OP_NOOP,
+    WIRE_OP_NOOP,         /* mode WIRE_NOOP_RECONNECT: a client's handle reconnected (below) */
     WIRE_OP_DUMP,         /* the keys of the live items this node holds, a chunk per request:
                              "Dump" below */
     WIRE_OP_MAX_,

@@ -267,6 +267,38 @@ static void noreply_calls(void)
     memcached_free(o);
 }
 
+/* The server's total_connections (memcached_stat on the first server), or 0. */
+static unsigned long long total_connections(void)
+{
+    memcached_return_t rc;
+    memcached_stat_st *st = memcached_stat(m, NULL, &rc);
+    if (!st)
+        return 0;
+    char *v = memcached_stat_get_value(m, st, "total_connections", &rc);
+    unsigned long long n = v ? strtoull(v, NULL, 10) : 0;
+    free(v);
+    memcached_stat_free(m, st);
+    return n;
+}
+
+/* memcached counts a connection each time a handle reconnects after memcached_quit; calls on an
+ * open connection, and a clone's free, count none of the handle's. */
+static void reconnects(void)
+{
+    unsigned long long t0 = total_connections();
+    show("set rc1", memcached_set(m, "rc1", 3, "x", 1, 0, 0));
+    unsigned long long t1 = total_connections();
+    printf("total_connections after a set: +%llu\n", t1 - t0);
+    memcached_quit(m);
+    show("set rc2 after quit", memcached_set(m, "rc2", 3, "y", 1, 0, 0));
+    unsigned long long t2 = total_connections();
+    printf("total_connections after quit and a set: +%llu\n", t2 - t1);
+    memcached_quit(m);
+    memcached_quit(m);
+    unsigned long long t3 = total_connections();
+    printf("total_connections after two quits: +%llu\n", t3 - t2);
+}
+
 /* Values at the item size limit (memcached -I 1m, the cluster's max_item_size 1 MiB): key + value
  * + 59 bytes fit, 4 fewer with flags; one byte more is too big and leaves the old value; a value
  * of exactly 1 MiB never fits. Each stored value is read back whole. */
@@ -687,6 +719,7 @@ int main(int argc, char **argv)
     noreply_calls();
     odd_keys_checks();
     item_size_limits();
+    reconnects();
     memcached_free(m);
     return 0;
 }

@@ -97,6 +97,13 @@ print "set 334: $stored\n";
 my $all = $m->get_multi(@many);
 my $right = grep { ($all->{"mk$_"} // '') eq "v$_" } grep { $_ % 3 == 0 } 0 .. 999;
 printf "get_multi 1000: %d found, %d right\n", scalar(keys %$all), $right;
+# CAS: the binding gives no token back (memcached_result_cas is not implemented in it), so a
+# race cannot be written; a stale token and a missing key are what a Perl program can meet.
+memcached_set($m, "race", "r0");
+show("cas with a stale token", memcached_cas($m, "race", "r2", 0, 0, 12345));
+get("get after stale cas", "race");
+show("cas on a missing key", memcached_cas($m, "nocas", "x", 0, 0, 1));
+get("get after cas on a missing key", "nocas");
 # The item size limit (memcached -I 1m; the cluster's max_item_size): key + value + 59 bytes fit,
 # + 4 with flags; one more is refused and takes the old value out.
 my $largest = 1048576 - 59 - 2;
