@@ -9,6 +9,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
 PKG_CONFIG ?= pkg-config
+OBJCOPY ?= objcopy
 
 # SAN selects a sanitizer build: "" (none), "asan" (AddressSanitizer + UBSan), "tsan".
 SAN ?=
@@ -185,7 +186,7 @@ $(LIBNESSIE): $(KVSTORE_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ $(BUILD)/obj/libnessie.o
 	$(CC) -r -nostdlib $^ -o $(BUILD)/obj/libnessie.o
-	objcopy --wildcard --keep-global-symbol='nessie_*' $(BUILD)/obj/libnessie.o
+	$(OBJCOPY) --wildcard --keep-global-symbol='nessie_*' $(BUILD)/obj/libnessie.o
 	$(AR) rcs $@ $(BUILD)/obj/libnessie.o
 
 # The shared library: the version script exports nessie_* and nothing else.

@@ -70,7 +70,9 @@
 
 #include <nessie/nessie.h> /* NESSIE_KEY_MAX */
 
-#define DATA_LAYOUT_VERSION 3
+/* 4: the largest size class holds dte_max_size(max_item_size), pages are no longer rounded up to
+ * 64 KiB past it (so a version-3 region's classes differ for the same configuration). */
+#define DATA_LAYOUT_VERSION 4
 
 /* --- ITE ------------------------------------------------------------------------------------- */
 

@@ -293,6 +293,7 @@ static void do_store(struct recep_req *r, struct nessie_ctx *ctx)
     }
     if (rq->chunk_off == 0) {
         if (!stage_alloc(r->ch, st, rq->total_len)) {
+            set_failed_unlink(ctx, rq, r->key, NESSIE_NO_MEMORY);
             rep->status = WIRE_NO_MEMORY;
             return;
         }

@@ -273,6 +273,17 @@ static int set_value(struct recep_config *cfg, const char *where, const struct c
                       k->group, k->key, s, (unsigned long long)k->min, (unsigned long long)k->max);
             return -1;
         }
+        /* What the file cannot hold as written (GKeyFile strips blanks at the ends and reads
+         * backslashes as escapes), so that --print-config's output reads back the same. */
+        bool plain = len == 0 || (s[0] != ' ' && s[0] != '\t' && s[len - 1] != ' ' &&
+                                  s[len - 1] != '\t');
+        for (size_t i = 0; plain && i < len; i++)
+            plain = (unsigned char)s[i] >= 0x20 && s[i] != '\\' && s[i] != 0x7f;
+        if (!plain) {
+            log_error("config %s: [%s] %s = \"%s\": no blanks at its ends, backslashes or "
+                      "control characters", where, k->group, k->key, s);
+            return -1;
+        }
         memcpy(field, s, len + 1); /* length checked above */
         return 0;
     }
@@ -395,6 +406,12 @@ static int check_whole(struct recep_config *cfg, const char *where)
     if (cfg->arena_bytes % 8) {
         log_error("config %s: [reception] arena_bytes = %u: must be a multiple of 8", where,
                   cfg->arena_bytes);
+        return -1;
+    }
+    if (strspn(cfg->cluster, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
+        strlen(cfg->cluster)) {
+        log_error("config %s: [cluster] name = \"%s\": expected letters, digits, _ and - only",
+                  where, cfg->cluster);
         return -1;
     }
     e->cluster = cfg->cluster;

@@ -51,9 +51,11 @@ static bool ascii_unsafe(const char *key, size_t klen, bool verify)
 
 /* A key the shim refuses itself: one the library would send to the server, where it breaks
  * the connection (above). With VERIFY_KEY the library refuses these keys itself. */
+static bool no_servers(memcached_st *ptr);
+
 static bool key_refused_here(memcached_st *ptr, const char *key, size_t klen)
 {
-    return ptr && key && klen > 0 && !binary_mode(ptr) &&
+    return ptr && key && klen > 0 && !no_servers(ptr) && !binary_mode(ptr) &&
            !REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_VERIFY_KEY) &&
            ascii_unsafe(key, klen, false);
 }
@@ -460,7 +462,8 @@ char *memcached_get(memcached_st *ptr, const char *key, size_t key_length, size_
                     uint32_t *flags, memcached_return_t *error)
 {
     if (!shim_serving() || !key_ok(ptr, key, key_length)) {
-        if (shim_refusing() && key_ok(ptr, key, key_length)) {
+        if (shim_refusing() && (key_ok(ptr, key, key_length) ||
+                                key_refused_here(ptr, key, key_length))) {
             if (error)
                 *error = MEMCACHED_CONNECTION_FAILURE;
             return NULL;
@@ -480,7 +483,8 @@ char *memcached_get_by_key(memcached_st *ptr, const char *group_key, size_t grou
                            uint32_t *flags, memcached_return_t *error)
 {
     if (!shim_serving() || !key_ok(ptr, key, key_length)) {
-        if (shim_refusing() && key_ok(ptr, key, key_length)) {
+        if (shim_refusing() && (key_ok(ptr, key, key_length) ||
+                                key_refused_here(ptr, key, key_length))) {
             if (error)
                 *error = MEMCACHED_CONNECTION_FAILURE;
             return NULL;
@@ -1507,7 +1511,10 @@ memcached_return_t memcached_dump(memcached_st *ptr, memcached_dump_fn *function
         return MEMCACHED_CONNECTION_FAILURE;
     struct dump_call d = {.ptr = ptr, .fn = function, .context = context,
                           .nfn = function ? number_of_callbacks : 0};
+    /* The callbacks may make calls on this channel; one that fails must not free it under us. */
+    shim_channel_hold(true);
     int rc = shim_ch_dump(ch, 0, 0, dump_key, &d);
+    shim_channel_hold(false);
     if (rc == WIRE_E_UNKNOWN_OP)
         return MEMCACHED_NOT_SUPPORTED;
     if (rc != WIRE_OK && rc != WIRE_FABRIC_ERROR)

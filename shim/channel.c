@@ -748,7 +748,8 @@ int shim_ch_dump(struct shim_ch *ch, uint64_t cursor, uint32_t part, shim_key_fn
         memcpy(chunk, ch->arena + poff, rep.chunk_len);
         uint32_t off = 0, i;
         for (i = 0; i < rep.nitems; i++) {
-            if (off >= rep.chunk_len || chunk[off] == 0 || off + 1u + chunk[off] > rep.chunk_len)
+            if (off >= rep.chunk_len || chunk[off] == 0 || chunk[off] > WIRE_KEY_MAX ||
+                off + 1u + chunk[off] > rep.chunk_len)
                 goto out;
             off += 1u + chunk[off];
         }

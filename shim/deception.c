@@ -50,16 +50,26 @@ static void *self_base;
 static void dlsym_init(void)
 {
     if (!__atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE)) {
-        /* glibc 2.34 moved dlsym into libc with a new version; older ones have only the first. */
+#if defined(__x86_64__)
+        /* glibc 2.34 moved dlsym into libc with a new version; older ones have only the first
+         * (x86-64's base version). */
         void *f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
         if (!f)
             f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+#else
+        void *f = (void *)dlsym; /* not interposed here: the name is glibc's own */
+#endif
         __atomic_store_n(&shim_real_dlsym, (void *(*)(void *, const char *))f, __ATOMIC_RELEASE);
+        if (!f)
+            fprintf(stderr, "libdeception: glibc's dlsym not found; lookups will fail\n");
     }
     Dl_info info;
-    if (!self_handle && dladdr((void *)dlsym_init, &info) && info.dli_fname) {
+    if (!__atomic_load_n(&self_handle, __ATOMIC_ACQUIRE) &&
+        dladdr((void *)dlsym_init, &info) && info.dli_fname) {
         self_base = info.dli_fbase;
-        self_handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        /* Published last: a thread that sees the handle sees the base too. */
+        __atomic_store_n(&self_handle, dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD),
+                         __ATOMIC_RELEASE);
     }
 }
 
@@ -70,9 +80,12 @@ void *shim_dlsym_override(void *handle, const char *name)
     if (!__atomic_load_n(&shim_real_dlsym, __ATOMIC_ACQUIRE))
         dlsym_init();
     if (handle == RTLD_NEXT || handle == RTLD_DEFAULT || !name ||
-        strncmp(name, "memcached", 9) != 0 || !self_handle || !shim_real_dlsym)
+        strncmp(name, "memcached", 9) != 0 || !shim_real_dlsym)
         return NULL; /* the global scope finds the shim's functions first anyway */
-    void *mine = shim_real_dlsym(self_handle, name);
+    void *self = __atomic_load_n(&self_handle, __ATOMIC_ACQUIRE);
+    if (!self)
+        return NULL;
+    void *mine = shim_real_dlsym(self, name);
     Dl_info info;
     if (!mine || !dladdr(mine, &info) || info.dli_fbase != self_base)
         return NULL; /* not one the shim defines (its lookup also searches its dependencies) */
@@ -81,13 +94,21 @@ void *shim_dlsym_override(void *handle, const char *name)
 
 #if defined(__x86_64__)
 /* dlsym(handle, name): keep the arguments, ask shim_dlsym_override, and either return its answer
- * or jump to glibc's dlsym with the caller's return address still on the stack. The stack is
- * 16-byte aligned at the call (entry: 8 mod 16; two pushes and 8 bytes make it 0). */
-__asm__(".text\n"
+ * or jump to glibc's dlsym with the caller's return address still on the stack (NULL if it was
+ * never found: said on stderr at start). The stack is 16-byte aligned at the call (entry: 8 mod
+ * 16; two pushes and 8 bytes make it 0). r11 is scratch in the System V ABI and carries no
+ * argument. */
+#if defined(__CET__)
+#define SHIM_ENDBR "    endbr64\n"
+#else
+#define SHIM_ENDBR ""
+#endif
+__asm__(".pushsection .text\n"
         ".globl dlsym\n"
         ".type dlsym, @function\n"
         "dlsym:\n"
         "    .cfi_startproc\n"
+        SHIM_ENDBR
         "    pushq %rdi\n"
         "    .cfi_adjust_cfa_offset 8\n"
         "    pushq %rsi\n"
@@ -104,9 +125,14 @@ __asm__(".text\n"
         "    testq %rax, %rax\n"
         "    jz 1f\n"
         "    ret\n"
-        "1:  jmp *shim_real_dlsym(%rip)\n"
+        "1:  movq shim_real_dlsym(%rip), %r11\n"
+        "    testq %r11, %r11\n"
+        "    jz 2f\n"
+        "    jmp *%r11\n"
+        "2:  ret\n"
         "    .cfi_endproc\n"
-        ".size dlsym, .-dlsym\n");
+        ".size dlsym, .-dlsym\n"
+        ".popsection\n");
 #endif
 
 /* dlsym(RTLD_NEXT) finds the real function when libmemcached is in the global scope (the tools);
@@ -286,12 +312,32 @@ struct shim_ch *shim_channel(void)
     return ch;
 }
 
+/* shim_channel_hold's depth, and a failure that came while held. */
+static __thread unsigned chan_holds;
+static __thread bool chan_failed_held;
+
+void shim_channel_hold(bool hold)
+{
+    if (hold) {
+        chan_holds++;
+        return;
+    }
+    if (chan_holds && --chan_holds == 0 && chan_failed_held) {
+        chan_failed_held = false;
+        shim_channel_failed();
+    }
+}
+
 void shim_channel_failed(void)
 {
     /* The daemon went away under this channel: close it, and open a new one at the next call
      * (the daemon may be back by then). Non-blocking operations in flight on it are lost. */
     if (!tls_chan)
         return;
+    if (chan_holds) { /* its holder still uses it: the next calls fail on it, then it goes */
+        chan_failed_held = true;
+        return;
+    }
     shim_nb_forget();
     struct chan_node *n = tls_chan;
     pthread_mutex_lock(&chans_lock);

@@ -43,8 +43,13 @@ const char *shim_socket_path(void);
 /* This thread's channel (opened on first use in this thread, or in a forked child), or NULL if
  * the daemon cannot be reached now. */
 struct shim_ch *shim_channel(void);
-/* The channel returned an error from the transport (negative status): drop it. */
+/* The channel returned an error from the transport (negative status): drop it. While the thread
+ * holds its channel (shim_channel_hold), it is dropped when the hold ends instead. */
 void shim_channel_failed(void);
+/* Hold (true) or release (false) this thread's channel: a caller that keeps using the channel
+ * across calls of the program's (memcached_dump's callbacks, which may make calls of their own
+ * that fail) must not see it freed under it. Holds nest. */
+void shim_channel_hold(bool hold);
 /* nb.c: this thread's channel is going away: complete its non-blocking operations in flight with
  * MEMCACHED_CONNECTION_FAILURE. */
 void shim_nb_forget(void);

@@ -105,6 +105,8 @@ refuse "bad number" '[reception] workers = "2x"' --set reception.workers=2x
 refuse "no such file" "$dir/none.conf" --config "$dir/none.conf"
 refuse "--set without a key" 'expected GROUP.KEY=VALUE' --set nodes=3
 refuse "verbs without addresses" 'needs addresses' --set cluster.fabric=verbs
+refuse "cluster name outside [A-Za-z0-9_-]" 'expected letters, digits, _ and - only' --set "cluster.name=a b"
+refuse "a string the file cannot hold" 'no blanks at its ends' --set "reception.socket=n%u.sock "
 refuse "arena not a multiple of 8" 'arena_bytes = 4100: must be a multiple of 8' --set reception.arena_bytes=4100
 # A refused configuration starts nothing: no socket appears.
 printf '[reception]\nworkers = 0\n' >"$dir/x.conf"
