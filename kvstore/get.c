@@ -39,7 +39,6 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
 {
     struct nessie_node *nd = op->node;
     struct dte_view v;
-    bool match;
     for (uint32_t i = 0; i < op->n; i++) {
         if (attempt_expired(op)) {
             count_abort(op, NESSIE_ABORT_TIMEOUT);
@@ -61,14 +60,11 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         if (ite_empty(ite) || ite_filter(ite) != op->filter)
             continue;
         /* Step 2.3: the DTE, from memory, the cache, or remotely. */
-        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, true, t, &v,
-                                       &match)) != NESSIE_OK)
-            return A_DONE;
-        if (v.stale) {
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        if (!match)
+        enum attempt end;
+        int is_key = proto_fetch_key(op, ite, true, t, &v, status, &end);
+        if (is_key < 0)
+            return end;
+        if (!is_key)
             continue;
         /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
         EXPIRED_RETRY(op);

@@ -164,6 +164,30 @@ int proto_dte_state_cas(struct op *op, uint64_t ite, uint64_t expect, uint64_t s
 int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
                     bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match);
 
+/*
+ * Step 2.3 as a pass over I_1..I_n runs it (GET's and a write's forward pass, a write's step 4):
+ * fetch ite's DTE (its value too if want_value), read at ite_read_ns, into *v, and judge it.
+ * Returns 1 if it holds the op's key, 0 if not (the pass goes on), or -1 if the attempt ends
+ * here: *end is A_DONE (*status set) or A_RETRY (the view is older than one expiration period).
+ */
+static inline int proto_fetch_key(struct op *op, uint64_t ite, bool want_value,
+                                  uint64_t ite_read_ns, struct dte_view *v, int *status,
+                                  enum attempt *end)
+{
+    bool match;
+    if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, want_value, ite_read_ns, v,
+                                   &match)) != NESSIE_OK) {
+        *end = A_DONE;
+        return -1;
+    }
+    if (v->stale) {
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        *end = A_RETRY;
+        return -1;
+    }
+    return match;
+}
+
 /* --- orphans, reverse pass, the end of a call ------------------------------------------------ */
 
 /* An uncommitted entry older than the grace period, on its owner's clock. */

@@ -463,7 +463,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
 {
     struct nessie_node *nd = op->node;
     struct dte_view v;
-    bool match, ok, done;
+    bool ok, done;
     int cand = -1;
     bool adopted = false, live = false;
     struct dte_view old = {0};
@@ -496,14 +496,11 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             break;
         }
         /* Step 2.3: the DTE without its value, unless the new value is built from it. */
-        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, needs_old_value(w->mode), t,
-                                       &v, &match)) != NESSIE_OK)
-            return A_DONE;
-        if (v.stale) {
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        if (!match)
+        enum attempt end;
+        int is_key = proto_fetch_key(op, ite, needs_old_value(w->mode), t, &v, status, &end);
+        if (is_key < 0)
+            return end;
+        if (!is_key)
             continue;
         if (is_mine(op, &v) && (v.h.state & DTE_COMMITTED)) /* a takeover finished this call */
             return write_done(op, w, v.h.version, status);
@@ -631,14 +628,11 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         op->seen[j] = ite;
         if (ite_empty(ite) || ite_filter(ite) != op->filter)
             continue;
-        if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, false, t, &v,
-                                       &match)) != NESSIE_OK)
-            return A_DONE;
-        if (v.stale) {
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        if (!match)
+        enum attempt end;
+        int is_key = proto_fetch_key(op, ite, false, t, &v, status, &end);
+        if (is_key < 0)
+            return end;
+        if (!is_key)
             continue;
         bool dup_live = dte_readable(&v.h) && !nessie_item_dead(nd, &v.h);
         if (!(v.h.state & DTE_COMMITTED)) {
