@@ -65,6 +65,9 @@ struct nessie_node {
     uint64_t evict_last_failed[ITE_MAX_CLASSES];
     double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
     double evict_boost[ITE_MAX_CLASSES]; /* slack multiplier, raised while writers wait */
+    /* How long a new item counts as read once (evict.c, EVICT_YOUNG_SHARE): written by the
+     * evictor, read by every thread that scores candidates. 0: not measured yet. */
+    _Atomic uint64_t evict_young_ns[ITE_MAX_CLASSES];
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
     uint64_t crawl_last_ns;              /* ... and when it last moved (it is paced by time) */
     /* The victim pools, one per class (evict.c: struct evict_pool), allocated on first use. */

@@ -11,7 +11,8 @@
  * needs room, score them, keep the worst seen so far in a small pool (Redis's eviction pool),
  * remove the pool's worst. The score is Redis's LFU: a logarithmic read count
  * that decays with idle time, ties broken by the time of the last read; expired and flushed items
- * score lowest of all, and an item written in the last EVICT_YOUNG_MS counts as read once.
+ * score lowest of all, and an item written within a share of its class's turnover time counts as
+ * read once.
  *
  * Why ahead of need: a removed item's slot comes back one expiration period after it is unlinked
  * (readers may still read it until then), so a class must hold free, or already on their way
@@ -51,10 +52,18 @@
 #define EVICT_FLOOR_MIN 8
 #define EVICT_CRAWL_PER_MS 64
 #define EVICT_CRAWL_MAX 16384
-/* An item written this recently counts as read once: it has not had the time to be read, and
+/* An item written recently counts as read once: it has not had the time to be read, and
  * without this a sample of items read once would give up the item just written (the one a
- * cache's user reads next); ties then go to the older write. */
+ * cache's user reads next); ties then go to the older write. Recently is a share of the time
+ * the class takes to turn over (its slots / its allocation rate), as memcached's new items
+ * have the HOT and COLD segments to be read in before they go, never less than EVICT_YOUNG_MS
+ * nor more than EVICT_YOUNG_MAX_MS (about the decay period, after which counts say little). A
+ * fixed 100 ms was a quarter of a 16 MiB node's turnover and a twentieth of a 64 MiB one's, and
+ * there a set of 16k keys lost 17 % of them before their first read, to items read once a
+ * minute ago (bench/eviction.sh, get-full phase). */
 #define EVICT_YOUNG_MS 100
+#define EVICT_YOUNG_MAX_MS 60000
+#define EVICT_YOUNG_SHARE 0.25
 /* Writers that wait for room wake the evictor at most this often: once is enough to end its
  * nap, and each wake-up is a syscall on the writer's critical path. */
 #define EVICT_PRESSURE_EVERY_NS 50000ULL
@@ -128,14 +137,17 @@ struct candidate {
 
 /* Score c's header as of access tick now (count, idle time, dead). Scores move with time, so
  * candidates compared are scored against the same clock. */
-static void candidate_score(struct nessie_node *nd, struct candidate *c, uint32_t now,
-                            uint64_t now_ns)
+static void candidate_score(struct nessie_node *nd, uint32_t cls, struct candidate *c,
+                            uint32_t now, uint64_t now_ns)
 {
     c->dead = nessie_item_dead(nd, &c->h);
     uint64_t written = VERSION_TIME(c->h.version);
     c->count = acc_decayed(c->h.access, now);
+    uint64_t young_ns = atomic_load_explicit(&nd->evict_young_ns[cls], memory_order_relaxed);
+    if (young_ns == 0)
+        young_ns = EVICT_YOUNG_MS * 1000000ULL; /* no rate measured yet */
     /* A version ahead of this clock (a writer's clock ahead, or pushed past a flush) is young. */
-    if ((now_ns <= written || now_ns - written < EVICT_YOUNG_MS * 1000000ULL) &&
+    if ((now_ns <= written || now_ns - written < young_ns) &&
         c->count < NESSIE_ACC_INIT + 1)
         c->count = NESSIE_ACC_INIT + 1; /* young: counts as read once */
     c->idle = (now - dte_acc_time(c->h.access)) & DTE_ACC_TIME_MASK;
@@ -143,7 +155,8 @@ static void candidate_score(struct nessie_node *nd, struct candidate *c, uint32_
 
 /* Read the header of the slot at off; true if it holds a committed item the evictor may
  * remove (not a tombstone, not in flight, not already on its way out). */
-static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, struct candidate *c)
+static bool candidate_read(struct nessie_node *nd, uint32_t cls, uint64_t off, uint32_t now,
+                           struct candidate *c)
 {
     c->off = off;
     if (fab_local_read(nd->fab, FAB_REGION_DATA, off, &c->h, sizeof(c->h)) != FAB_OK)
@@ -153,7 +166,7 @@ static bool candidate_read(struct nessie_node *nd, uint64_t off, uint32_t now, s
             (DTE_BUSY | DTE_COMMITTED) ||
         c->h.kind != DTE_KIND_VALUE || c->h.key_len == 0 || c->h.key_len > NESSIE_KEY_MAX)
         return false;
-    candidate_score(nd, c, now, nessie_real_ns());
+    candidate_score(nd, cls, c, now, nessie_real_ns());
     return true;
 }
 
@@ -213,7 +226,7 @@ static size_t drain_for(struct nessie_ctx *ctx, uint32_t cls)
     uint32_t now = nessie_acc_tick();
     for (uint64_t i = 0; i < slots; i++) {
         struct candidate c;
-        if (!candidate_read(nd, first + i * nd->class_size[pcls], now, &c))
+        if (!candidate_read(nd, pcls, first + i * nd->class_size[pcls], now, &c))
             continue;
         int rc = remove_candidate(ctx, pcls, &c);
         if (rc == NESSIE_OK)
@@ -265,7 +278,7 @@ static bool pool_pick(struct nessie_node *nd, struct nessie_ctx *ctx, struct evi
     uint64_t now_ns = nessie_real_ns();
     p->round++;
     for (uint32_t i = 0; i < p->n; i++)
-        candidate_score(nd, &p->c[i], now, now_ns);
+        candidate_score(nd, cls, &p->c[i], now, now_ns);
     /* EVICT_SAMPLES items, not slots: in a class that is half free or in quarantine, a sample
      * of slots would often hold one item only. Draws are bounded: a class of tombstones and
      * entries in flight has nothing to give. */
@@ -277,7 +290,7 @@ static bool pool_pick(struct nessie_node *nd, struct nessie_ctx *ctx, struct evi
         draws += got;
         for (uint32_t i = 0; i < got && items < EVICT_SAMPLES; i++) {
             struct candidate c;
-            if (candidate_read(nd, offs[i], now, &c)) {
+            if (candidate_read(nd, cls, offs[i], now, &c)) {
                 c.round = p->round;
                 pool_add(p, &c);
                 items++;
@@ -303,7 +316,7 @@ static bool pool_recheck(struct nessie_node *nd, struct evict_pool *p, uint32_t 
 {
     struct candidate now;
     if (!slab_slot_of_class(&nd->slab, cls, c->off) ||
-        !candidate_read(nd, c->off, nessie_acc_tick(), &now) || now.h.state != c->h.state ||
+        !candidate_read(nd, cls, c->off, nessie_acc_tick(), &now) || now.h.state != c->h.state ||
         now.h.version != c->h.version)
         return false; /* removed, rewritten or moved since: dropped */
     now.round = p->round;
@@ -367,7 +380,7 @@ static void crawl_slot(void *arg, uint32_t cls, uint64_t off)
 {
     struct crawl *cr = arg;
     struct candidate c;
-    if (candidate_read(cr->ctx->node, off, cr->now, &c) && c.dead &&
+    if (candidate_read(cr->ctx->node, cls, off, cr->now, &c) && c.dead &&
         remove_candidate(cr->ctx, cls, &c) == NESSIE_OK)
         cr->removed++;
 }
@@ -407,6 +420,16 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
         }
         nd->evict_last_allocs[cls] = allocs;
         nd->evict_last_failed[cls] = failed;
+        if (slots > 0) {
+            double young_ms = nd->evict_rate[cls] > 0
+                                  ? (double)slots / nd->evict_rate[cls] * 1000.0 * EVICT_YOUNG_SHARE
+                                  : EVICT_YOUNG_MAX_MS;
+            young_ms = young_ms < EVICT_YOUNG_MS       ? EVICT_YOUNG_MS
+                       : young_ms > EVICT_YOUNG_MAX_MS ? EVICT_YOUNG_MAX_MS
+                                                       : young_ms;
+            atomic_store_explicit(&nd->evict_young_ns[cls], (uint64_t)(young_ms * 1e6),
+                                  memory_order_relaxed);
+        }
         if (nd->cfg.no_evict || spare)
             continue;
         if (refused && nfree + pending == 0) {
