@@ -895,6 +895,64 @@ static void test_get_during_put_reads_previous_version(void **state)
     check_value(C.ctx[2], "k", "new");
 }
 
+/* The item a GET is reading is evicted between the GET's read of its ITE and its read of the
+ * DTE (the hook), and then (wait_reuse) its slot is taken by another key once the quarantine is
+ * over. The GET returns the whole item (it is ordered before the eviction) or a miss (its ITE
+ * read is older than a period: it starts again and finds none), never the slot's new key. */
+static struct {
+    uint64_t ite;   /* the victim's ITE, as the test read it before the GET */
+    bool wait_reuse;
+    bool reused;    /* the slot held another key's committed item before the GET went on */
+} g_er;
+
+static void evict_under_get(void)
+{
+    assert_int_equal(nessie_evict_entry(C.ctx[0], "key-0", 5, g_er.ite), NESSIE_OK);
+    if (!g_er.wait_reuse)
+        return;
+    /* The freed slot goes to the tail of its class's free list: new items of the same size
+     * reach it within a page's slots, once its quarantine (20 ms here) is over. */
+    char v[1000];
+    for (int i = 1; i < 400 && !g_er.reused; i++) {
+        usleep(1000);
+        nessie_recycle_run(C.ctx[0], 1 << 14);
+        evict_store(C.ctx[0], i, v, sizeof(v));
+        struct dte_hdr h;
+        fab_local_read(nessie_node_fabric(C.node[0]), FAB_REGION_DATA, ite_offset(g_er.ite), &h,
+                       sizeof(h));
+        g_er.reused = dte_gen(h.state) != ite_gen(g_er.ite) && (h.state & DTE_COMMITTED);
+    }
+}
+
+static void test_get_of_an_item_being_evicted(void **state)
+{
+    (void)state;
+    for (int reuse = 0; reuse < 2; reuse++) {
+        cluster_open(2, 1 << 10, 1 << 20, evict_cfg);
+        char v[1000];
+        evict_store(C.ctx[0], 0, v, sizeof(v)); /* on node 0, read from node 1 */
+        uint64_t pos[8];
+        nessie_key_positions(C.node[0], "key-0", 5, pos);
+        g_er.ite = ite_at(pos[0], 1 << 10);
+        g_er.wait_reuse = reuse;
+        g_er.reused = false;
+        assert_true(!ite_empty(g_er.ite) && ite_node(g_er.ite) == 0);
+        script(C.ctx[1], NESSIE_HOOK_GET_ITE_READ, 0, evict_under_get);
+        bool found = evict_check(C.ctx[1], 0, sizeof(v)); /* whole and its own, or a miss */
+        assert_true(S.fired);
+        nessie_set_test_hook(NULL, NULL);
+        if (reuse) {
+            assert_true(g_er.reused); /* the case was met */
+            assert_false(found);
+        } else {
+            assert_true(found); /* in quarantine, untouched: the read is before the eviction */
+        }
+        assert_false(evict_check(C.ctx[1], 0, sizeof(v)));
+        if (!reuse)
+            teardown(NULL);
+    }
+}
+
 static void no_prev(struct nessie_config *c)
 {
     c->no_prev_versions = true;
@@ -2093,6 +2151,7 @@ int main(void)
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_full_node_evicts, teardown),
         cmocka_unit_test_teardown(test_new_item_outlives_old_read_ones, teardown),
+        cmocka_unit_test_teardown(test_get_of_an_item_being_evicted, teardown),
         cmocka_unit_test_teardown(test_new_item_young_for_a_share_of_turnover, teardown),
         cmocka_unit_test_teardown(test_migration_on_full_node_waits_for_room, teardown),
         cmocka_unit_test_teardown(test_pool_prefers_unread_items, teardown),
