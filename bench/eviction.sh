@@ -5,12 +5,16 @@
 # with -m = 3 x that; the same loadgen binary, 3 client processes in all (Nessie: one per node,
 # each through its own node's shim, so every node's region fills; memcached: --procs 3), 1 KiB
 # values under 128-byte keys, over a key space of 10x what the memory holds:
+#   set-empty: SETs only, BENCH_SECONDS, over a tenth of the capacity in keys, on the empty
+#            caches: the SET rate with nothing to evict, which bounds fill_ops on this machine;
 #   fill:    SETs of 10x the capacity, from empty (memory runs full early on);
 #   full:    SETs only, BENCH_SECONDS (5) on the full cache: SET throughput while evicting;
 #   zipf:    Zipf 0.99, 90 % GETs, a GET that misses followed by a SET of its key (a cache's
 #            users), BENCH_EVICT_SECONDS (20): hit ratio and throughput over time;
 #   uniform: the same with uniform keys.
-# Prints `ratio fill_ops` (SET ops/s in `full`, Nessie / memcached), `fill_errors N` (SETs Nessie
+# Prints `ratio fill_ops` (SET ops/s in `full`, Nessie / memcached), `ratio set_empty_ops` (the
+# same in `set-empty`: fill_ops's ceiling here), `ratio full_vs_empty_sets` (Nessie's SET ops/s
+# full / empty: what eviction and quarantine cost its writers), `fill_errors N` (SETs Nessie
 # refused in fill and full), `ratio zipf_hit` (GET hit ratio in `zipf`, Nessie / memcached),
 # `ratio uniform_hit`, `ratio get_full_vs_empty` (Nessie's GETs of a tenth of the capacity in
 # resident keys, BENCH_SECONDS each, on the full cache at the end / on the empty one before the
@@ -121,10 +125,20 @@ bench_log "get-empty: GETs of $GET_KEYS resident keys on the empty Nessie cache"
 get_phase get-empty
 n_get_empty=$N_OPS
 
+bench_log "set-empty: SETs only for $BENCH_SECONDS s over $GET_KEYS keys on the empty caches"
+lg_all=$LG
+LG="-v $VALUE -k $KEY -n $GET_KEYS --no-preload"
+mc_phase set-empty -g 0
+mc_set_empty=$(row_field "$LAST_ROW" ops_per_s)
+nessie_phase set-empty -g 0
+LG=$lg_all
+n_set_empty=$N_OPS
+fill_errors=$N_ERRORS
+
 bench_log "fill: $FILL_OPS SETs over $KEYS keys: memcached, nessie"
 mc_phase fill -g 0 -o "$FILL_OPS" -w 0
 nessie_phase fill -g 0 -o $((FILL_OPS / NODES)) -w 0
-fill_errors=$N_ERRORS
+fill_errors=$((fill_errors + N_ERRORS))
 
 bench_log "full: SETs only for $BENCH_SECONDS s on the full caches"
 mc_phase full -g 0
@@ -159,6 +173,7 @@ mc_items=$(mc_stat curr_items)
 bench_cleanup
 
 printf '%-10s %14s %14s %12s %12s\n' phase "memcached" "nessie" "mc hit" "nessie hit"
+printf '%-10s %14.0f %14.0f\n' set-empty "$mc_set_empty" "$n_set_empty"
 printf '%-10s %14.0f %14.0f\n' full "$mc_full" "$n_full"
 # shellcheck disable=SC2154  # set by eval above
 printf '%-10s %14.0f %14.0f %12.3f %12.3f\n' zipf "$mc_ops_zipf" "$n_ops_zipf" "$mc_hit_zipf" "$n_hit_zipf"
@@ -166,6 +181,8 @@ printf '%-10s %14.0f %14.0f %12.3f %12.3f\n' zipf "$mc_ops_zipf" "$n_ops_zipf" "
 printf '%-10s %14.0f %14.0f %12.3f %12.3f\n' uniform "$mc_ops_uniform" "$n_ops_uniform" "$mc_hit_uniform" "$n_hit_uniform"
 echo "evictions: memcached $mc_evictions, nessie $n_evictions (reclaimed $n_reclaimed); items at the end: memcached $mc_items, nessie $n_items"
 awk -v a="$n_full" -v b="$mc_full" 'BEGIN { printf "ratio fill_ops %.2f\n", b ? a / b : 0 }'
+awk -v a="$n_set_empty" -v b="$mc_set_empty" 'BEGIN { printf "ratio set_empty_ops %.2f\n", b ? a / b : 0 }'
+awk -v a="$n_full" -v b="$n_set_empty" 'BEGIN { printf "ratio full_vs_empty_sets %.2f\n", b ? a / b : 0 }'
 echo "fill_errors $fill_errors"
 awk -v a="$n_hit_zipf" -v b="$mc_hit_zipf" 'BEGIN { printf "ratio zipf_hit %.3f\n", b ? a / b : 0 }'
 awk -v a="$n_hit_uniform" -v b="$mc_hit_uniform" 'BEGIN { printf "ratio uniform_hit %.3f\n", b ? a / b : 0 }'

@@ -78,7 +78,7 @@ for r in contended_cd_vs_sd large_put_cd_vs_sd low_load_cpu_sd_vs_cd small_sd_vs
 done
 run eviction BENCH_EVICT_DATA_BYTES=2097152 BENCH_EVICT_SECONDS=2
 check eviction eviction.csv eviction.png
-for r in fill_ops zipf_hit uniform_hit get_full_vs_empty; do
+for r in fill_ops set_empty_ops full_vs_empty_sets zipf_hit uniform_hit get_full_vs_empty; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no 'ratio $r' line"; fail=1; }
 done
 grep -Eq "^fill_errors [0-9]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no fill_errors line"; fail=1; }
