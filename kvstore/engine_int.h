@@ -68,6 +68,7 @@ struct nessie_node {
     /* How long a new item counts as read once (evict.c, EVICT_YOUNG_SHARE): written by the
      * evictor, read by every thread that scores candidates. 0: not measured yet. */
     _Atomic uint64_t evict_young_ns[ITE_MAX_CLASSES];
+    _Atomic uint64_t quarantine_warn_ns; /* the last "period too long" warning (evict.c) */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */
     uint64_t crawl_last_ns;              /* ... and when it last moved (it is paced by time) */
     /* The victim pools, one per class (evict.c: struct evict_pool), allocated on first use. */
