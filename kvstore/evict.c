@@ -462,17 +462,20 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
              * waited for their tombstones, or DELETEs' spilled into larger slots.) A class of
              * items gets room by evicting, never by draining a page, which would remove every
              * item on it, the newest too. */
-            /* Writers waited, and one period's demand is over the quarter: the expiration
-             * period is too long for this node's memory at this SET rate (paper 4.3.1). The
-             * operator can change that; say so, at most once a minute. */
-            if (refused && nessie_every(&nd->quarantine_warn_ns, EVICT_WARN_EVERY_NS))
+            /* Writers waited, and one period's demand alone (the boost aside: it rises with
+             * any burst) is over the quarter: the expiration period is too long for this
+             * node's memory at this SET rate (paper 4.3.1). The operator can change that; say
+             * so, at most once a minute. Not for a class of tombstones (no items): that one
+             * gets another class's page below. */
+            double need = (double)floor + nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR;
+            if (refused && items > 0 && need > (double)(slots / 4) &&
+                nessie_every(&nd->quarantine_warn_ns, EVICT_WARN_EVERY_NS))
                 log_warn("evict: writes of %llu-byte slots wait for memory: %.0f a second for "
-                         "an expiration period of %u ms need %.0f%% of their %llu slots, more "
-                         "than the quarter kept ready; a shorter cluster.expiration_ms or more "
-                         "data_bytes lets them through",
+                         "an expiration period of %u ms, and the slack for bursts, need %.0f%% "
+                         "of their %llu slots, more than the quarter kept ready; a shorter "
+                         "cluster.expiration_ms or more data_bytes lets them through",
                          (unsigned long long)nd->class_size[cls], nd->evict_rate[cls],
-                         nd->cfg.expiration_ms,
-                         100.0 * nd->evict_rate[cls] * period / (double)slots,
+                         nd->cfg.expiration_ms, 100.0 * need / (double)slots,
                          (unsigned long long)slots);
             want = slots / 4;
             if (refused && items == 0 && !slab_values_refused(&nd->slab, cls) &&
