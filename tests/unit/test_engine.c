@@ -450,6 +450,27 @@ static void test_read_items_survive_eviction(void **state)
         assert_true(evict_check(C.ctx[1], h, sizeof(v)));
 }
 
+/* Store items key-0 .. key-(n-1) of v, each read once (its first read always counts). */
+static void store_read_once(int n, char *v, size_t len)
+{
+    for (int i = 0; i < n; i++) {
+        evict_store(C.ctx[0], i, v, len);
+        assert_true(evict_check(C.ctx[0], i, len));
+    }
+}
+
+/* Evict `victims` items of the class of key-`keep`'s size by sampling; key-`keep` must survive:
+ * it is in some sample almost surely, and every sample holds items to prefer. */
+static void evict_keeping(int keep, size_t len, int victims)
+{
+    char k[32];
+    snprintf(k, sizeof(k), "key-%d", keep);
+    int cls = slab_class_for(&C.node[0]->slab, dte_size((uint32_t)strlen(k), (uint32_t)len));
+    assert_true(cls >= 0);
+    assert_int_equal(nessie_evict_class(C.ctx[0], (uint32_t)cls, (size_t)victims), victims);
+    assert_true(evict_check(C.ctx[0], keep, len));
+}
+
 /* An item just written counts as read once (evict.c, EVICT_YOUNG_MS): sampled against items
  * read once long ago, it is the better one to keep (idle time decides the tie), so a cache's
  * user finds the item it has just set. The rule was dead code once (the decayed count
@@ -458,21 +479,13 @@ static void test_new_item_outlives_old_read_ones(void **state)
 {
     (void)state;
     cluster_open(1, 1 << 14, 1 << 20, evict_cfg);
-    char k[32], v[1000];
+    char v[1000];
     const int old = 40;
-    for (int i = 0; i < old; i++) {
-        evict_store(C.ctx[0], i, v, sizeof(v));
-        assert_true(evict_check(C.ctx[0], i, sizeof(v))); /* its first read always counts */
-    }
+    store_read_once(old, v, sizeof(v));
     usleep(250 * 1000); /* the old items' last read is well past EVICT_YOUNG_MS and a few ticks */
     evict_store(C.ctx[0], old, v, sizeof(v));
-    snprintf(k, sizeof(k), "key-%d", old);
-    /* Remove three quarters of the old ones by sampling: the new item is in some sample almost
-     * surely (without the rule it then went), and every sample holds old items to prefer. */
-    int cls = slab_class_for(&C.node[0]->slab, dte_size((uint32_t)strlen(k), sizeof(v)));
-    assert_true(cls >= 0);
-    assert_int_equal(nessie_evict_class(C.ctx[0], (uint32_t)cls, 30), 30);
-    assert_true(evict_check(C.ctx[0], old, sizeof(v)));
+    /* Three quarters of the old ones go (without the rule, the new item went with them). */
+    evict_keeping(old, sizeof(v), 30);
     int left = 0;
     for (int i = 0; i < old; i++)
         left += evict_check(C.ctx[0], i, sizeof(v));
@@ -487,12 +500,9 @@ static void test_new_item_young_for_a_share_of_turnover(void **state)
 {
     (void)state;
     cluster_open(1, 1 << 14, 1 << 20, evict_cfg);
-    char k[32], v[1000];
+    char v[1000];
     const int old = 40;
-    for (int i = 0; i < old; i++) {
-        evict_store(C.ctx[0], i, v, sizeof(v));
-        assert_true(evict_check(C.ctx[0], i, sizeof(v)));
-    }
+    store_read_once(old, v, sizeof(v));
     nessie_evict_run(C.ctx[0], 1000); /* starts the rate's clock; the node has room: no victim */
     usleep(250 * 1000);
     evict_store(C.ctx[0], old, v, sizeof(v));
@@ -500,11 +510,7 @@ static void test_new_item_young_for_a_share_of_turnover(void **state)
      * minutes, so the window is at its cap. */
     nessie_evict_run(C.ctx[0], 1000);
     usleep(250 * 1000); /* the new item is past EVICT_YOUNG_MS, unread */
-    snprintf(k, sizeof(k), "key-%d", old);
-    int cls = slab_class_for(&C.node[0]->slab, dte_size((uint32_t)strlen(k), sizeof(v)));
-    assert_true(cls >= 0);
-    assert_int_equal(nessie_evict_class(C.ctx[0], (uint32_t)cls, 30), 30);
-    assert_true(evict_check(C.ctx[0], old, sizeof(v)));
+    evict_keeping(old, sizeof(v), 30);
 }
 
 /* Victims come from a pool of the worst candidates sampled so far (evict.c, evict_pool), not
