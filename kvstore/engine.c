@@ -36,11 +36,12 @@ const char *nessie_strerror(int status)
  * too full to be worth it. The expiration period is 100 ms, not the paper's 1 s: the paper
  * sizes it as spare slots / PUT rate (section 4.3.1), and a full node holds PUT rate x period
  * of memory out of use. At 1 s, a 64 MiB node (memcached's default memory) that writes 1 KiB
- * items keeps at most a quarter of its ~45k slots ready, so a full cache took 11k SETs/s per
- * node (bench/eviction.sh: 14.5k SETs/s on 3 nodes against memcached's 72k, ratio fill_ops
- * 0.20); at 100 ms, 1.7x memcached. 100 ms is still 10^4 times a GET over RDMA and 10 times a
- * millisecond tail. A call's budget stays a second (op_timeout_ms): attempts that a stall
- * pushes past a period start again rather than fail the call. */
+ * items keeps at most a quarter of its ~53k slots ready, so a full node takes at most ~13k
+ * SETs/s (bench/eviction.sh measured 14.5k SETs/s on 3 nodes against memcached's 72k, ratio
+ * fill_ops 0.20, and 0.55 in a shorter run); at 100 ms, 1.7-1.9x memcached. 100 ms is still 10^4 times a GET over RDMA and 10 times a
+ * millisecond tail. A call's budget (op_timeout_ms 0) is the longer of a second and one period:
+ * attempts that a stall pushes past a period start again rather than fail the call. */
+#define OP_TIMEOUT_MIN_DEFAULT_MS 1000
 void nessie_config_defaults(struct nessie_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -50,7 +51,6 @@ void nessie_config_defaults(struct nessie_config *cfg)
     cfg->filter_bits = 7;
     cfg->max_item_size = 1024 * 1024;
     cfg->expiration_ms = 100;
-    cfg->op_timeout_ms = 1000;
     cfg->migrate_depth = 4;
     cfg->multi_read_bytes = 2048;
     cfg->cache_bytes = 4 * 1024 * 1024;
@@ -162,7 +162,9 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     snprintf(nd->cluster, sizeof(nd->cluster), "%s", cfg->cluster);
     nd->cfg.cluster = nd->cluster;
     if (nd->cfg.op_timeout_ms == 0)
-        nd->cfg.op_timeout_ms = nd->cfg.expiration_ms;
+        nd->cfg.op_timeout_ms = nd->cfg.expiration_ms > OP_TIMEOUT_MIN_DEFAULT_MS
+                                    ? nd->cfg.expiration_ms
+                                    : OP_TIMEOUT_MIN_DEFAULT_MS;
     /* A takeover must never race a live writer: every call ends within op_timeout_ms, and every
      * view it acted on expires one period later. */
     nd->grace_ns = ((uint64_t)nd->cfg.op_timeout_ms + 2ULL * nd->cfg.expiration_ms) * 1000000ULL;

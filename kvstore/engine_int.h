@@ -65,8 +65,10 @@ struct nessie_node {
     uint64_t evict_last_failed[ITE_MAX_CLASSES];
     double evict_rate[ITE_MAX_CLASSES];  /* allocations per second, smoothed */
     double evict_boost[ITE_MAX_CLASSES]; /* slack multiplier, raised while writers wait */
+    double evict_served_rate[ITE_MAX_CLASSES]; /* allocations served per second, smoothed */
     /* How long a new item counts as read once (evict.c, EVICT_YOUNG_SHARE): written by the
-     * evictor, read by every thread that scores candidates. 0: not measured yet. */
+     * evictor, read by every thread that scores candidates. 0 until a second run of the evictor
+     * has measured a rate: EVICT_YOUNG_MS meanwhile. */
     _Atomic uint64_t evict_young_ns[ITE_MAX_CLASSES];
     _Atomic uint64_t quarantine_warn_ns; /* the last "period too long" warning (evict.c) */
     uint64_t crawl_page, crawl_slot;     /* the reclaim crawl's cursor */

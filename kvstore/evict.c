@@ -388,6 +388,42 @@ static void crawl_slot(void *arg, uint32_t cls, uint64_t off)
         cr->removed++;
 }
 
+/* Measure every class's allocation rates since the last run, smoothed over about a second, and
+ * set its young-item window. Every class, whether or not this run gets to evict for it: a class
+ * skipped once would be credited, next run, with two runs' allocations over one run's time.
+ * refused[cls]: writes of the class were refused since the last run. */
+static void evict_measure(struct nessie_node *nd, double dt, bool *refused)
+{
+    for (uint32_t cls = 0; cls < nd->nclasses; cls++) {
+        uint64_t nfree, pending, items, slots, allocs, failed;
+        slab_class_state(&nd->slab, cls, &nfree, &pending, &items, &slots, &allocs, &failed);
+        refused[cls] = failed != nd->evict_last_failed[cls];
+        if (dt > 0) {
+            /* Demand, not what was served: refused allocations count too (a waiting writer
+             * retries, so they overcount, which only evicts sooner), or writers kept waiting
+             * would lower the rate, and with it the room made for them. What was served is
+             * kept apart, for the warning that the period is too long. */
+            double served = (double)(allocs - nd->evict_last_allocs[cls]) / dt;
+            double inst = served + (double)(failed - nd->evict_last_failed[cls]) / dt;
+            double w = dt >= 1.0 ? 1.0 : dt;
+            nd->evict_rate[cls] += w * (inst - nd->evict_rate[cls]);
+            nd->evict_served_rate[cls] += w * (served - nd->evict_served_rate[cls]);
+            if (slots > 0) {
+                double young_ms = nd->evict_rate[cls] > 0 ? (double)slots / nd->evict_rate[cls] *
+                                                                1000.0 * EVICT_YOUNG_SHARE
+                                                          : EVICT_YOUNG_MAX_MS;
+                young_ms = young_ms < EVICT_YOUNG_MS       ? EVICT_YOUNG_MS
+                           : young_ms > EVICT_YOUNG_MAX_MS ? EVICT_YOUNG_MAX_MS
+                                                           : young_ms;
+                atomic_store_explicit(&nd->evict_young_ns[cls], (uint64_t)(young_ms * 1e6),
+                                      memory_order_relaxed);
+            }
+        }
+        nd->evict_last_allocs[cls] = allocs;
+        nd->evict_last_failed[cls] = failed;
+    }
+}
+
 size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
 {
     struct nessie_node *nd = ctx->node;
@@ -404,35 +440,15 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     }
     size_t removed = cr.removed;
 
-    /* Allocation rates per class, smoothed over about a second. */
     double dt = nd->evict_last_ns ? (double)(now - nd->evict_last_ns) / 1e9 : 0;
+    bool refused_since[ITE_MAX_CLASSES];
+    evict_measure(nd, dt, refused_since);
     bool spare = slab_has_spare_pages(&nd->slab);
     const double period = (double)nd->cfg.expiration_ms / 1000.0;
     for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
         uint64_t nfree, pending, items, slots, allocs, failed;
         slab_class_state(&nd->slab, cls, &nfree, &pending, &items, &slots, &allocs, &failed);
-        bool refused = failed != nd->evict_last_failed[cls];
-        if (dt > 0) {
-            /* Demand, not what was served: refused allocations count too (a waiting writer
-             * retries, so they overcount, which only evicts sooner), or writers kept waiting
-             * would lower the rate, and with it the room made for them. */
-            double inst = (double)(allocs - nd->evict_last_allocs[cls] + failed -
-                                   nd->evict_last_failed[cls]) / dt;
-            double w = dt >= 1.0 ? 1.0 : dt;
-            nd->evict_rate[cls] += w * (inst - nd->evict_rate[cls]);
-        }
-        nd->evict_last_allocs[cls] = allocs;
-        nd->evict_last_failed[cls] = failed;
-        if (slots > 0) {
-            double young_ms = nd->evict_rate[cls] > 0
-                                  ? (double)slots / nd->evict_rate[cls] * 1000.0 * EVICT_YOUNG_SHARE
-                                  : EVICT_YOUNG_MAX_MS;
-            young_ms = young_ms < EVICT_YOUNG_MS       ? EVICT_YOUNG_MS
-                       : young_ms > EVICT_YOUNG_MAX_MS ? EVICT_YOUNG_MAX_MS
-                                                       : young_ms;
-            atomic_store_explicit(&nd->evict_young_ns[cls], (uint64_t)(young_ms * 1e6),
-                                  memory_order_relaxed);
-        }
+        bool refused = refused_since[cls];
         if (nd->cfg.no_evict || spare)
             continue;
         if (refused && nfree + pending == 0) {
@@ -462,20 +478,22 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
              * waited for their tombstones, or DELETEs' spilled into larger slots.) A class of
              * items gets room by evicting, never by draining a page, which would remove every
              * item on it, the newest too. */
-            /* Writers waited, and one period's demand alone (the boost aside: it rises with
-             * any burst) is over the quarter: the expiration period is too long for this
+            /* Writers waited, and one period's allocations alone (those served: a waiting
+             * writer's retries inflate the demand; and the boost aside: it rises with any
+             * burst) are over the quarter: the expiration period is too long for this
              * node's memory at this SET rate (paper 4.3.1). The operator can change that; say
              * so, at most once a minute. Not for a class of tombstones (no items): that one
              * gets another class's page below. */
-            double need = (double)floor + nd->evict_rate[cls] * period * EVICT_SLACK_FACTOR;
-            if (refused && items > 0 && need > (double)(slots / 4) &&
+            double period_need =
+                (double)floor + nd->evict_served_rate[cls] * period * EVICT_SLACK_FACTOR;
+            if (refused && items > 0 && period_need > (double)(slots / 4) &&
                 nessie_every(&nd->quarantine_warn_ns, EVICT_WARN_EVERY_NS))
                 log_warn("evict: writes of %llu-byte slots wait for memory: %.0f a second for "
                          "an expiration period of %u ms, and the slack for bursts, need %.0f%% "
                          "of their %llu slots, more than the quarter kept ready; a shorter "
                          "cluster.expiration_ms or more data_bytes lets them through",
-                         (unsigned long long)nd->class_size[cls], nd->evict_rate[cls],
-                         nd->cfg.expiration_ms, 100.0 * need / (double)slots,
+                         (unsigned long long)nd->class_size[cls], nd->evict_served_rate[cls],
+                         nd->cfg.expiration_ms, 100.0 * period_need / (double)slots,
                          (unsigned long long)slots);
             want = slots / 4;
             if (refused && items == 0 && !slab_values_refused(&nd->slab, cls) &&

@@ -81,7 +81,7 @@
 #ifndef MAXATT          /* attempts per call (bounds the back-off loop; the deadline is OPT) */
 #define MAXATT 3
 #endif
-#ifndef OPT             /* call budget, in epochs (op_timeout_ms = E by default) */
+#ifndef OPT             /* call budget, in epochs (op_timeout_ms: at least E; the default, 1 s, is 10 E) */
 #define OPT 1
 #endif
 #ifndef GRACE           /* orphan grace, in epochs */

@@ -15,7 +15,7 @@
 
 /* A run that did at least this much found a backlog: the next one starts at once. A run that did
  * less (a trickle of writes) naps TRICKLE_NAP_MS: entries are then marked that much later (and
- * reused that much later, against an expiration period of a second by default), while the
+ * reused that much later, against an expiration period of 100 ms by default), while the
  * recycler no longer wakes for every few writes, which cost more CPU per request at low load
  * than serving the request itself. */
 #define RECYCLE_BACKLOG 64

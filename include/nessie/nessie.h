@@ -81,7 +81,7 @@ struct nessie_config {
      * flags are not 0), so the items memcached -I takes fit (default 1 MiB). */
     uint32_t max_item_size;
     uint32_t expiration_ms;     /* expiration period (default 100) */
-    uint32_t op_timeout_ms;     /* budget of one call, retries included (default 1000; 0: one period) */
+    uint32_t op_timeout_ms;     /* budget of one call, retries included (0, the default: 1 s or E) */
     uint32_t migrate_depth;     /* recursive MIGRATE depth limit (default 4) */
     bool no_cache;              /* optimizations are on unless switched off (paper figure 13) */
     bool no_prev_versions;

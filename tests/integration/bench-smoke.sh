@@ -83,5 +83,5 @@ for r in fill_ops set_empty_ops full_vs_empty_sets zipf_hit uniform_hit get_full
 done
 grep -Eq "^fill_errors [0-9]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no fill_errors line"; fail=1; }
 # No daemon or memcached may outlive its script.
-if pgrep -f "$out/.*/run/nessie.conf" >/dev/null; then echo "bench-smoke: a daemon was left running"; fail=1; fi
+if pgrep -f "$out/.*/run[^/]*/nessie.conf" >/dev/null; then echo "bench-smoke: a daemon was left running"; fail=1; fi
 [ $fail = 0 ] && echo "bench-smoke: passed" || { echo "bench-smoke: FAILED"; exit 1; }

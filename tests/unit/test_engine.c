@@ -930,11 +930,27 @@ static void evict_under_get(void)
     }
 }
 
+/* The quarantine case: a period no pause of this machine (or of a sanitizer) reaches between
+ * the GET's ITE read and its DTE read. The reuse case: a short period, and a call budget the
+ * wait for the slot's reuse, inside the GET, cannot use up. */
+static void evict_long_period(struct nessie_config *c)
+{
+    evict_cfg(c);
+    c->expiration_ms = 5000;
+    c->op_timeout_ms = 20000;
+}
+
+static void evict_long_budget(struct nessie_config *c)
+{
+    evict_cfg(c);
+    c->op_timeout_ms = 20000;
+}
+
 static void test_get_of_an_item_being_evicted(void **state)
 {
     (void)state;
     for (int reuse = 0; reuse < 2; reuse++) {
-        cluster_open(2, 1 << 10, 1 << 20, evict_cfg);
+        cluster_open(2, 1 << 10, 1 << 20, reuse ? evict_long_budget : evict_long_period);
         char v[1000];
         evict_store(C.ctx[0], 0, v, sizeof(v)); /* on node 0, read from node 1 */
         uint64_t pos[8];
