@@ -522,6 +522,20 @@ static void refused_log(struct op *op)
              (unsigned long long)items);
 }
 
+/* A call timed out and its last attempt was aborted for outliving the expiration period: if
+ * that is the fabric's pace and not a stall, every call will (the two-guest rxe test, qemu
+ * without KVM: remote round trips of tens of ms, GETs timed out at a 100 ms period). The setting
+ * that helps is the period: say so, once a minute at most. */
+static void slow_attempt_log(struct op *op)
+{
+    static _Atomic uint64_t last_ns;
+    if (nessie_every(&last_ns, 60000000000ULL))
+        log_warn("protocol: a call timed out after %u ms, its last attempt aborted for outliving "
+                 "the expiration period (%u ms); if the fabric's round trips take tens of ms "
+                 "(emulated RDMA), raise cluster.expiration_ms",
+                 op->node->cfg.op_timeout_ms, op->node->cfg.expiration_ms);
+}
+
 int proto_finish(struct op *op, int status)
 {
     /* A call that ran out of time waiting for memory failed for lack of memory, unless an
@@ -531,6 +545,8 @@ int proto_finish(struct op *op, int status)
         if (!op->node->cfg.no_evict)
             refused_log(op);
     }
+    if (status == NESSIE_TIMEOUT && op->last_abort == NESSIE_ABORT_TIMEOUT)
+        slow_attempt_log(op);
     CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
     nessie_count_traffic(op->ctx, st->reads + st->writes + st->cas - op->fab_ops0,

@@ -97,7 +97,8 @@ static const struct cfg_key schema[] = {
      "The expiration period, ms: how long a recycled entry and a cached index entry stay untouched,\n"
      "and the budget of one attempt of an operation. A full node keeps SET rate x period of its\n"
      "memory out of use (the paper, 4.3.1: period <= spare slots / PUT rate); the paper uses 1 s,\n"
-     "which holds a 64 MiB node under ~13k SETs/s of 1 KiB items once it is full."},
+     "which holds a 64 MiB node under ~13k SETs/s of 1 KiB items once it is full. A fabric whose\n"
+     "round trips take tens of ms (emulated RDMA, as qemu without KVM) needs a longer one."},
     {"cluster", "op_timeout_ms", CFG_U32, 0, 3600 * 1000, NULL, NULL, NULL, F(engine.op_timeout_ms),
      "Budget of one call, all retries included, ms (0: the longer of 1 s and one expiration\n"
      "period)."},
