@@ -15,7 +15,7 @@ d=/tmp/wire
 mkdir -p $d
 # One cluster over two hosts: the same file on both. The period is 1 s, not the default 100 ms:
 # between two qemu guests without KVM a remote round trip takes tens of ms, and at 100 ms an
-# attempt of a GET could outlive the period every time (2 of 6 runs had a GET time out; 0 of 6
+# attempt of a GET could outlive the period every time (3 of 6 runs had a GET time out; 0 of 6
 # at 1 s). Real NICs, and Soft-RoCE between real hosts, answer in microseconds.
 ./reception --print-config --set cluster.name=wire --set cluster.nodes=3 --set cluster.fabric=verbs \
     --set cluster.index_slots=4096 --set cluster.data_bytes=16777216 \
