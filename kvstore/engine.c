@@ -38,9 +38,10 @@ const char *nessie_strerror(int status)
  * of memory out of use. At 1 s, a 64 MiB node (memcached's default memory) that writes 1 KiB
  * items keeps at most a quarter of its ~53k slots ready, so a full node takes at most ~13k
  * SETs/s (bench/eviction.sh measured 14.5k SETs/s on 3 nodes against memcached's 72k, ratio
- * fill_ops 0.20, and 0.55 in a shorter run); at 100 ms, 1.7-1.9x memcached. 100 ms is still 10^4 times a GET over RDMA and 10 times a
- * millisecond tail. A call's budget (op_timeout_ms 0) is the longer of a second and one period:
- * attempts that a stall pushes past a period start again rather than fail the call. */
+ * fill_ops 0.20, and 0.55 in a shorter run); at 100 ms, 1.7-1.9x memcached. 100 ms is still
+ * 10^4 times a GET over RDMA and 10 times a millisecond tail. A call's budget (op_timeout_ms 0)
+ * is the longer of a second and one period: attempts that a stall pushes past a period start
+ * again rather than fail the call. */
 #define OP_TIMEOUT_MIN_DEFAULT_MS 1000
 void nessie_config_defaults(struct nessie_config *cfg)
 {

@@ -125,6 +125,10 @@ struct nessie_ctx {
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define OPC(ctx) ((ctx)->ctr.op[(ctx)->kind])
 
+/* How often a warning about a setting that does not fit (expiration_ms too long for the memory,
+ * or too short for the fabric) may repeat: once a minute is seen in a log without filling it. */
+#define NESSIE_SETTING_WARN_EVERY_NS 60000000000ULL
+
 /* A rate limit: true at most once per every_ns for all the callers sharing *last (relaxed: a
  * lost race only lets one more through, or one fewer). */
 static inline bool nessie_every(_Atomic uint64_t *last, uint64_t every_ns)

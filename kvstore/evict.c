@@ -67,9 +67,6 @@
 /* Writers that wait for room wake the evictor at most this often: once is enough to end its
  * nap, and each wake-up is a syscall on the writer's critical path. */
 #define EVICT_PRESSURE_EVERY_NS 50000ULL
-/* The warning that the expiration period throttles writers: once a minute is enough to be seen
- * in a log without filling it. */
-#define EVICT_WARN_EVERY_NS 60000000000ULL
 
 void nessie_node_on_pressure(struct nessie_node *nd, nessie_pressure_fn fn, void *arg)
 {
@@ -487,7 +484,7 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
             double period_need =
                 (double)floor + nd->evict_served_rate[cls] * period * EVICT_SLACK_FACTOR;
             if (refused && items > 0 && period_need > (double)(slots / 4) &&
-                nessie_every(&nd->quarantine_warn_ns, EVICT_WARN_EVERY_NS))
+                nessie_every(&nd->quarantine_warn_ns, NESSIE_SETTING_WARN_EVERY_NS))
                 log_warn("evict: writes of %llu-byte slots wait for memory: %.0f a second for "
                          "an expiration period of %u ms, and the slack for bursts, need %.0f%% "
                          "of their %llu slots, more than the quarter kept ready; a shorter "

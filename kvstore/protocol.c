@@ -529,7 +529,7 @@ static void refused_log(struct op *op)
 static void slow_attempt_log(struct op *op)
 {
     static _Atomic uint64_t last_ns;
-    if (nessie_every(&last_ns, 60000000000ULL))
+    if (nessie_every(&last_ns, NESSIE_SETTING_WARN_EVERY_NS))
         log_warn("protocol: a call timed out after %u ms, its last attempt aborted for outliving "
                  "the expiration period (%u ms); if the fabric's round trips take tens of ms "
                  "(emulated RDMA), raise cluster.expiration_ms",

@@ -49,10 +49,10 @@ static bool ascii_unsafe(const char *key, size_t klen, bool verify)
     return false;
 }
 
-/* A key the shim refuses itself: one the library would send to the server, where it breaks
- * the connection (above). With VERIFY_KEY the library refuses these keys itself. */
 static bool no_servers(memcached_st *ptr);
 
+/* A key the shim refuses itself: one the library would send to the server, where it breaks
+ * the connection (above). With VERIFY_KEY the library refuses these keys itself. */
 static bool key_refused_here(memcached_st *ptr, const char *key, size_t klen)
 {
     return ptr && key && klen > 0 && !no_servers(ptr) && !binary_mode(ptr) &&
