@@ -152,6 +152,52 @@ static int check_config(const struct nessie_config *c)
     return why ? NESSIE_INVALID : NESSIE_OK;
 }
 
+/*
+ * The call bound and the takeover grace (issue 26). The grace is what makes an orphan takeover
+ * safe: the takeover finishes (or undoes) an entry on its writer's behalf, so it must never run
+ * while that writer can still act. Hence the bound L on how long after its start a call can still
+ * change anything, and a grace longer than L. The terms, each enforced where it is named:
+ *   B  the budget: RUN_ATTEMPTS starts no attempt after start + B (op->deadline);
+ *   W  a write that finds no room waits for eviction and quarantine (proto_memory_short): its
+ *      deadline moves once by W = 3 E + EVICT_WAIT_MARGIN_MS (one period for freed slots'
+ *      quarantine, the rest for a page of another class to drain), so attempts start before
+ *      start + B + W at the latest;
+ *   E  an attempt makes each CAS only after a Step 0 check that it began less than one period
+ *      ago (attempt_expired), so the last attempt posts nothing after start + B + W + E; the
+ *      clean-up after the last attempt (write_end: abandoning a published entry) checks the
+ *      same limit, op->act_end, and reports TIMEOUT instead of acting past it;
+ *   F  a request may still land that long after its post (fab_request_bound_ns: the NIC's
+ *      retry limit on verbs; 0 on shm, where a request runs inside its post);
+ * so every effect of a call lands before start + L, L = B + W + E + F, and an entry (created
+ * after its call started) older than L on its owner's clock has no writer that can still act.
+ * The grace adds one period of margin for the few instructions between each Step 0 check and
+ * its CAS, which no check can close. A shipped call (sd.c) runs at its home node as a call of its
+ * own, under the same bound from the moment a server takes it up, and a server takes up nothing
+ * whose requester's budget has run out.
+ *
+ * A thread that is descheduled for longer than the grace (a stall) is indistinguishable from a
+ * dead one: its entry is taken over. Whatever it does when it runs again is a CAS naming one life
+ * of a slot, so it cannot undo the takeover; it only learns that it lost track (its slot is in
+ * another life), which it reports as NESSIE_TIMEOUT, never as a definite outcome.
+ */
+#define EVICT_WAIT_MARGIN_MS 500
+static void bound_compute(const struct nessie_config *cfg, const struct fab *fab,
+                          struct nessie_bound *b)
+{
+    const uint64_t ms = 1000000ULL;
+    b->budget_ns = (uint64_t)cfg->op_timeout_ms * ms;
+    b->period_ns = (uint64_t)cfg->expiration_ms * ms;
+    b->memory_wait_ns = 3 * b->period_ns + EVICT_WAIT_MARGIN_MS * ms;
+    b->fabric_ns = fab_request_bound_ns(fab);
+    b->act_ns = b->budget_ns + b->memory_wait_ns + b->period_ns + b->fabric_ns;
+    b->grace_ns = b->act_ns + b->period_ns;
+}
+
+uint64_t nessie_node_call_bound_ms(const struct nessie_node *node)
+{
+    return node->bound.act_ns / 1000000ULL;
+}
+
 int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
 {
     if (!cfg || !out || check_config(cfg) != NESSIE_OK)
@@ -166,9 +212,6 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         nd->cfg.op_timeout_ms = nd->cfg.expiration_ms > OP_TIMEOUT_MIN_DEFAULT_MS
                                     ? nd->cfg.expiration_ms
                                     : OP_TIMEOUT_MIN_DEFAULT_MS;
-    /* A takeover must never race a live writer: every call ends within op_timeout_ms, and every
-     * view it acted on expires one period later. */
-    nd->grace_ns = ((uint64_t)nd->cfg.op_timeout_ms + 2ULL * nd->cfg.expiration_ms) * 1000000ULL;
 
     struct fab_config fc = {
         .backend = (enum fab_backend)cfg->backend,
@@ -189,6 +232,7 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         free(nd);
         return rc == FAB_ERR_NOMEM ? NESSIE_NO_MEMORY : NESSIE_FABRIC_ERROR;
     }
+    bound_compute(&nd->cfg, nd->fab, &nd->bound);
     nd->data = fab_local_base(nd->fab, FAB_REGION_DATA);
     nd->hdr = (struct data_hdr *)nd->data;
     /* Quarantine: one expiration period, plus the millisecond the scan's clock rounds away. */
@@ -256,7 +300,7 @@ int nessie_node_unlink(const struct nessie_config *cfg)
 
 uint64_t nessie_node_grace_ms(const struct nessie_node *node)
 {
-    return node->grace_ns / 1000000ULL;
+    return node->bound.grace_ns / 1000000ULL;
 }
 
 const struct nessie_config *nessie_node_config(const struct nessie_node *node)
@@ -691,7 +735,7 @@ static void sweep_slot(void *arg, uint32_t cls, uint64_t off)
     fab_local_read(sc->nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
     if (!(h.state & DTE_BUSY) || (h.state & DTE_RECYCLED))
         return; /* free, or on its way back */
-    if (h.created_ns + sc->nd->grace_ns > sc->now_ns)
+    if (h.created_ns + sc->nd->bound.grace_ns > sc->now_ns)
         return; /* may belong to an operation still running */
     uint64_t ite = ite_make(sc->nd->cfg.self, cls, off, dte_gen(h.state), 0);
     g_array_append_val(sc->candidates, ite);
@@ -744,7 +788,7 @@ long nessie_sweep_leaks(struct nessie_ctx *ctx)
     struct nessie_node *nd = ctx->node;
     uint64_t now = nessie_mono_ns();
     pthread_mutex_lock(&nd->sweep_lock);
-    if (nd->sweep_prev_ns && now - nd->sweep_prev_ns < nd->grace_ns) {
+    if (nd->sweep_prev_ns && now - nd->sweep_prev_ns < nd->bound.grace_ns) {
         pthread_mutex_unlock(&nd->sweep_lock);
         return 0; /* too soon to confirm anything */
     }

@@ -33,6 +33,21 @@ _Static_assert((int)NESSIE_BACKEND_SHM == (int)FAB_BACKEND_SHM &&
 #define NESSIE_HASH_SEED 0x6e65737369650000ULL
 #define NESSIE_FILTER_SEED 0x66696c7465720000ULL
 
+/*
+ * How long a call may act (engine.c, bound_compute, where the argument is written down): every
+ * term is derived from the configuration and the fabric once, at node open, and everything that
+ * relies on a call having ended (the orphan takeover, the leak sweep, a shipped call's requester)
+ * uses these figures and no other.
+ */
+struct nessie_bound {
+    uint64_t budget_ns;      /* B: a call starts no attempt after start + B (op_timeout_ms) */
+    uint64_t memory_wait_ns; /* W: what a write that waits for room gets beyond B, once */
+    uint64_t period_ns;      /* E: an attempt acts only within one period of its start */
+    uint64_t fabric_ns;      /* F: a posted request takes effect at most this long after */
+    uint64_t act_ns;         /* L = B + W + E + F: start to the last effect of anything posted */
+    uint64_t grace_ns;       /* L + E: an uncommitted entry this old has no live writer */
+};
+
 struct nessie_node {
     struct nessie_config cfg;
     char cluster[FAB_CLUSTER_NAME_MAX + 1];
@@ -42,7 +57,7 @@ struct nessie_node {
     struct data_hdr *hdr;
     uint32_t nclasses;
     uint32_t class_size[ITE_MAX_CLASSES]; /* same on every node: same configuration */
-    uint64_t grace_ns;          /* orphan takeover waits this long after an entry was created */
+    struct nessie_bound bound;  /* the longest a call acts, and the takeover grace after it */
     uint64_t incarnation;
 
     /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):

@@ -158,6 +158,11 @@ int fab_local_write(struct fab *fab, enum fab_region region, uint64_t offset, co
 uint32_t fab_self(const struct fab *fab) { return fab->cfg.self; }
 uint32_t fab_nodes(const struct fab *fab) { return fab->cfg.nodes; }
 
+uint64_t fab_request_bound_ns(const struct fab *fab)
+{
+    return fab->ops->request_bound_ms * 1000000ULL;
+}
+
 int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out)
 {
     if (!fab || !out)

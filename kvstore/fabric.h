@@ -142,6 +142,9 @@ void *fab_local_base(const struct fab *fab, enum fab_region region);
 uint64_t fab_region_size(const struct fab *fab, enum fab_region region);
 uint32_t fab_self(const struct fab *fab);
 uint32_t fab_nodes(const struct fab *fab);
+/* The longest, in ns, that a posted request may still take effect at its target after it was
+ * posted (0 on shm, where it runs inside fab_post; the NIC's retry limit on verbs). */
+uint64_t fab_request_bound_ns(const struct fab *fab);
 
 /*
  * Read or write this node's own region directly (the owner's DRAM access, A.1.2 step 2.3), with

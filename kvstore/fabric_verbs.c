@@ -62,6 +62,13 @@
  * its requests in about 2 s (the default lets them hang for many seconds, which looks like a
  * hang to a crash-restart test). */
 #define VERBS_ACK_TIMEOUT 16
+#define VERBS_RETRY_COUNT 7
+/* The NIC's own limit on a request: a try every 4.096 us x 2^VERBS_ACK_TIMEOUT, the first and
+ * VERBS_RETRY_COUNT more, after which the QP errors and nothing of it runs any more; rounded up.
+ * A request posted to a live peer lands long before; this is what the engine's call bound must
+ * allow for a request that is retransmitted until the last try (fab_request_bound_ns). */
+#define VERBS_REQUEST_BOUND_MS \
+    ((4096ULL << VERBS_ACK_TIMEOUT) * (VERBS_RETRY_COUNT + 1) / 1000000ULL + 1)
 /* After a failed connect, requests to that peer fail at once for a while before the next
  * attempt: a connect to a host that is gone blocks the calling worker for up to 3 connection
  * steps of VERBS_CONNECT_MS. The wait doubles per failure from the first value to the last, and
@@ -639,7 +646,8 @@ static int conn_connect(struct fab *fab, struct verbs_conn *c, uint32_t node, st
     struct rdma_conn_param cp = {.private_data = &mine, .private_data_len = sizeof(mine),
                                  .responder_resources = (uint8_t)v->rd_atomic,
                                  .initiator_depth = (uint8_t)v->rd_atomic,
-                                 .retry_count = 7, .rnr_retry_count = 7};
+                                 .retry_count = VERBS_RETRY_COUNT,
+                                 .rnr_retry_count = 7};
     if (rdma_connect(c->id, &cp) != 0 ||
         wait_event(c->ec, RDMA_CM_EVENT_ESTABLISHED, &ev) != 0) {
         log_warn("fabric verbs: cannot connect to node %u at %s", node, fab->cfg.addrs[node]);
@@ -1037,6 +1045,7 @@ static int verbs_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
 
 const struct fab_backend_ops fab_verbs_ops = {
     .name = "verbs",
+    .request_bound_ms = VERBS_REQUEST_BOUND_MS,
     .open = verbs_open,
     .close = verbs_close,
     .unlink = verbs_unlink,

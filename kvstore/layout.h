@@ -157,6 +157,10 @@ static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
 /* A MIGRATE's copy: its previous version is its source, which stays in the index until the
  * migration ends, so undoing the copy empties its ITE instead of restoring the source there. */
 #define DTE_F_COPY 0x01
+/* An add's entry: its condition (the key absent) was judged at its candidate only, and a live
+ * duplicate behind it is found by its step 4, which an orphan never ran; so a takeover undoes an
+ * orphaned add instead of committing it (protocol.c, proto_takeover). */
+#define DTE_F_ADD 0x02
 
 enum dte_kind {
     DTE_KIND_VALUE = 1,

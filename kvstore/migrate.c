@@ -184,9 +184,21 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         goto out;
     }
     HOOK(op, NESSIE_HOOK_MIGRATE_AFTER_DST, 0);
-    /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1, "aborting
-     * migration"): the copy was visible, so it is recycled, not freed. */
-    *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
+    /* Step 0 before step 7, as before every CAS: a migration delayed past the period since its
+     * source was read must not empty it. Past the grace, a GET may have met the copy as an
+     * orphan and undone it (the source still linked: protocol.c, copy_undo); emptying the
+     * source then would leave the item in neither place (issue 26, finding 1). The copy is
+     * undone here as when step 7's CAS fails, and the migration tried again. */
+    bool expired = attempt_expired(op);
+    if (expired) {
+        ok = false;
+        *status = NESSIE_OK;
+        clean = true;
+    } else {
+        /* Step 7: empty the source. If it changed, undo the destination (paper 4.3.1,
+         * "aborting migration"): the copy was visible, so it is recycled, not freed. */
+        *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
+    }
     if (*status != NESSIE_OK) {
         /* Whether the source is empty is unknown: the copy stays as it is, uncommitted. A
          * takeover commits it after the grace period, which completes the move if the source
@@ -226,7 +238,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
             if (nessie_evict_hook)
                 nessie_evict_hook(nessie_evict_hook_user, skey, sklen, true, NESSIE_TIMEOUT);
         }
-        count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        count_abort(op, expired ? NESSIE_ABORT_TIMEOUT : NESSIE_ABORT_CAS_FAILED);
         goto out;
     }
     /* Step 8: the copy is valid. Step 9: the source's DTE is recycled. */
@@ -236,6 +248,21 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
          * after the grace period. The source is its previous version until then (the leak
          * sweep recycles it after). */
         result = A_DONE;
+        goto out;
+    }
+    if (!committed) {
+        /* Undone by a takeover between the Step 0 check and step 7's CAS (the migration was
+         * descheduled for longer than the grace in those few instructions): the source is out
+         * of the index and the copy abandoned, so the item is gone, as to an eviction, and is
+         * reported as one whose effect is unknown. The source is ours to recycle (we unlinked
+         * it); the copy is the takeover's. */
+        if (nessie_evict_hook) {
+            nessie_evict_hook(nessie_evict_hook_user, skey, sklen, false, 0);
+            nessie_evict_hook(nessie_evict_hook_user, skey, sklen, true, NESSIE_TIMEOUT);
+        }
+        CTR_ADD(ctx->ctr.moves_undone, 1);
+        nessie_recycle(ctx, sv);
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
         goto out;
     }
     nessie_recycle(ctx, sv);

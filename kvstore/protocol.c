@@ -106,7 +106,9 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
      * so a retry recognizes its own entries and nobody else's. */
     op->id = ((uint64_t)nd->cfg.self << 52) | ((nd->incarnation & 0xFFF) << 40) |
              ((uint64_t)(ctx->id & 0xFF) << 32) | ++ctx->op_seq;
-    op->deadline = nessie_mono_ns() + (uint64_t)nd->cfg.op_timeout_ms * 1000000ULL;
+    uint64_t now = nessie_mono_ns();
+    op->deadline = now + nd->bound.budget_ns;
+    op->act_end = now + nd->bound.budget_ns + nd->bound.memory_wait_ns + nd->bound.period_ns;
     ctx->kind = kind;
     CTR_ADD(OPC(ctx).ops, 1);
     op_traffic_mark(op);
@@ -335,7 +337,7 @@ bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
     uint64_t now;
     if (h->state & DTE_COMMITTED)
         return false;
-    return owner_clock(op, ite, &now) && h->created_ns + op->node->grace_ns < now;
+    return owner_clock(op, ite, &now) && h->created_ns + op->node->bound.grace_ns < now;
 }
 
 /*
@@ -402,7 +404,18 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
             return rc;
         }
     }
-    if (v->h.state & DTE_ABANDONED) {
+    uint64_t state = v->h.state;
+    if ((v->h.flags8 & DTE_F_ADD) && !(state & DTE_ABANDONED)) {
+        /* An add whose writer did not finish: whether a live item of the key stands behind it
+         * is what its step 4 would have found out. Committing it could report the add's value
+         * over a live item; undoing it means the add had no effect, which its writer (gone, or
+         * past the call bound) cannot have reported otherwise: abandoned, then undone below. */
+        rc = proto_dte_state_cas(op, ite, state, state | DTE_ABANDONED, &old);
+        if (rc != NESSIE_OK || old != state)
+            return rc;
+        state |= DTE_ABANDONED;
+    }
+    if (state & DTE_ABANDONED) {
         /* Its writer set its previous version to one it unlinked itself before abandoning it
          * (write.c, abandon_mine), so linking that again undoes exactly what the writer did. The
          * CAS names the abandoned entry's life. */
@@ -539,8 +552,9 @@ static void slow_attempt_log(struct op *op)
 int proto_finish(struct op *op, int status)
 {
     /* A call that ran out of time waiting for memory failed for lack of memory, unless an
-     * attempt of it published an entry that a takeover may still commit. */
-    if (status == NESSIE_TIMEOUT && op->memory_wait && !op->mine) {
+     * attempt of it published an entry that a takeover may still commit, or lost track of one
+     * (a takeover may have committed it already). */
+    if (status == NESSIE_TIMEOUT && op->memory_wait && !op->mine && !op->lost) {
         status = NESSIE_NO_MEMORY;
         if (!op->node->cfg.no_evict)
             refused_log(op);

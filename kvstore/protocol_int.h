@@ -33,7 +33,11 @@ struct op {
     uint64_t pos[NESSIE_MAX_WAYS];  /* global ITE positions of the key, I_1..I_n */
     uint32_t filter;
     uint64_t id;                    /* creator id written into this call's DTEs */
-    uint64_t deadline;              /* monotonic ns: the call's budget */
+    uint64_t deadline;              /* monotonic ns: no attempt starts after it (B, and W once) */
+    uint64_t act_end;               /* monotonic ns: nothing is posted after it (start + B + W +
+                                       E: engine.c, bound_compute) */
+    bool lost;                      /* lost track of its own entry (write.c, lost_track): the
+                                       outcome is unknown, whatever else happened */
     uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
     uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
     uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */

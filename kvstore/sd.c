@@ -43,10 +43,9 @@
  * its requester a TIMEOUT, an honest answer): dropped, counted and logged. */
 #define SD_GARBAGE_NS (100ULL * 1000000ULL)
 /* A requester waits for a reply this long beyond the home node's own budget for the call (its
- * op_timeout, and for a write the extra a full node grants a write waiting for room: write.c,
- * proto_memory_short): the transit both ways and the server's scan. */
+ * op_timeout, and for a write the extra a full node grants a write waiting for room: the call
+ * bound's W, engine.c): the transit both ways and the server's scan. */
 #define SD_TRANSIT_MARGIN_MS 100
-#define SD_WRITE_EXTRA_MS(cfg) (3ULL * (cfg)->expiration_ms + 500)
 /* How a requester waits: spin this many polls (a reply from an idle server comes within a few
  * microseconds), then sleep in steps growing with the wait, up to SD_WAIT_SLEEP_MAX_US (a futex
  * wake-up would cost the server a system call per reply, and over verbs it has none to make). */
@@ -375,7 +374,8 @@ static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool wr
     struct sd_state *st = nd->sd;
     const struct nessie_config *cfg = &nd->cfg;
     uint64_t t0 = nessie_mono_ns();
-    uint64_t budget_ms = cfg->op_timeout_ms + SD_TRANSIT_MARGIN_MS + (write ? SD_WRITE_EXTRA_MS(cfg) : 0);
+    uint64_t budget_ms = cfg->op_timeout_ms + SD_TRANSIT_MARGIN_MS +
+                         (write ? ctx->node->bound.memory_wait_ns / 1000000ULL : 0);
     uint64_t deadline = t0 + budget_ms * 1000000ULL;
     int s = slot_take(st, home, deadline);
     if (s < 0)

@@ -58,11 +58,10 @@ static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
 }
 
 /* A write that finds its node full evicts this many of its class's items on its own (the
- * background evictor normally keeps ahead), and may wait for their slots up to three expiration
- * periods plus this margin beyond its budget: one period for the slots' quarantine, the rest for
- * a page of another class to drain when its size class has no page (slab_drain). */
+ * background evictor normally keeps ahead), and may wait for their slots beyond its budget for
+ * the call bound's W (engine.c, bound_compute): one period for the slots' quarantine, the rest
+ * for a page of another class to drain when its size class has no page (slab_drain). */
 #define EVICT_INLINE 8
-#define EVICT_WAIT_MARGIN_MS 500
 
 /* A write found no room for a new entry of key_len + value_len bytes (its own, or a MIGRATE's
  * copy that makes room for it in the index). With eviction on: wake the evictor, and unless
@@ -81,7 +80,7 @@ bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len)
         if (cls >= 0 && !memory_pending(op, key_len, value_len))
             nessie_evict_class(op->ctx, (uint32_t)cls, EVICT_INLINE);
         if (!op->memory_wait)
-            op->deadline += (3ULL * nd->cfg.expiration_ms + EVICT_WAIT_MARGIN_MS) * 1000000ULL;
+            op->deadline += nd->bound.memory_wait_ns;
     } else if (!memory_pending(op, key_len, value_len)) {
         return false;
     }
@@ -233,6 +232,7 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_ADD:
         if (live)
             return NESSIE_NOT_STORED;
+        h->flags8 = DTE_F_ADD;
         break;
     case W_REPLACE:
         if (!live)
@@ -360,6 +360,7 @@ static int lost_track(struct op *op)
 {
     op->mine = 0;
     op->nrec = 0;
+    op->lost = true;
     return NESSIE_TIMEOUT;
 }
 
@@ -529,14 +530,23 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
     }
 
     if (cand < 0 && op->mine) {
-        /* Our entry is gone from the index: a takeover committed it and it was replaced since
-         * (the call took effect), or it was taken out uncommitted (it never took effect, and
-         * nobody can link it again): try again. */
+        /* Our entry is gone from the index. Still in its life: committed by a takeover and
+         * replaced since (the call took effect), or never linked (our CAS's answer was lost and
+         * it had not run) or undone by a takeover (an add): it never took effect, and nobody can
+         * link it again: try again. In another life: this call stalled past the grace, and the
+         * entry was taken over and then replaced, recycled and reused, or was never linked and
+         * the leak sweep took it; which of the two is unknown, so the call's outcome is
+         * (a second write would apply a SET or INCR twice, or undo a DELETE). */
         struct dte_hdr h;
         mine_hdr(op, op->mine, &h);
-        if (dte_gen(h.state) == ite_gen(op->mine) && (h.state & DTE_BUSY) &&
-            (h.state & DTE_COMMITTED))
+        if (dte_gen(h.state) != ite_gen(op->mine) || !(h.state & DTE_BUSY)) {
+            *status = lost_track(op);
+            return A_DONE;
+        }
+        if (h.state & DTE_COMMITTED)
             return write_done(op, w, op->mine_version, status);
+        if (h.state & DTE_ABANDONED)
+            rec_remove(op, h.prev_ite); /* linked again by the takeover that undid it */
         op->mine = 0;
         return A_RETRY_NOW;
     }
@@ -725,11 +735,19 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         return A_DONE;
     }
     if (!committed) {
-        /* Only this call abandons its own entry, and it has not: cannot happen. Say so, and
-         * report the outcome as what it is: unknown. */
-        log_error("protocol: own entry %016llx could not be committed", (unsigned long long)mine);
-        *status = NESSIE_TIMEOUT;
+        /* Abandoned by a takeover: an add's entry, undone because this call outlived the grace
+         * (protocol.c, proto_takeover); the takeover links its previous version again, which
+         * is therefore not ours to recycle. The add had no effect, but this call has already
+         * stalled past its bound: it reports what a call that lost track reports. */
+        struct dte_hdr h;
+        mine_hdr(op, mine, &h);
+        rec_remove(op, h.prev_ite);
+        if (!(w->mode == W_ADD && (h.state & DTE_ABANDONED)))
+            log_error("protocol: own entry %016llx could not be committed",
+                      (unsigned long long)mine);
         op->mine = 0;
+        op->lost = true;
+        *status = NESSIE_TIMEOUT;
         return A_DONE;
     }
     op->mine = 0; /* committed: nothing to abandon any more, whatever happens below */
@@ -750,10 +768,14 @@ static int write_end(struct op *op, struct wreq *w, int status)
     struct nessie_ctx *ctx = op->ctx;
     if (status != NESSIE_OK && status != NESSIE_TIMEOUT && op->mine) {
         /* A definite failure must have no effect, ever (nessie.h): take our published entry
-         * back out, or report the effect unknown if even that cannot be made sure of. */
+         * back out, or report the effect unknown if even that cannot be made sure of, or if
+         * the call is past the last moment it may act (op->act_end: a takeover may be about to
+         * finish the entry, and the grace assumes we are done). */
         bool done;
         uint64_t version;
-        if (abandon_mine(op, &done, &version) != NESSIE_OK) {
+        if (nessie_mono_ns() >= op->act_end) {
+            status = NESSIE_TIMEOUT;
+        } else if (abandon_mine(op, &done, &version) != NESSIE_OK) {
             status = NESSIE_TIMEOUT;
         } else if (done) {
             w->version_out = version;

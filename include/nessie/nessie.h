@@ -344,8 +344,12 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  * recycler thread), not per operation. Returns how many DTEs it recycled.
  */
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
-/* The grace period, ms: op_timeout_ms (or one expiration period) plus two expiration periods.
- * An orphan is taken over, and a leak recycled by a sweep, only that long after its creation. */
+/* The call bound, ms: the longest after its start that anything a call did can still take effect
+ * (its budget, the wait for room a write may add, its last attempt, the fabric's longest request;
+ * kvstore/engine.c derives it). */
+uint64_t nessie_node_call_bound_ms(const struct nessie_node *node);
+/* The grace period, ms: the call bound plus one expiration period. An orphan is taken over, and
+ * a leak recycled by a sweep, only that long after its creation. */
 uint64_t nessie_node_grace_ms(const struct nessie_node *node);
 
 /*

@@ -1037,7 +1037,8 @@ int main(int argc, char **argv)
             return 2;
     }
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
-    uint64_t grace_us = ((uint64_t)opt_expiration_ms * 50 + 2ULL * (uint64_t)opt_expiration_ms + 5) * 1000;
+    /* The engine's own grace (the call bound and a period), a few ms more for the clocks. */
+    uint64_t grace_us = (nessie_node_grace_ms(nodes[0]) + 5) * 1000;
     /* Runs with faults leave entries behind by design: those of killed writers, and those of
      * writers that could not learn whether their CAS ran (taken over, or swept, later). */
     bool faulty = opt_crash_every || opt_inject > 0 || opt_stall_every > 0 || opt_kill_at;

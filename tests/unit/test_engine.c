@@ -88,6 +88,20 @@ static int set(struct nessie_ctx *ctx, const char *k, const char *v)
     return nessie_store(ctx, NESSIE_SET, k, strlen(k), v, strlen(v), 0, 0, 0, NULL);
 }
 
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* Sleep until an entry created now is an orphan: the grace (the call bound plus a period, as
+ * the engine derives it from the configuration), and a little more. */
+static void sleep_past_grace(void)
+{
+    sleep_ms((long)nessie_node_grace_ms(C.node[0]) + 50);
+}
+
 /* GET k and compare with want (NULL: must be absent). */
 static void check_value(struct nessie_ctx *ctx, const char *k, const char *want)
 {
@@ -1184,8 +1198,7 @@ static void fast_grace(struct nessie_config *c)
 
 static void wait_past_grace_then_get_victim(void)
 {
-    struct timespec ts = {2, 100 * 1000000}; /* grace: 2.02 s (fast_grace) */
-    nanosleep(&ts, NULL);
+    sleep_past_grace();
     for (uint32_t n = 0; n < 3; n++)
         nessie_recycle_run(C.ctx2[n], 0); /* publish the owners' clocks; mark what is staged */
     get_victim();
@@ -1215,9 +1228,7 @@ static void test_orphan_copy_of_deleted_source_undone(void **state)
 
 static void wait_past_grace_then_get(void)
 {
-    /* grace = op timeout + 2 expiration periods: 2.02 s */
-    struct timespec ts = {2, 100 * 1000000};
-    nanosleep(&ts, NULL);
+    sleep_past_grace();
     /* Orphan ages are judged on the owner's clock, which its recycler publishes (the daemon's
      * runs every few milliseconds); node 1 is the owner here. */
     nessie_recycle_run(C.ctx2[1], 0);
@@ -1657,17 +1668,10 @@ static void test_get_into_remote_uncached(void **state)
 
 #include "fabric.h"
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 static void faults_cfg(struct nessie_config *c)
 {
     c->expiration_ms = 10;
-    c->op_timeout_ms = 400; /* grace: 420 ms */
+    c->op_timeout_ms = 400; /* grace: 950 ms (400 + 3 x 10 + 500 + 10, and 10) */
 }
 
 /* A key whose I_1 is on node `first` and whose I_2 or I_3 is on node `later`. */
@@ -1757,7 +1761,7 @@ static void test_migration_source_cas_lost_after_delete(void **state)
     assert_int_equal(nessie_ctx_counters(C.ctx[1])->moves_undone, 1);
     get_victim();
     assert_true(seen_rc == NESSIE_NOT_FOUND || seen_rc == NESSIE_TIMEOUT);
-    sleep_ms(600); /* past the grace period (420 ms): the copy's takeover may run */
+    sleep_past_grace(); /* the copy's takeover may run */
     for (uint32_t n = 0; n < 3; n++)
         nessie_recycle_run(C.ctx2[n], 0); /* publish the owners' clocks; mark what is staged */
     check_value(C.ctx[0], g_victim, NULL);
@@ -1782,7 +1786,7 @@ static void test_fabric_error_after_publish_has_no_effect(void **state)
     faults_off(1);
     assert_true(F.fired);
     assert_true(rc == NESSIE_FABRIC_ERROR || rc == NESSIE_TIMEOUT);
-    sleep_ms(500); /* past the grace period: an orphan would be taken over now */
+    sleep_past_grace(); /* an orphan would be taken over now */
     struct nessie_item it;
     assert_int_equal(nessie_get(C.ctx[2], k, strlen(k), &it), NESSIE_OK);
     if (rc == NESSIE_FABRIC_ERROR)
@@ -1984,7 +1988,7 @@ static void test_flush_with_a_node_down(void **state)
 static void silent_owner_cfg(struct nessie_config *c)
 {
     c->expiration_ms = 10;
-    c->op_timeout_ms = 300; /* grace: 320 ms */
+    c->op_timeout_ms = 300; /* grace: 850 ms */
 }
 
 static int silent_tries;
