@@ -1256,6 +1256,127 @@ static void test_orphan_taken_over_writer_not_duplicated(void **state)
     assert_true(it.version == version);
 }
 
+/* Issue 26, finding 1: a migration descheduled past the grace between linking its copy (step
+ * 6) and emptying the source (step 7). A GET meets the copy as an orphan and undoes it, since
+ * its source is still linked; the migration must then not empty the source. Before the fix it
+ * did (no Step 0 check before step 7), its commit found the copy abandoned, and the item was in
+ * neither place: the victim, never deleted, read as a miss. */
+static void test_migration_past_grace_keeps_item(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, fast_grace);
+    /* z's positions taken by the victim (at its second position), a and b; the victim's first
+     * position is free when z migrates it, so the copy goes there, in front of its source, where
+     * a GET of the victim meets it first. */
+    uint64_t zp[8], vp[8];
+    char a[32], b[32], w[32];
+    nessie_key_positions(C.node[0], "z", 1, zp);
+    for (int i = 0;; i++) {
+        char prefix[16];
+        snprintf(prefix, sizeof(prefix), "v%d-", i);
+        key_at_way(zp[0], 1, prefix, g_victim, sizeof(g_victim));
+        nessie_key_positions(C.node[0], g_victim, strlen(g_victim), vp);
+        if (vp[0] != zp[1] && vp[0] != zp[2] && vp[2] != zp[1] && vp[2] != zp[2])
+            break;
+        assert_true(i < 100);
+    }
+    key_at(vp[0], "w", w, sizeof(w));
+    key_at(zp[1], "a", a, sizeof(a));
+    key_at(zp[2], "b", b, sizeof(b));
+    assert_int_equal(set(C.ctx[0], w, "w"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
+    assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
+    assert_int_equal(nessie_delete(C.ctx[0], w, strlen(w)), NESSIE_OK);
+    if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0 ||
+        ite_at(vp[0], slots) != 0)
+        skip();
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, wait_past_grace_then_get_victim);
+    seen_rc = -1;
+    int z_rc = set(C.ctx[1], "z", "zzz");
+    assert_true(S.fired);
+    assert_int_equal(seen_rc, NESSIE_OK); /* the copy undone; the source read */
+    assert_string_equal(seen_buf, "victim");
+    assert_true(nessie_ctx_counters(C.ctx[2])->takeovers >= 1);
+    check_value(C.ctx[0], g_victim, "victim");
+    check_value(C.ctx[2], a, "a");
+    check_value(C.ctx[2], b, "b");
+    if (z_rc == NESSIE_OK)
+        check_value(C.ctx[0], "z", "zzz");
+}
+
+/* A period long enough that a node's deletions all sit in quarantine together, and a budget
+ * that outlasts the old grace (op_timeout + 2 E) once a wait for room has extended it. */
+static void memory_wait_cfg(struct nessie_config *c)
+{
+    c->expiration_ms = 100;
+    c->op_timeout_ms = 2000;
+}
+
+static char mw_key[] = "k";
+static void stall_past_grace_then_take_over_and_delete(void)
+{
+    sleep_past_grace();
+    seen_rc = nessie_get(C.ctx2[0], mw_key, 1, &seen_item); /* takes the orphan over */
+    delete_rc = nessie_delete(C.ctx2[0], mw_key, 1);
+    sleep_ms(2 * 100);
+    nessie_recycle_run(C.ctx2[0], 1 << 20); /* the writer's slot leaves its life */
+}
+
+/* Issue 26, finding 2: a write that waited for room got 3 E + 500 ms beyond its budget, but the
+ * grace (op_timeout + 2 E) did not count them, so a takeover could commit the entry of a writer
+ * still inside its budget. Here the writer is descheduled after its CAS for the grace; its entry
+ * is taken over (a GET reads the new value), deleted, and its slot freed. Before the fix the
+ * writer, back inside its budget, found its entry gone and "in another life", took that for
+ * "never took effect", and wrote again: the deleted key came back with the SET's value. Now the
+ * grace covers the extension (the writer comes back past its bound and reports TIMEOUT), and a
+ * writer that loses track of its entry reports TIMEOUT in any case, never NO_MEMORY. */
+static void test_write_outliving_grace_is_not_applied_twice(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 10, 1 << 20, memory_wait_cfg);
+    static char v[60000];
+    memset(v, 'f', sizeof(v));
+    /* Fill the node (60 KB items: one a page) until every page a value may take is taken,
+     * then delete everything it holds: every slot of the class is in quarantine for a period,
+     * so the next SET waits. */
+    struct slab *sl = &C.node[0]->slab;
+    int n = 0;
+    while (sl->next_page + sl->reserve_pages < sl->hdr->page_count) {
+        char k[32];
+        snprintf(k, sizeof(k), "f-%d", n++);
+        assert_int_equal(nessie_store(C.ctx2[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL), NESSIE_OK);
+        assert_true(n < 1000);
+    }
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "f-%d", i);
+        nessie_delete(C.ctx2[0], k, strlen(k));
+    }
+    /* The slots an eviction freed beyond what its writer took are still free: fill them too. */
+    struct slab_class *sc = &sl->cls[slab_class_for(sl, dte_size(1, sizeof(v)))];
+    while (sc->nfree > sc->reserve) {
+        char k[32];
+        snprintf(k, sizeof(k), "f-%d", n++);
+        assert_int_equal(nessie_store(C.ctx2[0], NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0,
+                                      NULL), NESSIE_OK);
+    }
+    script(C.ctx[0], NESSIE_HOOK_PUT_AFTER_CAS, -1, stall_past_grace_then_take_over_and_delete);
+    seen_rc = delete_rc = -1;
+    memset(v, 'n', sizeof(v));
+    int rc = nessie_store(C.ctx[0], NESSIE_SET, mw_key, 1, v, sizeof(v), 0, 0, 0, NULL);
+    assert_true(S.fired);
+    /* The case was met: the SET waited for room before its CAS. */
+    assert_true(nessie_ctx_counters(C.ctx[0])->op[NESSIE_OPK_PUT].aborts[NESSIE_ABORT_MEMORY] > 0);
+    assert_int_equal(seen_rc, NESSIE_OK);
+    assert_int_equal(seen_item.value_len, sizeof(v));
+    assert_int_equal(delete_rc, NESSIE_OK);
+    assert_int_equal(rc, NESSIE_TIMEOUT);
+    check_value(C.ctx2[0], mw_key, NULL);
+}
+
 static void delete_k_paused_get(void) { get_k_on_node2(); }
 
 /* A.1.5: a GET that meets a DELETE in progress reads the previous version; after, nothing. */
@@ -2165,8 +2286,11 @@ static void test_dump_during_put_lists_previous_version(void **state)
     assert_string_equal(dump_seen[1], "k");
 }
 
-int main(void)
+/* test_engine [PATTERN]: only the tests whose names match PATTERN (cmocka's filter, * and ?). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_get_into, teardown),
         cmocka_unit_test_teardown(test_get_into_remote_uncached, teardown),
@@ -2198,6 +2322,8 @@ int main(void)
         cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
         cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
+        cmocka_unit_test_teardown(test_migration_past_grace_keeps_item, teardown),
+        cmocka_unit_test_teardown(test_write_outliving_grace_is_not_applied_twice, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
         cmocka_unit_test_teardown(test_put_waits_for_migrate_in_progress, teardown),
