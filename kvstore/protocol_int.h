@@ -211,7 +211,10 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
 #define RUN_ATTEMPTS(op, call)                                                   \
     do {                                                                         \
         for (unsigned attempt_no = 0;; attempt_no++) {                           \
-            /* A read-ahead belongs to the first attempt: its timer starts then. */ \
+            /* A read-ahead belongs to the first attempt only: its timer starts   \
+             * then; any later attempt reads I_1 itself, on a timer of its own. */ \
+            if (attempt_no > 0)                                                  \
+                (op)->pre_valid = false;                                         \
             (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
             CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
             enum attempt a_ = (call);                                            \

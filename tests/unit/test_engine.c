@@ -1719,6 +1719,47 @@ static void test_get_multi(void **state)
     assert_int_equal(nessie_get_multi(C.ctx[1], 1, NULL, kl, multi_cb, &m), NESSIE_INVALID);
 }
 
+static void slow_first_key(void) { sleep_ms(3 * 10); }
+
+static void multi_cfg(struct nessie_config *c)
+{
+    c->expiration_ms = 10;
+    c->op_timeout_ms = 300;
+}
+
+/* Issue 26, finding 3: one slow key times out the rest of a multi-get. Every GET of a batch
+ * started its attempts at the batch's read-ahead time for as long as the read-ahead was unused,
+ * so once the first key took longer than a period, each later key's attempts were all expired
+ * at their start: it spun in back-off to the budget and returned TIMEOUT. Here the first key's
+ * GET is held for three periods after its first read. */
+static void test_multi_get_slow_key_delays_only_itself(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, multi_cfg);
+    char keys[8][16];
+    const void *kp[8];
+    size_t kl[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "sk%d", i);
+        kp[i] = keys[i];
+        kl[i] = strlen(keys[i]);
+        char v[16];
+        snprintf(v, sizeof(v), "v%d", i);
+        assert_int_equal(set(C.ctx[0], keys[i], v), NESSIE_OK);
+    }
+    script(C.ctx[1], NESSIE_HOOK_GET_ITE_READ, 0, slow_first_key);
+    struct multi_seen m;
+    memset(&m, 0xff, sizeof(m.status));
+    assert_int_equal(nessie_get_multi(C.ctx[1], 8, kp, kl, multi_cb, &m), NESSIE_OK);
+    assert_true(S.fired);
+    for (int i = 0; i < 8; i++) {
+        char v[16];
+        snprintf(v, sizeof(v), "v%d", i);
+        assert_int_equal(m.status[i], NESSIE_OK);
+        assert_string_equal(m.val[i], v);
+    }
+}
+
 /* nessie_get_into: a large value (read in a READ of its own) lands in the caller's buffer, from
  * every node (local, remote, cached); a small one, or one larger than the buffer, comes back in
  * the context's buffer as from nessie_get. The value is right either way. */
@@ -2323,6 +2364,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_migration_past_grace_keeps_item, teardown),
+        cmocka_unit_test_teardown(test_multi_get_slow_key_delays_only_itself, teardown),
         cmocka_unit_test_teardown(test_write_outliving_grace_is_not_applied_twice, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
