@@ -155,8 +155,11 @@ static const struct cfg_key schema[] = {
      "steps up to 200 us, 2 ms once no request came for 100 ms, 10 ms after a second: the first\n"
      "request after a quiet spell waits that long) or spin (a core each, always busy, as the paper's\n"
      "servers)."},
-    {"reception", "sweep_every_s", CFG_U32, 0, 1 << 20, "0", NULL, NULL, F(sweep_every_s),
-     "Leak sweep period, seconds (0: only the sweeps after a start, which find what a crash left)."},
+    {"reception", "sweep_every_s", CFG_U32, 0, 1 << 20, "60", NULL, NULL, F(sweep_every_s),
+     "Leak sweep period, seconds: the sweep recycles the entries that faults leave behind (a\n"
+     "timed-out write's previous version, a migration of unknown outcome, a crashed writer's\n"
+     "entries), which nothing else ever reclaims; it reads the index entries of every item older\n"
+     "than the grace, so it runs now and then, not always. 0: only the sweeps after a start."},
     {"reception", "socket", CFG_STR, 1, 107, WIRE_SOCKET_NAME, NULL, NULL, F(socket_name),
      "The Unix socket: relative to the run directory (--run-dir, $NESSIE_RUN_DIR, /tmp/nessie-$UID);\n"
      "%u is replaced by the node ID."},

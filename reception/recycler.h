@@ -2,8 +2,8 @@
  * recycler.h - the recycler daemons: background threads that keep DTE recycling off the
  * operations' critical path (paper 4.3.3): they mark what finished operations staged (recycle
  * bit + expiry), return expired recycled DTEs to the free lists (so a PUT finds a free entry
- * without scanning), and sweep the DTEs a crash leaked (after a restart, and every
- * sweep_every_s if set).
+ * without scanning), and sweep the DTEs that crashes and faults leaked (after a start, and then
+ * every sweep_every_s, a minute by default).
  */
 #ifndef NESSIE_RECEPTION_RECYCLER_H
 #define NESSIE_RECEPTION_RECYCLER_H
