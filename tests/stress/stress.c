@@ -17,6 +17,9 @@
  *
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C undecided=U
+ *   injected=I stalls=T evictions=E shipped=H dropped=D outlived=O
+ * (O: recorded calls that lasted longer than the engine's grace, which --stall-ms longer than the
+ * grace produces: their entries may have been taken over while they ran)
  * and the exit status is non-zero if V, S or L is not zero. U counts keys whose history the
  * checker could not decide within --check-budget: that fails the run too, except in crash runs,
  * where many operations cut off by kills (each possibly applied, at any later time) can make a
@@ -1114,6 +1117,11 @@ int main(int argc, char **argv)
         injected += atomic_load(&sh->node[n].injected);
         stalls += atomic_load(&sh->node[n].stalls);
     }
+    /* Calls that lasted longer than the grace: their entries may have been taken over while
+     * they were still running (issue 26), the states the time arguments must survive. */
+    uint64_t outlived = 0, grace_ns = nessie_node_grace_ms(nodes[0]) * 1000000ULL;
+    for (uint64_t i = 0; i < total; i++)
+        outlived += hist[i].call_ns && hist[i].done && hist[i].ret_ns - hist[i].call_ns > grace_ns;
     uint64_t evictions = 0;
     for (uint64_t i = 0; i < atomic_load(&elog->n) && i < elog->cap; i++)
         evictions += elog->r[i].done && elog->r[i].status == NESSIE_OK;
@@ -1124,12 +1132,12 @@ int main(int argc, char **argv)
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
            " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
-           " dropped=%" PRIu64 "\n",
+           " dropped=%" PRIu64 " outlived=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
-           sum.sd_dropped);
+           sum.sd_dropped, outlived);
 
     for (int n = 0; n < opt_nodes; n++) {
         nessie_node_close(nodes[n]);
