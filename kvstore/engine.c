@@ -242,6 +242,9 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         free(nd);
         return NESSIE_INVALID;
     }
+    /* A late WRITE (an access hint nobody waits for) lands within the fabric's request bound:
+     * no page is divided anew before that (slab.h, page_freed_ms). */
+    slab_set_late_ms(&nd->slab, (nd->bound.fabric_ns + 999999ULL) / 1000000ULL);
     nd->nclasses = nd->slab.nclasses;
     for (uint32_t c = 0; c < nd->nclasses; c++)
         nd->class_size[c] = nd->slab.cls[c].slot_bytes;

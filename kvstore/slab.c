@@ -111,7 +111,15 @@ static int push_free(struct slab *s, uint32_t cls, uint64_t off)
     }
     *free_at(c, c->nfree++) = off;
     s->page_free[page_of(s, off)]++;
+    s->page_freed_ms[page_of(s, off)] = nessie_mono_ms();
     return 0;
+}
+
+void slab_set_late_ms(struct slab *s, uint64_t ms)
+{
+    pthread_mutex_lock(&s->lock);
+    s->late_ms = ms;
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Take the oldest free slot of class cls (there is one). */
@@ -234,7 +242,12 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
     if (s->reserve_pages >= h->page_count)
         s->reserve_pages = 0;
     s->page_free = calloc(h->page_count, sizeof(*s->page_free));
-    if (!s->page_free) {
+    s->page_freed_ms = calloc(h->page_count, sizeof(*s->page_freed_ms));
+    if (!s->page_free || !s->page_freed_ms) {
+        free(s->page_free);
+        free(s->page_freed_ms);
+        s->page_free = NULL;
+        s->page_freed_ms = NULL;
         log_error("slab: out of memory for the page table of %llu pages",
                   (unsigned long long)h->page_count);
         pthread_mutex_destroy(&s->lock);
@@ -280,6 +293,7 @@ void slab_close(struct slab *s)
         free(s->cls[c].pages);
     }
     free(s->page_free);
+    free(s->page_freed_ms);
     free(s->q);
     pthread_mutex_destroy(&s->lock);
     memset(s, 0, sizeof(*s));
@@ -518,13 +532,15 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
          * and no write room (test_migration_on_full_node_waits_for_room). */
         if (s->cls[d].npages <= 1)
             continue;
-        if (s->page_free[p] == slots_per_page(s, d) && s->cls[d].nfree > best_free) {
+        if (s->page_free[p] == slots_per_page(s, d) && now - s->page_freed_ms[p] >= s->late_ms &&
+            s->cls[d].nfree > best_free) {
             best = p;
             best_free = s->cls[d].nfree;
         }
     }
     if (s->drain_page >= 0 && s->drain_for == cls &&
-        s->page_free[s->drain_page] == slots_per_page(s, s->page_class[s->drain_page]))
+        s->page_free[s->drain_page] == slots_per_page(s, s->page_class[s->drain_page]) &&
+        now - s->page_freed_ms[s->drain_page] >= s->late_ms)
         best = (uint64_t)s->drain_page;
     if (best == UINT64_MAX)
         return -1;
@@ -546,10 +562,16 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
     uint64_t per = slots_per_page(s, cls);
     for (uint64_t i = 0; i < per; i++) {
         uint64_t off = page_offset(s, best) + i * s->cls[cls].slot_bytes;
-        /* The new slots have no life of their own to count from; one of the page's old slots
-         * of the same class and offset may have (a page that comes back), so each starts at a
-         * generation drawn from its offset and the rebalance count, not at 0. */
+        /* A new slot that starts where one of the donor's did continues that slot's lives (its
+         * generation + 1, as a reuse would), so an index entry naming the old slot's last life
+         * can never name the new one's first. Elsewhere the new slot has no life to count from
+         * (an older division of the page may have had a slot there): it starts at a generation
+         * drawn from its offset and the rebalance count, not at 0. Either way a stale entry
+         * is also older than the quarantine and late_ms, which the time guard covers. */
         uint32_t gen = (uint32_t)((off / ITE_UNIT) * 2654435761u + s->rebalanced * 40503u);
+        if ((off - page_offset(s, best)) % s->cls[d].slot_bytes == 0)
+            gen = dte_gen(atomic_load_explicit(word_at(s->base, off + DTE_OFF_STATE),
+                                               memory_order_relaxed)) + 1;
         atomic_store_explicit(word_at(s->base, off + DTE_OFF_STATE), dte_state(gen, 0),
                               memory_order_relaxed);
         atomic_store_explicit(quarantine_at(s->base, off), 0, memory_order_relaxed);

@@ -63,6 +63,13 @@ struct slab {
     uint64_t next_page;   /* pages below this are assigned (assignment goes in page order) */
     uint64_t scan_page, scan_slot; /* cursor of the incremental recycle scan */
     uint32_t *page_free;  /* per page: its slots on a free list (process memory, rebuilt) */
+    /* Per page: when a slot of it last came back to a free list (nessie_mono_ms; the open's time
+     * after a re-attach). A page is divided anew only late_ms after that: a peer's WRITE that
+     * nobody waits for (an access hint, evict.c) may land that long after its post, and must
+     * land in the slot it was meant for, never inside another class's item (issue 26, finding
+     * 4). late_ms is the fabric's request bound (slab_set_late_ms; 0 on shm). */
+    uint64_t *page_freed_ms;
+    uint64_t late_ms;
     uint64_t rebalanced;  /* pages moved from one class to another */
     uint64_t quarantine_ms; /* a recycled slot is freed this long after the scan first sees it */
     uint64_t reserve_pages; /* unassigned pages only tombstones may take */
@@ -99,6 +106,9 @@ void slab_close(struct slab *s);
 
 /* Smallest class whose slots hold `bytes`, or -1 if none (too big). */
 int slab_class_for(const struct slab *s, uint64_t bytes);
+
+/* Pages are divided anew only ms after their last slot came back (see page_freed_ms). */
+void slab_set_late_ms(struct slab *s, uint64_t ms);
 
 /* Take a free slot of class cls: free list (oldest first), else a new page, else a scan for
  * recycled slots whose quarantine is over, else a page another class holds entirely free. A
