@@ -45,7 +45,7 @@ struct recep_recycler {
     uint32_t n;
     uint32_t sweep_every_s;
     uint32_t expiration_ms;
-    uint64_t grace_ms; /* the engine's takeover grace: op timeout + 2 expiration periods */
+    uint64_t grace_ms; /* the engine's takeover grace: the call bound and a period (engine.c) */
     /* Stop: a flag under a mutex with a condition variable, so a sleeping recycler stops at once
      * rather than at the end of its nap. */
     pthread_mutex_t lock;
