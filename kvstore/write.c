@@ -676,10 +676,13 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             *status = NESSIE_NOT_STORED;
             return A_DONE;
         }
-        if (dup_live && !op->mine_prev_live) {
-            /* The duplicate is the value readers see (the candidate was empty or dead): make it
-             * our entry's previous version before unlinking it, so that readers meeting our
-             * entry, and a rollback of it, still find that value. */
+        if (dup_live && !op->mine_prev_live && ite_empty(op->mine_replaced)) {
+            /* The duplicate is the value readers see (the candidate was empty): make it our
+             * entry's previous version before unlinking it, so that readers meeting our entry,
+             * and a rollback of it, still find that value. Not when the candidate held the key,
+             * expired or flushed: readers stop at that entry and see the key absent, and the
+             * older duplicate behind it must stay hidden (issue 26, finding 7:
+             * test_dead_front_entry_hides_older_duplicate read it back during the write). */
             if (!set_prev(op, mine, ite)) {
                 *status = lost_track(op);
                 return A_DONE;

@@ -1440,6 +1440,51 @@ static void test_write_outliving_grace_is_not_applied_twice(void **state)
     check_value(C.ctx2[0], mw_key, NULL);
 }
 
+static void get_k_on_node0(void)
+{
+    seen_rc = nessie_get(C.ctx[0], "k", 1, &seen_item);
+    if (seen_rc == NESSIE_OK)
+        snprintf(seen_buf, sizeof(seen_buf), "%.*s", (int)seen_item.value_len,
+                 (const char *)seen_item.value);
+}
+
+static int dead_front_rc;
+static void take_over_dead_front_then_set(void)
+{
+    /* The writer of the expired item is "gone": its entry is taken over and committed without
+     * its step 4, so the older item stays linked behind it. */
+    sleep_past_grace();
+    nessie_recycle_run(C.ctx2[1], 0); /* publish the owner's clock */
+    assert_int_equal(nessie_get(C.ctx[2], "k", 1, &seen_item), NESSIE_NOT_FOUND);
+    /* A SET whose candidate is the expired entry; a GET during it, after its step 4. */
+    script(C.ctx[2], NESSIE_HOOK_PUT_BEFORE_REVERSE, -1, get_k_on_node0);
+    dead_front_rc = set(C.ctx[2], "k", "new");
+}
+
+/* Issue 26, finding 7: an expired entry of the key in front of an older, live duplicate (left by
+ * a writer that did not finish its step 4: taken over). Readers stop at the front entry: the key
+ * is absent. A write whose candidate is that expired entry adopted the duplicate as its previous
+ * version in its step 4, so a GET during the write returned the older value ("third"), which
+ * was hidden before the write and is not the write's. Now only a duplicate behind an empty
+ * candidate is adopted. */
+static void test_dead_front_entry_hides_older_duplicate(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, fast_grace);
+    char x1[32], x2[32];
+    uint64_t kp[8];
+    k_in_third(x1, x2, kp); /* k = "third" at I_3 */
+    assert_int_equal(nessie_delete(C.ctx[0], x1, strlen(x1)), NESSIE_OK); /* I_1 empty */
+    script(C.ctx[1], NESSIE_HOOK_PUT_AFTER_CAS, -1, take_over_dead_front_then_set);
+    seen_rc = dead_front_rc = -1;
+    /* Expired from the start (memcached's negative exptime). */
+    int rc = nessie_store(C.ctx[1], NESSIE_SET, "k", 1, "gone", 4, 0, -1, 0, NULL);
+    assert_true(rc == NESSIE_OK || rc == NESSIE_TIMEOUT);
+    assert_int_equal(dead_front_rc, NESSIE_OK);
+    assert_int_equal(seen_rc, NESSIE_NOT_FOUND); /* never "third" */
+    check_value(C.ctx[0], "k", "new");
+}
+
 static void delete_k_paused_get(void) { get_k_on_node2(); }
 
 /* A.1.5: a GET that meets a DELETE in progress reads the previous version; after, nothing. */
@@ -2429,6 +2474,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_migration_past_grace_keeps_item, teardown),
         cmocka_unit_test_teardown(test_multi_get_slow_key_delays_only_itself, teardown),
+        cmocka_unit_test_teardown(test_dead_front_entry_hides_older_duplicate, teardown),
         cmocka_unit_test_teardown(test_write_outliving_grace_is_not_applied_twice, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
