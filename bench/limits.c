@@ -86,9 +86,13 @@ static int do_memcpy(int argc, char **argv)
  * word being in a mapping of two processes); otherwise both spin. */
 static void wait_for(_Atomic uint32_t *w, uint32_t v, int sleep)
 {
-    while (atomic_load_explicit(w, memory_order_acquire) != v) {
+    uint32_t cur;
+    while ((cur = atomic_load_explicit(w, memory_order_acquire)) != v) {
+        /* FUTEX_WAIT sleeps only while the word still holds the value this loop judged: a
+         * second load here could read the peer's post made after the check and sleep through
+         * its wake-up for ever (bench-smoke hung so, both processes in futex_wait). */
         if (sleep)
-            syscall(SYS_futex, w, FUTEX_WAIT, atomic_load(w), NULL, NULL, 0);
+            syscall(SYS_futex, w, FUTEX_WAIT, cur, NULL, NULL, 0);
         else
             __builtin_ia32_pause();
     }
