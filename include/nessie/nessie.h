@@ -175,6 +175,10 @@ struct nessie_counters {
     uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
     uint64_t sd_auto[2];          /* mode auto's choices: [0] client-driven, [1] shipped */
     uint64_t sd_queue_ns;         /* served requests' waits in the ring, summed (ns) */
+    uint64_t sd_withdrawn;        /* shipped calls no server took up in time: withdrawn, run here */
+    uint64_t sd_shunned;          /* calls run here, not shipped: their home's servers looked
+                                     dead or stalled (their heartbeat stood still) */
+    uint64_t sd_expired;          /* requests a server took up after their budget: not run */
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
      * bytes_hist (those count only this node's own clients' calls, a shipped one as the
      * request's WRITE and the reply's): what server-driven execution costs on the home node. */
