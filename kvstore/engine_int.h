@@ -130,6 +130,12 @@ struct nessie_ctx {
         uint64_t published, first_seen;
     } *clock_seen;
     enum nessie_mode mode;      /* who carries out its operations (sd.c) */
+    /* The budget's end (monotonic ns) of the next call started on this context, when it is a
+     * shipped call carried out here: by its home node's server (from the budget the request
+     * carried) or by its requester after a withdrawal (from the call's original start), so its
+     * bound still runs from where the call began. 0: none (now + B). proto_op_init consumes it;
+     * sd.c clears it after the call in any case. */
+    uint64_t call_deadline_ns;
     bool serving;               /* running a peer's shipped call: traffic counted as served */
     /* Server-driven messages (sd.c), one slot long each: [0] the request (built here, or copied
      * out of the ring by a server), [1] the reply (built by a server, or copied in here). */

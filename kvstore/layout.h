@@ -290,10 +290,31 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
  * header's seq and incarnation are new, the trailer repeats the seq, the checksum (gzip's CRC-32
  * over the header with crc = 0, then the payload) matches, and the header's seq still reads the
  * same after the copy. Within one life of the requester the seq only grows, so a request
- * written again (a replay) is recognized as old.
+ * written again (a replay) is recognized as old. Who runs a request is settled by its take-up
+ * word (struct sd_req, ctl), never by which bytes landed.
  */
-#define MSG_HDR_BYTES 4096 /* reserved: what a home node publishes about its load */
+#define MSG_HDR_BYTES 4096 /* what a home node publishes about its servers (struct msg_hdr) */
 #define MSG_INLINE_MAX (1u << 20) /* largest payload a slot carries (the slot grows no further) */
+
+/*
+ * The rings' wire version, folded into every message's checksum (as the CRC's seed), so that a
+ * peer of another version finds each of this version's messages torn and drops it (its requester
+ * withdraws the call and runs it itself, or times out) instead of running it under other rules.
+ * 2 (issue 26): a request carries its take-up word (ctl) and its requester's remaining budget;
+ * the take-up word is left out of the checksum, since it changes after the request was written.
+ */
+#define MSG_WIRE_VERSION 2
+
+/* At offset 0 of every MSG region, written by its node only. */
+struct msg_hdr {
+    /* The node's SD servers' heartbeat: their CLOCK_MONOTONIC ns at a recent pass over the rings
+     * (stored at most once a millisecond). Peers only ask whether it changed between two of
+     * their reads, never compare it with their own clock: a value that stands still means no
+     * server is looking at the rings (none running, or all stalled inside calls). */
+    uint64_t sd_beat;
+};
+_Static_assert(sizeof(struct msg_hdr) <= MSG_HDR_BYTES, "MSG header fits its page");
+#define MSG_HDR_OFF_BEAT ((uint64_t)__builtin_offsetof(struct msg_hdr, sd_beat))
 
 enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH, SD_OP_END };
 
@@ -304,19 +325,45 @@ struct sd_req {
     uint8_t op;           /* enum sd_op */
     uint8_t sub;          /* store: enum nessie_store_mode; arith: 1 incr, 0 decr */
     uint8_t key_len;
-    uint8_t pad0;
+    uint8_t version;      /* MSG_WIRE_VERSION (for the logs: the checksum is what enforces it) */
     uint32_t value_len;
     uint32_t flags;
-    uint32_t pad1;
+    /* The requester's budget left when it posted the request (us, at least 1): the home node
+     * adds it to its own clock when it first sees the request, and neither starts nor runs the
+     * call past that (clocks of two hosts are never compared; only a duration travels). */
+    uint32_t budget_us;
     int64_t exptime;      /* as the client gave it: the home node makes it absolute */
     uint64_t arg;         /* store: the CAS token; arith: the delta */
-    uint64_t pad2[2];
+    /* The take-up word: sd_ctl(state, incarnation, seq). Written SD_CTL_POSTED with the request;
+     * after that changed only by CAS (through the fabric, on the home node too): a server takes
+     * the request up (POSTED -> TAKEN) before it runs it, a requester that waited too long
+     * withdraws it (POSTED -> WITHDRAWN) and runs the call itself. Exactly one of the two wins. */
+    uint64_t ctl;
+    uint64_t pad2;
 };                        /* then key, value, trailer */
 _Static_assert(sizeof(struct sd_req) == 64, "request header is one cache line");
+#define SD_REQ_OFF_CTL ((uint64_t)__builtin_offsetof(struct sd_req, ctl))
+
+#define SD_CTL_POSTED 1ULL
+#define SD_CTL_TAKEN 2ULL
+#define SD_CTL_WITHDRAWN 3ULL
+#define SD_CTL_STATE_SHIFT 62
+#define SD_CTL_TAG_MASK ((1ULL << SD_CTL_STATE_SHIFT) - 1)
+/* The word for one request in one state: its seq's low 48 bits and 14 bits of its requester's
+ * life name it, so a late CAS aimed at an earlier request of the slot never matches. */
+static inline uint64_t sd_ctl(uint64_t state, uint32_t incarnation, uint64_t seq)
+{
+    return (state << SD_CTL_STATE_SHIFT) | ((uint64_t)(incarnation & 0x3FFF) << 48) |
+           (seq & 0xFFFFFFFFFFFFULL);
+}
+static inline uint64_t sd_ctl_state(uint64_t ctl) { return ctl >> SD_CTL_STATE_SHIFT; }
 
 /* A reply's status beyond enum nessie_status: the value does not fit a slot (the requester then
  * reads it itself, client-driven). */
 #define SD_STATUS_TOO_LARGE 255
+/* The request was taken up when its budget was already spent: not run, and never will be (the
+ * requester may run it itself if its own budget allows). */
+#define SD_STATUS_EXPIRED 254
 
 struct sd_rep {
     uint64_t seq;         /* the request's */

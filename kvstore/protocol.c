@@ -106,9 +106,13 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
      * so a retry recognizes its own entries and nobody else's. */
     op->id = ((uint64_t)nd->cfg.self << 52) | ((nd->incarnation & 0xFFF) << 40) |
              ((uint64_t)(ctx->id & 0xFF) << 32) | ++ctx->op_seq;
-    uint64_t now = nessie_mono_ns();
-    op->deadline = now + nd->bound.budget_ns;
-    op->act_end = now + nd->bound.budget_ns + nd->bound.memory_wait_ns + nd->bound.period_ns;
+    uint64_t now = nessie_mono_ns(), end = now + nd->bound.budget_ns;
+    /* A shipped call carried out here keeps the budget it started with (sd.c). */
+    if (ctx->call_deadline_ns && ctx->call_deadline_ns < end)
+        end = ctx->call_deadline_ns;
+    ctx->call_deadline_ns = 0;
+    op->deadline = end;
+    op->act_end = end + nd->bound.memory_wait_ns + nd->bound.period_ns;
     ctx->kind = kind;
     CTR_ADD(OPC(ctx).ops, 1);
     op_traffic_mark(op);

@@ -11,13 +11,26 @@
  * operations on one key therefore interleave linearizably: each takes effect inside the home
  * node's execution, which lies inside the requester's call.
  *
- * Honesty under faults (nessie.h): a GET changes nothing, so one that gets no answer may say
- * NESSIE_FABRIC_ERROR (the request could not be sent) or NESSIE_TIMEOUT. A write whose request
- * may have arrived (its WRITE completed, or failed in a way that hides whether it landed) but
- * whose reply did not come is NESSIE_TIMEOUT: the home node may run it, or may have. A slot whose
- * request went unanswered is poisoned (its header zeroed, and that WRITE waited for) before it
- * carries the next request, so a server still copying the old request sees the change and drops
- * its copy instead of running a request torn between two.
+ * Deadlines and withdrawal (issue 26). A request carries its requester's remaining budget (a
+ * duration: clocks of two hosts are never compared); the server adds it to its own clock when it
+ * first sees the request, and runs the call with that end as its budget (answering "expired",
+ * not running it, once it has passed), so the shipped call obeys the call bound (engine.c,
+ * bound_compute) from its start at the home node. A server takes a request up by a CAS of its
+ * take-up word (posted -> taken); a requester that has had no reply within the take-up limit
+ * withdraws it by a CAS of the same word (posted -> withdrawn): exactly one of the two wins. A
+ * withdrawn call runs here, client-driven, with what is left of the budget it started with. So
+ * one slow or stalled call holds up only itself: the calls queued behind it at its server are
+ * withdrawn and run by their callers. A won withdrawal also shuns the home node (no server
+ * looked at its ring): calls to it run here at once until its servers' heartbeat moves, so a
+ * dead home node costs one take-up limit, not a budget per call, on every fabric.
+ *
+ * Honesty under faults (nessie.h): a GET changes nothing, so one that gets no answer may run
+ * here after all, or say NESSIE_TIMEOUT. A write that a server may have taken up (taken, or its
+ * take-up word could not be read) but whose reply did not come is NESSIE_TIMEOUT: the home node
+ * may run it, or may have. A slot whose request may still be landing is poisoned (its header
+ * zeroed, and that WRITE waited for) before it carries the next request, so a server still
+ * copying the old request sees the change and drops its copy instead of running a request torn
+ * between two.
  *
  * Ownership: a requester's slot is held by one thread at a time (the free mask); a home node's
  * request slot i is served by server worker i % workers only, so one slot's requests run one at
@@ -42,10 +55,35 @@
  * landing (a WRITE lands within microseconds; one held up longer by verbs retransmissions gets
  * its requester a TIMEOUT, an honest answer): dropped, counted and logged. */
 #define SD_GARBAGE_NS (100ULL * 1000000ULL)
-/* A requester waits for a reply this long beyond the home node's own budget for the call (its
- * op_timeout, and for a write the extra a full node grants a write waiting for room: the call
- * bound's W, engine.c): the transit both ways and the server's scan. */
+/* A requester whose request was taken up waits for the reply this long beyond the longest the
+ * home node may still run the call (the budget the request carried, W for a write, E, F: the
+ * call bound, engine.c): the reply's transit and the server's scheduling. */
 #define SD_TRANSIT_MARGIN_MS 100
+/*
+ * The take-up limit (issue 26): a request that has had no reply this long after it was posted is
+ * withdrawn (its take-up word CASed from posted to withdrawn) and, if that wins, the call runs
+ * here, client-driven, within what is left of its budget. A server answers an idle ring within
+ * one nap (reception/sdserver.c: 200 us while busy, 10 ms after a second of silence) plus the
+ * calls ahead of it in its pass, microseconds each; a request still unanswered later waits behind
+ * a slow call (a write waiting up to W for room), or its server is stalled, starved or dead, and
+ * the call is better run here than queued. A quarter of the expiration period, the time the
+ * cluster is configured to give one step, keeps what such a home node costs a call to a fraction
+ * of a step; at least SD_TAKEUP_MIN_MS, a scheduler tick (4 ms) and a little, which a runnable
+ * server thread behind a hog on a busy core may wait, so a healthy server is not withdrawn from.
+ * The same interval paces the probes of a shunned home node's heartbeat (sd_home_probe).
+ */
+#define SD_TAKEUP_PERIOD_DIV 4
+#define SD_TAKEUP_MIN_MS 5
+/* CASes of a take-up word (a withdrawal, or a server's take-up) whose completion was lost and
+ * whose word, read back, shows they did not run: each costs a round trip; after these the
+ * outcome counts as unknown (the fabric to that node is failing). */
+#define SD_CTL_TRIES 3
+/* The servers' heartbeat (layout.h, msg_hdr.sd_beat) is stored at most this often: several
+ * server threads pass over the rings, and peers read the line. */
+#define SD_BEAT_EVERY_NS 1000000ULL
+/* sd_ship's answer beyond enum nessie_status: the call did not run at its home node and never
+ * will (nothing was sent, or the request was withdrawn, or refused as expired): run it here. */
+#define SD_RUN_HERE (-1)
 /* How a requester waits: spin this many polls (a reply from an idle server comes within a few
  * microseconds), then sleep in steps growing with the wait, up to SD_WAIT_SLEEP_MAX_US (a futex
  * wake-up would cost the server a system call per reply, and over verbs it has none to make). */
@@ -96,6 +134,19 @@ struct sd_in {
     uint64_t bad_seq;       /* a request that did not validate, and when it was first seen */
     uint32_t bad_inc;
     uint64_t bad_since;
+    uint64_t seen_seq;      /* the last request seen arriving, and when (this node's clock): */
+    uint32_t seen_inc;      /* its budget runs from then */
+    uint64_t seen_ns;
+};
+
+/* What this node knows of one home node's servers, shared by all its requesters. */
+struct sd_home {
+    /* Shunned: a withdrawal won there, so no server was looking at its ring; calls to it run
+     * here until its heartbeat moves away from `beat`, the value it showed then. probe_ns: when
+     * it was shunned or last probed (this node's clock). */
+    _Atomic bool shunned;
+    _Atomic uint64_t beat;
+    _Atomic uint64_t probe_ns;
 };
 
 struct sd_state {
@@ -116,6 +167,7 @@ struct sd_state {
     /* Mode auto's averages, [(home * 2 + write) * AUTO_BUCKETS + bucket]; shared by every
      * context of the node (relaxed: a lost update loses one sample). */
     struct sd_est *est;
+    struct sd_home *home;       /* [home] */
     _Atomic uint64_t drop_logged_ns; /* rate limit of the garbage warning */
 };
 
@@ -152,8 +204,9 @@ int sd_open(struct nessie_node *nd)
     st->out = calloc((size_t)st->nodes * st->slots, sizeof(*st->out));
     st->in = calloc((size_t)st->nodes * st->slots, sizeof(*st->in));
     st->est = calloc((size_t)st->nodes * 2 * AUTO_BUCKETS, sizeof(*st->est));
+    st->home = calloc(st->nodes, sizeof(*st->home));
     nd->sd = st;
-    if (!st->free || !st->out || !st->in || !st->est)
+    if (!st->free || !st->out || !st->in || !st->est || !st->home)
         return NESSIE_NO_MEMORY; /* the caller closes the node, and sd_close frees these */
     uint64_t all = st->slots == 64 ? UINT64_MAX : (1ULL << st->slots) - 1;
     for (uint32_t h = 0; h < st->nodes; h++)
@@ -178,8 +231,61 @@ void sd_close(struct nessie_node *nd)
     free(st->out);
     free(st->in);
     free(st->est);
+    free(st->home);
     free(st);
     nd->sd = NULL;
+}
+
+static int sd_exec(struct nessie_ctx *ctx, const struct fab_wr *wr);
+
+/* The take-up limit (SD_TAKEUP_PERIOD_DIV), in ns. */
+static uint64_t sd_takeup_ns(const struct nessie_node *nd)
+{
+    uint64_t t = nd->bound.period_ns / SD_TAKEUP_PERIOD_DIV;
+    return t > SD_TAKEUP_MIN_MS * 1000000ULL ? t : SD_TAKEUP_MIN_MS * 1000000ULL;
+}
+
+/* Read home's server heartbeat (layout.h, msg_hdr.sd_beat) into *beat. Returns a fabric status. */
+static int sd_beat_read(struct nessie_ctx *ctx, uint32_t home, uint64_t *beat)
+{
+    struct fab_wr wr = {.opcode = FAB_OP_READ, .node = home, .region = FAB_REGION_MSG,
+                        .offset = MSG_HDR_OFF_BEAT, .local = beat, .length = 8};
+    return sd_exec(ctx, &wr);
+}
+
+/* A withdrawal from home won: no server was looking at its ring. Calls to it run here until its
+ * heartbeat moves (sd_home_probe). A heartbeat that cannot be read shuns nothing: the calls that
+ * need that node meet the fabric's own answer. */
+static void sd_home_shun(struct nessie_ctx *ctx, uint32_t home)
+{
+    struct sd_home *h = &ctx->node->sd->home[home];
+    uint64_t beat;
+    if (sd_beat_read(ctx, home, &beat) != FAB_OK)
+        return;
+    atomic_store_explicit(&h->beat, beat, memory_order_relaxed);
+    atomic_store_explicit(&h->probe_ns, nessie_mono_ns(), memory_order_relaxed);
+    atomic_store_explicit(&h->shunned, true, memory_order_release);
+}
+
+/* Whether calls may be shipped to home: it is not shunned, or one take-up limit has passed since
+ * it was last looked at and its heartbeat has moved since it was shunned (one thread at a time
+ * probes, by CAS on probe_ns; the others run their calls here meanwhile). */
+static bool sd_home_open(struct nessie_ctx *ctx, uint32_t home)
+{
+    struct nessie_node *nd = ctx->node;
+    struct sd_home *h = &nd->sd->home[home];
+    if (!atomic_load_explicit(&h->shunned, memory_order_acquire))
+        return true;
+    uint64_t now = nessie_mono_ns(), at = atomic_load_explicit(&h->probe_ns, memory_order_relaxed);
+    uint64_t beat;
+    if (now - at < sd_takeup_ns(nd) ||
+        !atomic_compare_exchange_strong_explicit(&h->probe_ns, &at, now, memory_order_relaxed,
+                                                 memory_order_relaxed) ||
+        sd_beat_read(ctx, home, &beat) != FAB_OK ||
+        beat == atomic_load_explicit(&h->beat, memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&h->shunned, false, memory_order_relaxed);
+    return true;
 }
 
 void nessie_ctx_set_mode(struct nessie_ctx *ctx, enum nessie_mode mode)
@@ -221,6 +327,10 @@ bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_le
     /* The home node runs its own keys' operations the way a server would: here, locally. */
     if (h == nd->cfg.self || key_len + value_len > slot_payload(nd->sd))
         return false;
+    if (!sd_home_open(ctx, h)) {
+        CTR_ADD(ctx->ctr.sd_shunned, 1);
+        return false; /* no server there is looking at its ring: run it here at once */
+    }
     *home = h;
     return true;
 }
@@ -232,8 +342,9 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *
     struct sd_state *st = nd->sd;
     ch->est = NULL;
     uint32_t home = nessie_key_home(nd, key, key_len);
-    if (home == nd->cfg.self || key_len + value_len > slot_payload(st))
-        return NESSIE_MODE_CD; /* nothing to choose: nothing to learn */
+    if (home == nd->cfg.self || key_len + value_len > slot_payload(st) ||
+        atomic_load_explicit(&st->home[home].shunned, memory_order_relaxed))
+        return NESSIE_MODE_CD; /* nothing to choose (or its servers look dead): nothing to learn */
     ch->t0 = nessie_mono_ns();
     uint32_t bucket = !write ? 0 : value_len <= 1024 ? 0 : value_len <= 16384 ? 1 : 2;
     struct sd_est *e = &st->est[((size_t)home * 2 + write) * AUTO_BUCKETS + bucket];
@@ -291,16 +402,21 @@ static bool sd_bufs(struct nessie_ctx *ctx)
     return true;
 }
 
-/* The CRC-32 (gzip's, reflected) of a message: its 64-byte header with the crc word as zero,
- * then len bytes of payload. crc_off: the header's crc word. ISA-L's, with carry-less multiply:
+/* The CRC-32 (gzip's, reflected) of a message (a request if `request`, else a reply): its 64-byte
+ * header with the crc word as zero, then len bytes of payload. ISA-L's, with carry-less multiply:
  * 37 GB/s here against zlib's 3.9 (3.6 us for a 128 KiB value instead of 33, twice per shipped
  * call, which made large shipped PUTs a fifth slower than the server-driven design costs). */
-static uint32_t msg_crc(const unsigned char *msg, size_t crc_off, uint64_t len)
+_Static_assert(offsetof(struct sd_req, crc) == offsetof(struct sd_rep, crc), "one crc word");
+static uint32_t msg_crc(const unsigned char *msg, bool request, uint64_t len)
 {
     unsigned char h[64];
     memcpy(h, msg, 64);
-    memset(h + crc_off, 0, 4);
-    uint32_t c = crc32_gzip_refl(0, h, 64);
+    memset(h + offsetof(struct sd_req, crc), 0, 4);
+    /* A request's take-up word changes after it was written (layout.h): not part of it. */
+    if (request)
+        memset(h + SD_REQ_OFF_CTL, 0, 8);
+    /* Seeded with the wire version: a peer of another version sees every message torn. */
+    uint32_t c = crc32_gzip_refl(MSG_WIRE_VERSION, h, 64);
     return crc32_gzip_refl(c, msg + 64, len);
 }
 
@@ -362,32 +478,115 @@ static void slot_give(struct sd_state *st, uint32_t home, int s)
     atomic_fetch_or_explicit(&st->free[home], 1ULL << s, memory_order_release);
 }
 
-/*
- * Ship the request in ctx->sd_buf[0] (header filled but for seq, incarnation and crc; payload
- * of plen bytes after it) to home and wait for its reply, which is left in ctx->sd_buf[1].
- * Returns NESSIE_OK (a valid reply), NESSIE_FABRIC_ERROR (nothing of the request can have
- * reached home), or NESSIE_TIMEOUT (it may have; no reply came in time).
- */
-static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool write)
+/* Wait until `until` (this node's clock) for the reply to request (inc, seq) in this node's
+ * reply slot s from home; t0: when the wait began (it paces wait_step). Returns true with the
+ * reply, whole and checked, in ctx->sd_buf[1] (its bytes added to *bytes). */
+static bool sd_reply_wait(struct nessie_ctx *ctx, uint32_t home, uint32_t s, uint32_t inc,
+                          uint64_t seq, uint64_t until, uint64_t t0, uint64_t *bytes)
 {
     struct nessie_node *nd = ctx->node;
     struct sd_state *st = nd->sd;
-    const struct nessie_config *cfg = &nd->cfg;
-    uint64_t t0 = nessie_mono_ns();
-    uint64_t budget_ms = cfg->op_timeout_ms + SD_TRANSIT_MARGIN_MS +
-                         (write ? ctx->node->bound.memory_wait_ns / 1000000ULL : 0);
-    uint64_t deadline = t0 + budget_ms * 1000000ULL;
-    int s = slot_take(st, home, deadline);
+    unsigned char *rep = ctx->sd_buf[1];
+    uint64_t off = rep_off(st, home, s);
+    /* The home node's WRITE lands in this node's own region, its bytes in any order. */
+    const struct sd_rep *live = (const struct sd_rep *)(st->msg + off);
+    for (unsigned n = 0;; n++) {
+        if (__atomic_load_n(&live->seq, __ATOMIC_ACQUIRE) == seq &&
+            __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED) == inc) {
+            struct sd_rep *h = (struct sd_rep *)rep;
+            fab_local_read(nd->fab, FAB_REGION_MSG, off, rep, 64);
+            uint64_t rt = msg_round8(64 + (uint64_t)h->value_len);
+            uint64_t trailer = 0;
+            if (h->seq == seq && h->value_len <= slot_payload(st) &&
+                fab_local_read(nd->fab, FAB_REGION_MSG, off + 64, rep + 64,
+                               (uint32_t)(rt + 8 - 64)) == FAB_OK) {
+                memcpy(&trailer, rep + rt, 8);
+                if (trailer == seq && h->crc == msg_crc(rep, false, h->value_len)) {
+                    *bytes += rt + 8;
+                    return true;
+                }
+            }
+            /* Still landing (or torn): look again. */
+        }
+        if (nessie_mono_ns() >= until)
+            return false;
+        wait_step(n, t0);
+    }
+}
+
+/* How a withdrawal ended (sd_withdraw). */
+enum sd_wd {
+    SD_WD_WON,     /* withdrawn: no server runs the request, ever */
+    SD_WD_TAKEN,   /* a server took it up first: its reply is coming */
+    SD_WD_ABSENT,  /* the word names another request: this one never landed */
+    SD_WD_UNKNOWN, /* neither the CAS nor a READ of the word completed */
+};
+
+/* Withdraw request (inc, seq) from this node's slot s of home's ring: CAS its take-up word from
+ * posted to withdrawn. A CAS whose completion was lost is resolved by reading the word back (as
+ * proto_ite_cas_resolve does): withdrawn (by this CAS), taken, or still posted (the CAS did not
+ * run: again, SD_CTL_TRIES times in all). *ops counts the requests posted. */
+static enum sd_wd sd_withdraw(struct nessie_ctx *ctx, uint32_t home, uint32_t s, uint32_t inc,
+                              uint64_t seq, uint64_t *ops)
+{
+    struct sd_state *st = ctx->node->sd;
+    const uint64_t posted = sd_ctl(SD_CTL_POSTED, inc, seq), gone = sd_ctl(SD_CTL_WITHDRAWN, inc, seq);
+    const uint64_t taken = sd_ctl(SD_CTL_TAKEN, inc, seq);
+    uint64_t off = req_off(st, ctx->node->cfg.self, s) + SD_REQ_OFF_CTL;
+    for (int i = 0; i < SD_CTL_TRIES; i++) {
+        uint64_t old = 0;
+        struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = home, .region = FAB_REGION_MSG,
+                             .offset = off, .local = &old, .length = 8, .compare = posted,
+                             .swap = gone};
+        (*ops)++;
+        if (sd_exec(ctx, &cas) != FAB_OK) {
+            struct fab_wr rd = {.opcode = FAB_OP_READ, .node = home, .region = FAB_REGION_MSG,
+                                .offset = off, .local = &old, .length = 8};
+            (*ops)++;
+            if (sd_exec(ctx, &rd) != FAB_OK)
+                return SD_WD_UNKNOWN;
+            if (old == posted)
+                continue; /* the CAS did not run */
+        }
+        if (old == posted || old == gone)
+            return SD_WD_WON;
+        return old == taken ? SD_WD_TAKEN : SD_WD_ABSENT;
+    }
+    return SD_WD_UNKNOWN;
+}
+
+/*
+ * Ship the request in ctx->sd_buf[0] (header filled but for seq, incarnation, version, budget,
+ * take-up word and crc; payload of plen bytes after it) to home and wait for its reply, which is
+ * left in ctx->sd_buf[1]. t0: the call's start (its budget runs from there). Returns NESSIE_OK (a
+ * valid reply), NESSIE_TIMEOUT (the request may have run or may still run; no reply came in
+ * time), or SD_RUN_HERE: it has not run at home and never will (nothing was sent, it was
+ * withdrawn, or its server refused it as expired), so the caller runs it itself.
+ *
+ * A request no server has answered within the take-up limit is withdrawn (sd_withdraw). If a
+ * server took it up first, the server took it up before the withdrawal's CAS, so it first saw it
+ * before then and runs it within the budget the request carried from that moment (plus W for a
+ * write that waits for room, E, F): the requester waits that long for the reply, counted from
+ * the CAS's completion, and then says TIMEOUT.
+ */
+static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool write, uint64_t t0)
+{
+    struct nessie_node *nd = ctx->node;
+    struct sd_state *st = nd->sd;
+    const struct nessie_bound *b = &nd->bound;
+    uint64_t takeup = sd_takeup_ns(nd), budget_end = t0 + b->budget_ns;
+    /* Every slot held for longer than the take-up limit: the calls ahead wait at a slow home. */
+    int s = slot_take(st, home, t0 + takeup);
     if (s < 0)
-        return NESSIE_TIMEOUT; /* nothing sent: no effect, but nothing definite to say either */
+        return SD_RUN_HERE;
     struct sd_out *out = &st->out[home * st->slots + (uint32_t)s];
     uint64_t fab_ops = 0, fab_bytes = 0;
     int status;
 
     if (out->unanswered) {
-        /* A server may still be copying the request that went unanswered: zero its header, and
-         * wait for that WRITE, so the server's re-check of the header sees the change before any
-         * byte of the next request lands. */
+        /* A request whose landing is unknown may still be landing: zero its header, and wait
+         * for that WRITE, so a server copying it sees the change before any byte of the next
+         * request lands. */
         uint64_t zero[2] = {0, 0};
         struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = home, .region = FAB_REGION_MSG,
                             .offset = req_off(st, nd->cfg.self, (uint32_t)s), .local = zero,
@@ -395,87 +594,128 @@ static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool wr
         fab_ops++;
         fab_bytes += sizeof(zero);
         if (sd_exec(ctx, &wr) != FAB_OK) {
-            status = NESSIE_FABRIC_ERROR;
+            status = SD_RUN_HERE; /* nothing of this call was sent */
             goto out;
         }
         out->unanswered = false;
     }
 
+    uint64_t now = nessie_mono_ns();
+    if (now >= budget_end) {
+        status = SD_RUN_HERE; /* nothing sent; sd_here finds the budget spent */
+        goto out;
+    }
+    uint64_t left_us = (budget_end - now) / 1000;
     unsigned char *msg = ctx->sd_buf[0];
     struct sd_req *rq = (struct sd_req *)msg;
-    rq->seq = ++out->seq;
-    rq->incarnation = st->life;
+    const uint64_t seq = ++out->seq;
+    const uint32_t inc = st->life;
+    rq->seq = seq;
+    rq->incarnation = inc;
+    rq->version = MSG_WIRE_VERSION;
+    rq->budget_us = left_us == 0 ? 1 : left_us > UINT32_MAX ? UINT32_MAX : (uint32_t)left_us;
+    rq->ctl = sd_ctl(SD_CTL_POSTED, inc, seq);
     rq->crc = 0;
     uint64_t tr = msg_round8(64 + plen);
     memset(msg + 64 + plen, 0, tr - 64 - plen);
     memcpy(msg + tr, &rq->seq, 8);
-    rq->crc = msg_crc(msg, offsetof(struct sd_req, crc), plen);
+    rq->crc = msg_crc(msg, true, plen);
+    /* The longest a server that takes it up may still be running it, counted from then. */
+    uint64_t run_ns = (uint64_t)rq->budget_us * 1000 + (write ? b->memory_wait_ns : 0) +
+                      b->period_ns + b->fabric_ns + SD_TRANSIT_MARGIN_MS * 1000000ULL;
     struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = home, .region = FAB_REGION_MSG,
                         .offset = req_off(st, nd->cfg.self, (uint32_t)s), .local = msg,
                         .length = (uint32_t)(tr + 8)};
     fab_ops++;
     fab_bytes += tr + 8;
-    int frc = sd_exec(ctx, &wr);
-    if (frc != FAB_OK) {
-        /* A failed WRITE may still have landed (a lost completion): the home node may run it. */
-        out->unanswered = true;
-        status = write ? NESSIE_TIMEOUT : NESSIE_FABRIC_ERROR;
-        goto out;
-    }
+    bool sent = sd_exec(ctx, &wr) == FAB_OK;
+    uint64_t posted = nessie_mono_ns();
+    if (sent && sd_reply_wait(ctx, home, (uint32_t)s, inc, seq, posted + takeup, posted, &fab_bytes))
+        goto replied;
 
-    /* The reply, in this node's own region; the home node's WRITE lands there in any order. */
-    unsigned char *rep = ctx->sd_buf[1];
-    const unsigned char *slot = st->msg + rep_off(st, home, (uint32_t)s);
-    const struct sd_rep *live = (const struct sd_rep *)slot;
-    for (unsigned n = 0;; n++) {
-        if (__atomic_load_n(&live->seq, __ATOMIC_ACQUIRE) == rq->seq &&
-            __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED) == rq->incarnation) {
-            struct sd_rep *h = (struct sd_rep *)rep;
-            fab_local_read(nd->fab, FAB_REGION_MSG, rep_off(st, home, (uint32_t)s), rep, 64);
-            uint64_t rt = msg_round8(64 + (uint64_t)h->value_len);
-            uint64_t trailer = 0;
-            if (h->seq == rq->seq && h->value_len <= slot_payload(st) &&
-                fab_local_read(nd->fab, FAB_REGION_MSG, rep_off(st, home, (uint32_t)s) + 64,
-                               rep + 64, (uint32_t)(rt + 8 - 64)) == FAB_OK) {
-                memcpy(&trailer, rep + rt, 8);
-                if (trailer == rq->seq && h->crc == msg_crc(rep, offsetof(struct sd_rep, crc),
-                                                            h->value_len)) {
-                    fab_ops++; /* the reply's WRITE is this call's traffic too */
-                    fab_bytes += rt + 8;
-                    status = NESSIE_OK;
-                    goto out;
-                }
-            }
-            /* Still landing (or torn): look again. */
-        }
-        if (nessie_mono_ns() >= deadline) {
-            out->unanswered = true;
-            CTR_ADD(ctx->ctr.sd_no_reply, 1);
-            status = NESSIE_TIMEOUT;
+    /* No reply within the take-up limit, or a WRITE whose completion failed (it may have
+     * landed: a lost completion): take the request back if no server has taken it up. */
+    switch (sd_withdraw(ctx, home, (uint32_t)s, inc, seq, &fab_ops)) {
+    case SD_WD_WON:
+        CTR_ADD(ctx->ctr.sd_withdrawn, 1);
+        if (sent)
+            sd_home_shun(ctx, home); /* nobody looked at the ring for a take-up limit */
+        status = SD_RUN_HERE;
+        goto out;
+    case SD_WD_TAKEN:
+        break;
+    case SD_WD_ABSENT:
+        if (!sent && b->fabric_ns == 0) {
+            status = SD_RUN_HERE; /* a failed WRITE on shm never lands later */
             goto out;
         }
-        wait_step(n, t0);
+        /* On verbs a failed WRITE may still land (within F), and a completed one that is not
+         * there was overwritten by garbage: either may yet be run, as an unknown one may. */
+        __attribute__((fallthrough));
+    case SD_WD_UNKNOWN:
+    default:
+        out->unanswered = true;
+        if (!write) {
+            status = SD_RUN_HERE; /* a GET changes nothing: running it here too is harmless */
+            goto out;
+        }
+        break;
     }
+    if (!sd_reply_wait(ctx, home, (uint32_t)s, inc, seq, nessie_mono_ns() + run_ns, posted,
+                       &fab_bytes)) {
+        out->unanswered = true;
+        CTR_ADD(ctx->ctr.sd_no_reply, 1);
+        status = NESSIE_TIMEOUT;
+        goto out;
+    }
+replied:
+    out->unanswered = false;
+    fab_ops++; /* the reply's WRITE is this call's traffic too */
+    status = ((const struct sd_rep *)ctx->sd_buf[1])->status == SD_STATUS_EXPIRED ? SD_RUN_HERE
+                                                                                 : NESSIE_OK;
 out:
     slot_give(st, home, s);
     CTR_ADD(OPC(ctx).writes, fab_ops);
     CTR_ADD(OPC(ctx).bytes_written, fab_bytes);
-    nessie_count_traffic(ctx, fab_ops, fab_bytes);
+    /* A call run here after all is charged to the histograms once, by its own run. */
+    if (status != SD_RUN_HERE)
+        nessie_count_traffic(ctx, fab_ops, fab_bytes);
     return status;
 }
 
-/* The call's bookkeeping on the requesting node: one call of ctx->kind, shipped. */
+/* The call's bookkeeping on the requesting node: one call of ctx->kind, shipped (its ops and
+ * attempts are counted when it ends shipped, sd_done: a call run here counts its own). */
 static void sd_count(struct nessie_ctx *ctx, enum nessie_opkind kind)
 {
     ctx->kind = kind;
+    CTR_ADD(ctx->ctr.sd_shipped[kind], 1);
+}
+
+static int sd_done(struct nessie_ctx *ctx, int rc)
+{
     CTR_ADD(OPC(ctx).ops, 1);
     CTR_ADD(OPC(ctx).attempts, 1);
-    CTR_ADD(ctx->ctr.sd_shipped[kind], 1);
+    CTR_ADD(OPC(ctx).outcomes[rc], 1);
+    return rc;
+}
+
+/* The call started at t0 is to run here, client-driven, after all: its budget still runs from
+ * t0 (the call bound holds from the call's start), so the next proto_op_init on ctx gets that
+ * end. Returns false if the budget is spent already: the call then ends NESSIE_TIMEOUT, having
+ * had no effect anywhere. */
+static bool sd_here(struct nessie_ctx *ctx, uint64_t t0)
+{
+    uint64_t end = t0 + ctx->node->bound.budget_ns;
+    if (nessie_mono_ns() >= end)
+        return false;
+    ctx->call_deadline_ns = end;
+    return true;
 }
 
 int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_len, void *buf,
            size_t cap, struct nessie_item *out)
 {
+    uint64_t t0 = nessie_mono_ns();
     if (!sd_bufs(ctx))
         return -1; /* out of memory here: run it client-driven */
     sd_count(ctx, NESSIE_OPK_GET);
@@ -484,11 +724,15 @@ int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_le
     rq->op = SD_OP_GET;
     rq->key_len = (uint8_t)key_len;
     memcpy(ctx->sd_buf[0] + 64, key, key_len);
-    int rc = sd_ship(ctx, home, key_len, false);
-    if (rc == NESSIE_OK) {
-        const struct sd_rep *rp = (const struct sd_rep *)ctx->sd_buf[1];
-        if (rp->status == SD_STATUS_TOO_LARGE)
+    int rc = sd_ship(ctx, home, key_len, false, t0);
+    if (rc == NESSIE_OK && ((const struct sd_rep *)ctx->sd_buf[1])->status == SD_STATUS_TOO_LARGE)
+        rc = SD_RUN_HERE;
+    if (rc == SD_RUN_HERE) {
+        if (sd_here(ctx, t0))
             return -1;
+        rc = NESSIE_TIMEOUT;
+    } else if (rc == NESSIE_OK) {
+        const struct sd_rep *rp = (const struct sd_rep *)ctx->sd_buf[1];
         rc = rp->status < NESSIE_STATUS_COUNT ? (int)rp->status : NESSIE_FABRIC_ERROR;
         if (rc == NESSIE_OK) {
             const unsigned char *v = ctx->sd_buf[1] + 64;
@@ -501,13 +745,43 @@ int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_le
                                         .version = rp->version};
         }
     }
-    CTR_ADD(OPC(ctx).outcomes[rc], 1);
+    return sd_done(ctx, rc);
+}
+
+/* Run the write rq names here, client-driven (sd_here set its budget): the public call itself,
+ * in mode cd for its length. */
+static int sd_write_here(struct nessie_ctx *ctx, const struct sd_req *rq, const void *key,
+                         size_t key_len, const void *value, uint64_t *version_out,
+                         uint64_t *num_out)
+{
+    enum nessie_mode mode = ctx->mode;
+    ctx->mode = NESSIE_MODE_CD;
+    int rc;
+    switch (rq->op) {
+    case SD_OP_STORE:
+        rc = nessie_store(ctx, (enum nessie_store_mode)rq->sub, key, key_len, value, rq->value_len,
+                          rq->flags, rq->exptime, rq->arg, version_out);
+        break;
+    case SD_OP_DELETE:
+        rc = nessie_delete(ctx, key, key_len);
+        break;
+    case SD_OP_ARITH:
+        rc = nessie_arith(ctx, key, key_len, rq->sub == 1, rq->arg, num_out, version_out);
+        break;
+    case SD_OP_TOUCH:
+    default:
+        rc = nessie_touch(ctx, key, key_len, rq->exptime);
+        break;
+    }
+    ctx->mode = mode;
+    ctx->call_deadline_ns = 0; /* consumed by the call's start, unless it ended before that */
     return rc;
 }
 
 int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, const void *key,
              size_t key_len, const void *value, uint64_t *version_out, uint64_t *num_out)
 {
+    uint64_t t0 = nessie_mono_ns();
     enum nessie_opkind kind = rq->op == SD_OP_DELETE ? NESSIE_OPK_DELETE : NESSIE_OPK_PUT;
     if (!sd_bufs(ctx))
         return NESSIE_NO_MEMORY; /* nothing sent, nothing changed */
@@ -519,8 +793,12 @@ int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, con
     memcpy(msg + 64, key, q->key_len);
     if (q->value_len)
         memcpy(msg + 64 + q->key_len, value, q->value_len);
-    int rc = sd_ship(ctx, home, (uint64_t)q->key_len + q->value_len, true);
-    if (rc == NESSIE_OK) {
+    int rc = sd_ship(ctx, home, (uint64_t)q->key_len + q->value_len, true, t0);
+    if (rc == SD_RUN_HERE) {
+        if (sd_here(ctx, t0))
+            return sd_write_here(ctx, rq, key, key_len, value, version_out, num_out);
+        rc = NESSIE_TIMEOUT; /* no effect, but the budget is gone */
+    } else if (rc == NESSIE_OK) {
         const struct sd_rep *rp = (const struct sd_rep *)ctx->sd_buf[1];
         rc = rp->status < NESSIE_STATUS_COUNT ? (int)rp->status : NESSIE_TIMEOUT;
         if (rc == NESSIE_OK) {
@@ -530,8 +808,7 @@ int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, con
                 *num_out = rp->num;
         }
     }
-    CTR_ADD(OPC(ctx).outcomes[rc], 1);
-    return rc;
+    return sd_done(ctx, rc);
 }
 
 /* --- the home node's side ---------------------------------------------------------------------- */
@@ -548,7 +825,8 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
     if (fab_local_read(nd->fab, FAB_REGION_MSG, off, msg, 64) != FAB_OK)
         return false;
     uint64_t plen = (uint64_t)q->key_len + q->value_len;
-    if (q->seq != seq || q->incarnation != inc || q->op == 0 || q->op >= SD_OP_END ||
+    if (q->seq != seq || q->incarnation != inc || q->version != MSG_WIRE_VERSION ||
+        q->op == 0 || q->op >= SD_OP_END ||
         q->key_len == 0 || q->value_len > nd->cfg.max_item_size || plen > slot_payload(st) ||
         (q->op == SD_OP_STORE && q->sub > NESSIE_PREPEND) || (q->op == SD_OP_ARITH && q->sub > 1))
         return false;
@@ -556,7 +834,7 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
     if (fab_local_read(nd->fab, FAB_REGION_MSG, off + 64, msg + 64, (uint32_t)(tr + 8 - 64)) != FAB_OK)
         return false;
     memcpy(&trailer, msg + tr, 8);
-    if (trailer != seq || q->crc != msg_crc(msg, offsetof(struct sd_req, crc), plen))
+    if (trailer != seq || q->crc != msg_crc(msg, true, plen))
         return false;
     /* The copy is whole only if the requester did not start over meanwhile: it zeroes the
      * header (and waits) before it writes a slot whose request went unanswered. */
@@ -613,6 +891,64 @@ static uint64_t req_run(struct nessie_ctx *ctx)
     return rp->value_len;
 }
 
+/* Take up request (inc, seq) of slot (r, s): CAS its take-up word from posted to taken, through
+ * the fabric also on this node (on verbs the NIC's atomics are atomic only with each other, and
+ * the requester's withdrawal is one). A lost completion is resolved by reading the word back.
+ * Returns true if this server took it up; false if it was withdrawn (its requester runs it), or
+ * the word cannot be changed (it stays posted, and its requester withdraws it). */
+static bool req_claim(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t inc, uint64_t seq)
+{
+    struct nessie_node *nd = ctx->node;
+    const uint64_t posted = sd_ctl(SD_CTL_POSTED, inc, seq), taken = sd_ctl(SD_CTL_TAKEN, inc, seq);
+    uint64_t off = req_off(nd->sd, r, s) + SD_REQ_OFF_CTL;
+    for (int i = 0; i < SD_CTL_TRIES; i++) {
+        uint64_t old = 0;
+        struct fab_wr cas = {.opcode = FAB_OP_CAS, .node = nd->cfg.self, .region = FAB_REGION_MSG,
+                             .offset = off, .local = &old, .length = 8, .compare = posted,
+                             .swap = taken};
+        if (sd_exec(ctx, &cas) == FAB_OK)
+            return old == posted;
+        /* Only this worker takes this slot's requests up: taken is this CAS's doing. */
+        fab_local_read(nd->fab, FAB_REGION_MSG, off, &old, 8);
+        if (old != posted)
+            return old == taken;
+    }
+    return false;
+}
+
+/* Publish that this node's servers are looking at their rings (layout.h, msg_hdr.sd_beat). */
+static void sd_beat(struct sd_state *st)
+{
+    struct msg_hdr *h = (struct msg_hdr *)st->msg;
+    uint64_t now = nessie_mono_ns();
+    if (now - __atomic_load_n(&h->sd_beat, __ATOMIC_RELAXED) >= SD_BEAT_EVERY_NS)
+        __atomic_store_n(&h->sd_beat, now, __ATOMIC_RELAXED);
+}
+
+/* Note when the requests in worker's slots were first seen: a request's budget runs from then,
+ * also while it waits behind another call of the same worker. */
+static void sd_note_arrivals(struct sd_state *st, uint32_t self, uint32_t worker, uint32_t workers)
+{
+    uint64_t now = 0;
+    for (uint32_t i = worker; i < st->nodes * st->slots; i += workers) {
+        if (i / st->slots == self)
+            continue;
+        const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, i / st->slots,
+                                                                             i % st->slots));
+        uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
+        uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
+        struct sd_in *in = &st->in[i];
+        if (seq == 0 || (seq == in->done_seq && inc == in->done_inc) ||
+            (seq == in->seen_seq && inc == in->seen_inc))
+            continue;
+        if (!now)
+            now = nessie_mono_ns();
+        in->seen_seq = seq;
+        in->seen_inc = inc;
+        in->seen_ns = now;
+    }
+}
+
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers)
 {
     struct nessie_node *nd = ctx->node;
@@ -624,6 +960,8 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     ctx->serving = true;        /* its calls' traffic is the home node's share (stats) */
     size_t served = 0;
     uint32_t n = st->nodes * st->slots;
+    sd_beat(st);
+    sd_note_arrivals(st, nd->cfg.self, worker, workers);
     for (uint32_t i = worker; i < n; i += workers) {
         uint32_t r = i / st->slots, s = i % st->slots;
         if (r == nd->cfg.self)
@@ -637,6 +975,12 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         if (seq == 0 || (seq == in->bad_seq && inc == in->bad_inc && in->bad_since == 0))
             continue; /* a poisoned slot (its next request is on its way), or dropped already */
         bool newer = inc != in->done_inc || seq > in->done_seq;
+        if (newer && __atomic_load_n(&live->ctl, __ATOMIC_ACQUIRE) ==
+                         sd_ctl(SD_CTL_WITHDRAWN, inc, seq)) {
+            in->done_seq = seq; /* withdrawn before its turn: its requester runs it */
+            in->done_inc = inc;
+            continue;
+        }
         if (!newer || !req_take(ctx, r, s, inc, seq)) {
             uint64_t now = nessie_mono_ns();
             if (in->bad_seq != seq || in->bad_inc != inc) {
@@ -657,21 +1001,41 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         }
         in->done_seq = seq;
         in->done_inc = inc;
-        uint64_t vlen = req_run(ctx);
+        const struct sd_req *q = (const struct sd_req *)ctx->sd_buf[0];
+        uint64_t seen = in->seen_seq == seq && in->seen_inc == inc ? in->seen_ns : nessie_mono_ns();
+        uint64_t deadline = seen + (uint64_t)q->budget_us * 1000;
+        if (!req_claim(ctx, r, s, inc, seq))
+            continue; /* withdrawn meanwhile: its requester runs it */
         struct sd_rep *rp = (struct sd_rep *)ctx->sd_buf[1];
+        uint64_t vlen = 0, start = nessie_mono_ns();
+        if (start >= deadline) {
+            /* Its budget is spent (it waited behind other calls, or this thread stalled):
+             * never run, so it cannot take effect after its requester has given up on it. */
+            memset(rp, 0, sizeof(*rp));
+            rp->status = SD_STATUS_EXPIRED;
+            CTR_ADD(ctx->ctr.sd_expired, 1);
+        } else {
+            CTR_ADD(ctx->ctr.sd_queue_ns, start - seen);
+            ctx->call_deadline_ns = deadline; /* the call's budget: what the request carried */
+            vlen = req_run(ctx);
+            ctx->call_deadline_ns = 0;
+            CTR_ADD(ctx->ctr.sd_served, 1);
+        }
         rp->seq = seq;
         rp->incarnation = inc;
         uint64_t tr = msg_round8(64 + vlen);
         memset(ctx->sd_buf[1] + 64 + vlen, 0, tr - 64 - vlen);
         memcpy(ctx->sd_buf[1] + tr, &seq, 8);
-        rp->crc = msg_crc(ctx->sd_buf[1], offsetof(struct sd_rep, crc), vlen);
+        rp->crc = msg_crc(ctx->sd_buf[1], false, vlen);
         struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = r, .region = FAB_REGION_MSG,
                             .offset = rep_off(st, nd->cfg.self, s), .local = ctx->sd_buf[1],
                             .length = (uint32_t)(tr + 8)};
         /* A reply that cannot be delivered (the requester gone) is its requester's TIMEOUT. */
         (void)sd_exec(ctx, &wr);
-        CTR_ADD(ctx->ctr.sd_served, 1);
         served++;
+        /* Requests that came in while this one ran: their budgets run from now. */
+        sd_note_arrivals(st, nd->cfg.self, worker, workers);
+        sd_beat(st);
     }
     ctx->mode = mode;
     ctx->serving = false;

@@ -239,6 +239,9 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_sd_no_reply", c.sd_no_reply);
     STAT_U("nessie_sd_served", c.sd_served);
     STAT_U("nessie_sd_dropped", c.sd_dropped);
+    STAT_U("nessie_sd_withdrawn", c.sd_withdrawn);
+    STAT_U("nessie_sd_shunned", c.sd_shunned);
+    STAT_U("nessie_sd_expired", c.sd_expired);
     STAT_U("nessie_sd_auto_cd", c.sd_auto[0]);
     STAT_U("nessie_sd_auto_sd", c.sd_auto[1]);
     uint64_t used = nessie_index_used(st->node);

@@ -175,6 +175,10 @@ struct nessie_counters {
     uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
     uint64_t sd_auto[2];          /* mode auto's choices: [0] client-driven, [1] shipped */
     uint64_t sd_queue_ns;         /* served requests' waits in the ring, summed (ns) */
+    uint64_t sd_withdrawn;        /* shipped calls no server took up in time: withdrawn, run here */
+    uint64_t sd_shunned;          /* calls run here, not shipped: their home's servers looked
+                                     dead or stalled (their heartbeat stood still) */
+    uint64_t sd_expired;          /* requests a server took up after their budget: not run */
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
      * bytes_hist (those count only this node's own clients' calls, a shipped one as the
      * request's WRITE and the reply's): what server-driven execution costs on the home node. */
@@ -281,8 +285,11 @@ int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_
  * region. The home node runs the same protocol on the same tables, so shipped and client-driven
  * operations on the same keys interleave linearizably. Operations on keys whose home is this
  * node, multi-gets' keys one by one, and items larger than a ring slot (1 MiB) run here.
- * Outcomes stay honest: a shipped write whose request may have arrived but whose reply did not
- * come within its budget (the home node dead, or its server stalled) is NESSIE_TIMEOUT.
+ * A shipped call carries what is left of its budget, and its home node runs it within that; one
+ * that no server takes up promptly (its server stalled, busy with a slow call, or dead) is
+ * withdrawn and runs on the calling node instead, as do the next calls to a node whose servers
+ * stopped looking at their rings. Outcomes stay honest: a shipped write that a server took up
+ * but whose reply did not come within its budget is NESSIE_TIMEOUT.
  */
 void nessie_ctx_set_mode(struct nessie_ctx *ctx, enum nessie_mode mode);
 enum nessie_mode nessie_ctx_mode(const struct nessie_ctx *ctx);
@@ -305,8 +312,11 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out);
  * slot's requests run in order and one reply at a time), execute every new request with ctx as
  * a client-driven operation, and WRITE its reply. A request that is malformed or whose checksum
  * does not match is waited for a moment (a WRITE still landing) and then dropped, counted and
- * logged; it never reaches the tables. Returns the number of requests served (0: the caller may
- * wait). The daemon's SD server threads call this in a loop; never blocks.
+ * logged; it never reaches the tables. A request runs only if this server takes it up before its
+ * requester withdraws it, and only within the budget it carried, counted from when this server
+ * first saw it; one whose budget is spent is answered as expired, not run. Returns the number of
+ * requests answered (0: the caller may wait). The daemon's SD server threads call this in a
+ * loop; never blocks.
  */
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers);
 
