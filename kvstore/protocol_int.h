@@ -216,6 +216,11 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
             if (attempt_no > 0)                                                  \
                 (op)->pre_valid = false;                                         \
             (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
+            /* A shipped call run here with its budget spent acts not at all. */  \
+            if (attempt_no == 0 && nessie_mono_ns() >= (op)->deadline) {         \
+                status = NESSIE_TIMEOUT;                                         \
+                break;                                                           \
+            }                                                                    \
             CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
             enum attempt a_ = (call);                                            \
             if (a_ == A_DONE)                                                    \

@@ -17,9 +17,11 @@
  *
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C undecided=U
- *   injected=I stalls=T evictions=E shipped=H dropped=D outlived=O
+ *   injected=I stalls=T evictions=E shipped=H dropped=D outlived=O withdrawn=W shunned=N expired=X
  * (O: recorded calls that lasted longer than the engine's grace, which --stall-ms longer than the
- * grace produces: their entries may have been taken over while they ran)
+ * grace produces: their entries may have been taken over while they ran; W, N, X: shipped calls
+ * withdrawn by their callers and run there, calls run locally because their home node's servers
+ * stood still, requests a server found with their budget spent and did not run)
  * and the exit status is non-zero if V, S or L is not zero. U counts keys whose history the
  * checker could not decide within --check-budget: that fails the run too, except in crash runs,
  * where many operations cut off by kills (each possibly applied, at any later time) can make a
@@ -1132,12 +1134,13 @@ int main(int argc, char **argv)
     printf("ops=%" PRIu64 " violations=%" PRIu64 " stuck=%" PRIu64 " leaked=%" PRIu64
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
            " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
-           " dropped=%" PRIu64 " outlived=%" PRIu64 "\n",
+           " dropped=%" PRIu64 " outlived=%" PRIu64 " withdrawn=%" PRIu64 " shunned=%" PRIu64
+           " expired=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
-           sum.sd_dropped, outlived);
+           sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired);
 
     for (int n = 0; n < opt_nodes; n++) {
         nessie_node_close(nodes[n]);
