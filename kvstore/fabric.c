@@ -209,7 +209,10 @@ void fab_ep_destroy(struct fab_ep *ep)
 
 void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user)
 {
-    fab->fault_user = user;
+    /* Other threads may be posting meanwhile (tests install and remove faults under a running
+     * SD server): the user pointer first, then the function with release, so a thread that sees
+     * the new function (acquire) sees its user too. */
+    __atomic_store_n(&fab->fault_user, user, __ATOMIC_RELAXED);
     __atomic_store_n(&fab->fault, fn, __ATOMIC_RELEASE);
 }
 
@@ -221,7 +224,7 @@ uint64_t fab_ep_injected(const struct fab_ep *ep) { return ep->injected; }
 static int post_faulty(struct fab_ep *ep, fab_fault_fn fn, const struct fab_wr *wrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        enum fab_fault f = fn(ep->fab->fault_user, ep, &wrs[i]);
+        enum fab_fault f = fn(__atomic_load_n(&ep->fab->fault_user, __ATOMIC_RELAXED), ep, &wrs[i]);
         struct fab_wc wc = {.wr_id = wrs[i].wr_id, .opcode = wrs[i].opcode,
                             .status = FAB_ERR_UNREACH};
         if (f != FAB_FAULT_NONE)
