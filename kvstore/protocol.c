@@ -50,8 +50,8 @@ void *proto_test_hook_user;
 
 void nessie_set_test_hook(nessie_hook_fn fn, void *user)
 {
-    proto_test_hook = fn;
-    proto_test_hook_user = user;
+    __atomic_store_n(&proto_test_hook_user, user, __ATOMIC_RELAXED);
+    __atomic_store_n(&proto_test_hook, fn, __ATOMIC_RELEASE);
 }
 
 uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)

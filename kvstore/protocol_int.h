@@ -82,10 +82,15 @@ struct dte_view {
 extern nessie_hook_fn proto_test_hook;
 extern void *proto_test_hook_user;
 
-#define HOOK(op, point, arg)                                                            \
-    do {                                                                                \
-        if (__builtin_expect(proto_test_hook != NULL, 0))                               \
-            proto_test_hook((op)->ctx, (point), (uint32_t)(arg), proto_test_hook_user); \
+/* Loaded atomically: a test may install or remove it while server threads run calls (test_sd);
+ * the user pointer is stored before the function (release), so it goes with it. A plain load on
+ * x86. */
+#define HOOK(op, point, arg)                                                              \
+    do {                                                                                  \
+        nessie_hook_fn h_ = __atomic_load_n(&proto_test_hook, __ATOMIC_ACQUIRE);          \
+        if (__builtin_expect(h_ != NULL, 0))                                              \
+            h_((op)->ctx, (point), (uint32_t)(arg),                                       \
+               __atomic_load_n(&proto_test_hook_user, __ATOMIC_RELAXED));                 \
     } while (0)
 
 static inline uint64_t ite_node_of_pos(const struct nessie_node *nd, uint64_t pos)
