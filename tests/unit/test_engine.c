@@ -1486,6 +1486,37 @@ static void test_dead_front_entry_hides_older_duplicate(void **state)
     check_value(C.ctx[0], "k", "new");
 }
 
+static void take_over_add_past_grace(void)
+{
+    sleep_past_grace();
+    nessie_recycle_run(C.ctx2[1], 0); /* publish the owner's clock */
+    get_k_on_node2();
+}
+
+/* Issue 26, finding 2 (its third case): an add whose candidate is an empty entry in front of a
+ * live item of its key learns that the key is present only in its step 4. Descheduled past the
+ * grace before it, its entry was taken over and committed: a GET read the add's value over the
+ * live item, and the add, resumed, found its entry committed and returned OK over a live
+ * duplicate. An orphaned add is now undone: the GET reads the live item, the add reports
+ * NOT_STORED (or TIMEOUT), never OK. */
+static void test_orphaned_add_is_undone(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, fast_grace);
+    char x1[32], x2[32];
+    uint64_t kp[8];
+    k_in_third(x1, x2, kp); /* k = "third" at I_3 */
+    assert_int_equal(nessie_delete(C.ctx[0], x1, strlen(x1)), NESSIE_OK); /* I_1 empty */
+    script(C.ctx[1], NESSIE_HOOK_PUT_AFTER_CAS, -1, take_over_add_past_grace);
+    seen_rc = -1;
+    int rc = nessie_store(C.ctx[1], NESSIE_ADD, "k", 1, "added", 5, 0, 0, 0, NULL);
+    assert_true(S.fired);
+    assert_int_equal(seen_rc, NESSIE_OK);
+    assert_string_equal(seen_buf, "third");
+    assert_true(rc == NESSIE_NOT_STORED || rc == NESSIE_TIMEOUT);
+    check_value(C.ctx[0], "k", "third");
+}
+
 static void delete_k_paused_get(void) { get_k_on_node2(); }
 
 /* A.1.5: a GET that meets a DELETE in progress reads the previous version; after, nothing. */
@@ -2476,6 +2507,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_migration_past_grace_keeps_item, teardown),
         cmocka_unit_test_teardown(test_multi_get_slow_key_delays_only_itself, teardown),
         cmocka_unit_test_teardown(test_dead_front_entry_hides_older_duplicate, teardown),
+        cmocka_unit_test_teardown(test_orphaned_add_is_undone, teardown),
         cmocka_unit_test_teardown(test_write_outliving_grace_is_not_applied_twice, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
