@@ -89,6 +89,11 @@ uint32_t nessie_abs_exptime(int64_t exptime)
 
 bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h)
 {
+    return nessie_item_dead_at(nd, h, 0);
+}
+
+bool nessie_item_dead_at(struct nessie_node *nd, const struct dte_hdr *h, uint64_t read_ns)
+{
     uint64_t vt = VERSION_TIME(h->version);
     if (vt <= nessie_flush_ns(nd))
         return true;
@@ -97,6 +102,11 @@ bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h)
     if (h->exptime == 0 && (at == 0 || vt > at))
         return false;
     uint64_t now = nessie_real_ns();
+    if (read_ns) {
+        /* Back to the moment of the read: the monotonic time since, off the real time now. */
+        uint64_t since = nessie_mono_ns() - read_ns;
+        now = now > since ? now - since : 0;
+    }
     if (h->exptime != 0 && (uint64_t)h->exptime <= now / 1000000000ULL)
         return true;
     return at != 0 && vt <= at && at <= now;

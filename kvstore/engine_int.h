@@ -196,6 +196,11 @@ int nessie_ite_read_pos(struct fab_ep *ep, const struct nessie_node *nd, uint64_
 
 /* Logically absent although present: expired (memcached TTL) or written before a flush_all. */
 bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h);
+/* The same, judged as of read_ns (this host's monotonic clock): when the index entry the view
+ * came from was read. A GET answers as of that read, its linearization point; judged later, an
+ * item replaced meanwhile by one without an expiry could read as absent, which it never was
+ * (model/time-findings.md, 7b). */
+bool nessie_item_dead_at(struct nessie_node *nd, const struct dte_hdr *h, uint64_t read_ns);
 
 /* Charge a finished call's fabric traffic (requests posted, bytes moved) to the histograms of
  * the kind ctx->kind names. */

@@ -69,7 +69,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         /* Step 2.4: valid: the answer. Expired or flushed: the key is absent. */
         EXPIRED_RETRY(op);
         if (dte_readable(&v.h)) {
-            if (nessie_item_dead(nd, &v.h)) {
+            if (nessie_item_dead_at(nd, &v.h, t)) {
                 *status = NESSIE_NOT_FOUND;
             } else {
                 item_out(&v, out);
@@ -105,7 +105,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             EXPIRED_RETRY(op);
             if (pmatch && !pv.stale && dte_readable(&pv.h)) {
                 CTR_ADD(OPC(op->ctx).prev_version_hits, 1);
-                if (nessie_item_dead(nd, &pv.h)) {
+                if (nessie_item_dead_at(nd, &pv.h, t)) {
                     *status = NESSIE_NOT_FOUND;
                 } else {
                     item_out(&pv, out);

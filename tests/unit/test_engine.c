@@ -1379,6 +1379,7 @@ static void memory_wait_cfg(struct nessie_config *c)
 }
 
 static char mw_key[] = "k";
+static uint64_t mw_exptime; /* test_expiry_judged_at_the_read: the item's expiry, unix seconds */
 static void stall_past_grace_then_take_over_and_delete(void)
 {
     sleep_past_grace();
@@ -1515,6 +1516,41 @@ static void test_orphaned_add_is_undone(void **state)
     assert_string_equal(seen_buf, "third");
     assert_true(rc == NESSIE_NOT_STORED || rc == NESSIE_TIMEOUT);
     check_value(C.ctx[0], "k", "third");
+}
+
+static void long_period(struct nessie_config *c)
+{
+    c->expiration_ms = 3000;
+}
+
+static int replace_rc;
+static void replace_then_wait_for_expiry(void)
+{
+    /* Replaced by a value without an expiry before its own expiry, then past that expiry. */
+    replace_rc = set(C.ctx[0], "k", "new");
+    while (nessie_real_ns() / 1000000000ULL < mw_exptime)
+        sleep_ms(20);
+}
+
+/* model/time-findings.md, 7b: a GET judged expiry when it decided, not as of its read of the
+ * index. It read the entry of an item with an expiry, the item was replaced by one without,
+ * and the first expired before the GET decided: the GET said NOT_FOUND, though the key was
+ * present at every moment of the call. Now the item is judged as of the read: the GET returns
+ * the value it read (ordered at its read), and a GET after returns the new one. */
+static void test_expiry_judged_at_the_read(void **state)
+{
+    (void)state;
+    cluster_open(3, 256, 4 << 20, long_period);
+    mw_exptime = nessie_real_ns() / 1000000000ULL + 1;
+    assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, "k", 1, "old", 3, 0,
+                                  (int64_t)mw_exptime, 0, NULL), NESSIE_OK);
+    script(C.ctx[2], NESSIE_HOOK_GET_ITE_READ, -1, replace_then_wait_for_expiry);
+    get_k_on_node2();
+    assert_true(S.fired);
+    assert_int_equal(replace_rc, NESSIE_OK);
+    assert_int_equal(seen_rc, NESSIE_OK);
+    assert_string_equal(seen_buf, "old");
+    check_value(C.ctx[1], "k", "new");
 }
 
 static void delete_k_paused_get(void) { get_k_on_node2(); }
@@ -2508,6 +2544,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_multi_get_slow_key_delays_only_itself, teardown),
         cmocka_unit_test_teardown(test_dead_front_entry_hides_older_duplicate, teardown),
         cmocka_unit_test_teardown(test_orphaned_add_is_undone, teardown),
+        cmocka_unit_test_teardown(test_expiry_judged_at_the_read, teardown),
         cmocka_unit_test_teardown(test_write_outliving_grace_is_not_applied_twice, teardown),
         cmocka_unit_test_teardown(test_get_during_delete, teardown),
         cmocka_unit_test_teardown(test_smaller_candidate_waits_for_entry_in_progress, teardown),
