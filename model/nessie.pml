@@ -74,6 +74,11 @@
 #define MAXF 0
 #endif
 #endif
+#if SCEN == 9
+#ifndef MAXC
+#define MAXC 0
+#endif
+#endif
 #if SCEN == 7 && !defined(TIMED)
 #ifndef MAXC            /* a crash after step 7 of a stalled migrator is the residual hole */
 #define MAXC 0
@@ -118,17 +123,24 @@
 #ifndef EXT
 #define EXT 4
 #endif
+#ifndef FAB             /* the fabric's longest request beyond the last attempt, in epochs */
+#define FAB 0
+#endif
 #ifndef GRACE
 #ifdef OLD_GRACE
 #define GRACE (OPT + 2)         /* engine.c today: op_timeout + 2 E, blind to the extension */
 #else
-#define GRACE (OPT + EXT + 2)   /* the new rule: grace = L + E */
+#define GRACE (OPT + EXT + FAB + 2)   /* the new rule: grace = L + E */
 #endif
 #endif
 #endif
 #ifndef GRACE           /* orphan grace, in epochs */
 #define GRACE 2
 #endif
+#ifndef TICKFROM        /* the earliest epoch of the tick (a schedule: once the later calls start) */
+#define TICKFROM GRACE
+#endif
+
 #ifndef GENS            /* generations a slot cycles through (10 bits in the real code) */
 #define GENS 4
 #endif
@@ -329,7 +341,7 @@ proctype ttlclock()
 {
 end:
     atomic {
-        !stop ->
+        !stop && epoch >= TICKFROM ->
         texp = 1;
         hkind[TICKOP] = K_TICK; hinv[TICKOP] = 1; hprec[TICKOP] = hdone; hres[TICKOP] = R_OK;
         hdone = hdone | (1 << TICKOP);
@@ -340,6 +352,15 @@ end:
 #define DEAD(t) ((t) && texp)
 #else
 #define DEAD(t) false
+#endif
+/* Whether the entry a view holds is dead: judged at the time of the ITE read that led to it
+ * (rtexp), the instant the view is of. -DBUG_TTL_LATE_DEAD: judged when the caller looks, as
+ * get.c and write.c call nessie_item_dead with the clock of that moment: an item that was
+ * replaced while still alive can then be reported expired. */
+#if defined(HAVE_TTL) && defined(BUG_TTL_LATE_DEAD)
+#define VDEAD DEAD(vttl)
+#else
+#define VDEAD ((vttl) && rtexp)
 #endif
 
 inline push_free(s)
@@ -397,7 +418,7 @@ inline ite_read(p, dst)
         flt = 0;
         if
         :: CAN_FAULT -> faults++; flt = 1; WHO; printf("READ ITE%d: FABRIC ERROR\n", p)
-        :: true -> dst = ite[p]; WHO; printf("READ ITE%d = ", p); showw(dst); printf("\n")
+        :: true -> dst = ite[p]; rtexp = texp; WHO; printf("READ ITE%d = ", p); showw(dst); printf("\n")
         fi
     }
 }
@@ -682,7 +703,7 @@ inline recycle_all()
 inline clear_view()
 {
     vst = 0; vrec = 0; vgen = 0; vprev = 0; vkey = 0; vval = 0; vtomb = 0; vcreated = 0; vcreator = 0;
-    vcopy = 0; vttl = 0; undo = 0; prevok = 0; cu = 0;
+    vcopy = 0; vttl = 0; rtexp = 0; undo = 0; prevok = 0; cu = 0;
     sv = 0; mdst = 0; cw = 0; mkey = 0; mval = 0; mcr = 0; mttl = 0;
     w = 0; pw = 0; nw = 0; i = 0; j = 0; ok = 0; flt = 0; oldst = 0; oldgen = 0; oldrec = 0
 }
@@ -732,9 +753,9 @@ inline get_attempt()
             :: else ->
                 if :: EXPIRED -> break :: else fi;
                 if
-                :: (vst & COMM) && !vtomb && !DEAD(vttl) ->      /* Step 2.4 */
+                :: (vst & COMM) && !vtomb && !VDEAD ->      /* Step 2.4 */
                     get_return(w); res = A_DONE; break
-                :: (vst & COMM) && !vtomb && DEAD(vttl) ->       /* expired: absent */
+                :: (vst & COMM) && !vtomb && VDEAD ->       /* expired: absent */
                     status = R_NF; hval[opid] = 0; res = A_DONE; break
                 :: (vst & COMM) && vtomb ->          /* a finished DELETE */
                     status = R_NF; hval[opid] = 0; res = A_DONE; break
@@ -777,7 +798,7 @@ inline get_attempt()
                     :: vkey == k && vgen == WGEN(pw) && (vst & COMM) && !vtomb ->
 #endif
                         if
-                        :: DEAD(vttl) -> status = R_NF; hval[opid] = 0
+                        :: VDEAD -> status = R_NF; hval[opid] = 0
                         :: else -> get_return(pw)
                         fi;
                         res = A_DONE; break
@@ -878,7 +899,7 @@ inline rollback_mine()
 
 #ifdef TIMED
 /* proto_memory_short: the first wait extends the call's deadline by EXT epochs */
-#define SET_MEMWAIT if :: !memwait -> lb[_pid] = tcall + OPT + EXT :: else fi; memwait = 1
+#define SET_MEMWAIT if :: !memwait -> lb[_pid] = tcall + OPT + EXT + FAB :: else fi; memwait = 1
 #define BUDGET (OPT + (memwait -> EXT : 0))
 #else
 #define SET_MEMWAIT memwait = 1
@@ -1033,7 +1054,7 @@ inline write_attempt()
                 :: else
                 fi;
                 if :: mine != 0 -> goto wa_rollback :: else fi;  /* committed in front of ours */
-                cand = i; oldval = vval; oldttl = vttl; live = !vtomb && !DEAD(vttl); break
+                cand = i; oldval = vval; oldttl = vttl; live = !vtomb && !VDEAD; break
             fi
         fi
     od;
@@ -1182,11 +1203,11 @@ inline write_attempt()
                 if
 #ifdef BUG_TTL_ADOPT_DEAD
                 /* write.c today: any live duplicate behind a candidate that was not live */
-                :: (vst & COMM) && !vtomb && !DEAD(vttl) && !mineprevlive ->
+                :: (vst & COMM) && !vtomb && !VDEAD && !mineprevlive ->
 #else
                 /* only when the candidate was empty: behind a dead (expired) entry of the key the
                  * key is absent, and a live duplicate there is an older item (finding 7) */
-                :: (vst & COMM) && !vtomb && !DEAD(vttl) && !mineprevlive && d[WSLOT(mine)].prev == 0 ->
+                :: (vst & COMM) && !vtomb && !VDEAD && !mineprevlive && d[WSLOT(mine)].prev == 0 ->
 #endif
                     origprev = d[WSLOT(mine)].prev; s4prev = 1;
                     d[WSLOT(mine)].prev = w; mineprevlive = 1
@@ -1377,7 +1398,7 @@ inline get_call()
     byte i, j, w, pw, nw, s_, x; bit ok, flt; byte oldst, oldgen; bit oldrec; \
     byte vst, vgen, vprev, vval, vcreated, vcreator, vkey; bit vtomb, vrec; \
     byte rb, origprev, dupw; bit s4prev; \
-    bit vcopy, vttl, oldttl, nttl, published, undo, prevok, mttl; \
+    bit vcopy, vttl, rtexp, oldttl, nttl, published, undo, prevok, mttl; \
     byte sv, mdst, cw, mkey, mval, mcr, cu
 
 /* a client thread on `node`: up to two calls, o1 then o2 (op ids; 0 = none) */
@@ -1397,7 +1418,7 @@ proctype client(byte node; byte o1; byte o2)
                 k = hkey[opid]; mode = hkind[opid];
                 hinv[opid] = 1; hprec[opid] = hdone; hlive[opid] = 1;   /* invocation */
 #ifdef TIMED
-                lb[_pid] = epoch + OPT;
+                lb[_pid] = epoch + OPT + FAB;
 #endif
                 WHO; printf("CALL kind %d (1 put,2 delete,3 incr,4 get) key %c arg %d\n", mode, KCH(k), harg[opid])
             :: else
@@ -1778,22 +1799,26 @@ init
         run client(1, 2, 3);
         ncl = 2;
 #elif SCEN == 9
-        /* TTL (finding 7): A = 1 (no exptime) at its second position, ITE 0 empty; a PUT of A
-         * with an exptime (it may crash after its candidate CAS, leaving an orphan in front of
-         * A = 1), then a PUT of A and two GETs once that orphan can be taken over; the TTL
-         * clock ticks at any moment */
+        /* TTL (finding 7): A = 1 (no exptime) at its second position; in front of it, at ITE 0,
+         * the entry of a PUT A=2 with an exptime (op 1) whose writer crashed right after its
+         * candidate CAS (ITE 0 was empty: a SET takes the first empty position), before its
+         * step 4 could clear A = 1: the state scenario 5 reaches with a crash, taken as the
+         * start to keep the search small. Once that orphan is older than the grace, a PUT A=3
+         * and two GETs of A; the TTL clock ticks at any moment from then on. */
         initial(2, KA, 1, 1);
+        d[0].st = BUSY; d[0].gen = 1; d[0].key = KA; d[0].val = 2; d[0].ttl = 1; d[0].created = 0;
+        d[0].creator = 1; d[0].everlinked = 1;
+        ite[0] = W(0, KA, 1);
         free_lists();
-        defop(1, K_PUT, KA, 2); httl[1] = 1;
+        defop(1, K_PUT, KA, 2); httl[1] = 1; hinv[1] = 1; hres[1] = R_NONE;
         defop(2, K_PUT, KA, 3);
         defop(3, K_GET, KA, 0);
         defop(4, K_GET, KA, 0);
         hnb[2] = GRACE; hnb[3] = GRACE;
-        run client(0, 1, 0);
         run client(1, 2, 0);
         run client(1, 3, 4);
         run ttlclock();
-        ncl = 3;
+        ncl = 2;
 #else
 #error "unknown SCEN"
 #endif
