@@ -24,6 +24,10 @@
  * Other switches: -DGENS=n (generations per slot), -DNO_LOST_COMPLETION (a CAS with a fabric
  * error never ran), -DNO_PREVOK (drop the PREVOK invariant, to follow a trail further),
  * -DHUNT_C (all checks off but the two hole-c assertions; with hunt_c.never).
+ * Issue 26 (time-findings.md): -DTIMED (calls bounded in time; EXT, FAB, -DOLD_GRACE), and
+ * today's behaviour for its findings: -DBUG_MIGRATE_NO_STEP0 (1), -DOLD_LIFE_RETRY (2: "my entry
+ * is in another life" read as "never took effect"; lost_track's NO_MEMORY),
+ * -DBUG_TTL_ADOPT_DEAD (7), -DBUG_TTL_LATE_DEAD (7b).
  *
  * Scenarios (-DSCEN=n) choose the initial index, the clients' scripts and the fault budget; see
  * the SCENARIOS section at the end and README.md.
@@ -43,9 +47,8 @@
  *     grace GRACE epochs from the entry's creation (engine.c: op_timeout + 2E; the brief's 2).
  *     Because the clock may tick between any two steps, every gap between a timer check and the
  *     CAS after it is a potential stall past E: no explicit STALL step is needed.
- *   - back-off, the cache, multi-reads, TTL / flush_all (item_dead), the background staging of
- *     recycle marks, MIGRATE (with 2 keys and 2-way positions (0,1) and (0,2) no PUT can find
- *     both of its positions held by other keys, so MIGRATE is unreachable; the model asserts it).
+ *   - back-off, the cache, multi-reads, flush_all, the background staging of recycle marks;
+ *     MIGRATE only in scenario 7 (its own key positions; depth 0), TTL only in scenario 9.
  *   - n = 2 ways: the reverse pass re-reads I_1 only (protocol.c reverse_pass: I_{n-1}..I_1).
  */
 
