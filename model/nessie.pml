@@ -24,6 +24,10 @@
  * Other switches: -DGENS=n (generations per slot), -DNO_LOST_COMPLETION (a CAS with a fabric
  * error never ran), -DNO_PREVOK (drop the PREVOK invariant, to follow a trail further),
  * -DHUNT_C (all checks off but the two hole-c assertions; with hunt_c.never).
+ * Issue 26 (time-findings.md): -DTIMED (calls bounded in time; EXT, FAB, -DOLD_GRACE), and
+ * today's behaviour for its findings: -DBUG_MIGRATE_NO_STEP0 (1), -DOLD_LIFE_RETRY (2: "my entry
+ * is in another life" read as "never took effect"; lost_track's NO_MEMORY),
+ * -DBUG_TTL_ADOPT_DEAD (7), -DBUG_TTL_LATE_DEAD (7b).
  *
  * Scenarios (-DSCEN=n) choose the initial index, the clients' scripts and the fault budget; see
  * the SCENARIOS section at the end and README.md.
@@ -43,9 +47,8 @@
  *     grace GRACE epochs from the entry's creation (engine.c: op_timeout + 2E; the brief's 2).
  *     Because the clock may tick between any two steps, every gap between a timer check and the
  *     CAS after it is a potential stall past E: no explicit STALL step is needed.
- *   - back-off, the cache, multi-reads, TTL / flush_all (item_dead), the background staging of
- *     recycle marks, MIGRATE (with 2 keys and 2-way positions (0,1) and (0,2) no PUT can find
- *     both of its positions held by other keys, so MIGRATE is unreachable; the model asserts it).
+ *   - back-off, the cache, multi-reads, flush_all, the background staging of recycle marks;
+ *     MIGRATE only in scenario 7 (its own key positions; depth 0), TTL only in scenario 9.
  *   - n = 2 ways: the reverse pass re-reads I_1 only (protocol.c reverse_pass: I_{n-1}..I_1).
  */
 
@@ -69,6 +72,37 @@
 #define MAXE 1
 #endif
 #endif
+#if SCEN == 7 || SCEN == 9
+#ifndef MAXF
+#define MAXF 0
+#endif
+#endif
+#if SCEN == 9
+#ifndef MAXC
+#define MAXC 0
+#endif
+#endif
+#if SCEN == 7 && !defined(TIMED)
+#ifndef MAXC            /* a crash after step 7 of a stalled migrator is the residual hole */
+#define MAXC 0
+#endif
+#endif
+#if SCEN == 8
+/* the memory-wait extension: calls are bounded in time (TIMED), the clock starts at epoch 1 */
+#define TIMED
+#ifndef MAXF
+#define MAXF 0
+#endif
+#ifndef MAXC
+#define MAXC 0
+#endif
+#ifndef MAXE
+#define MAXE 5
+#endif
+#ifndef MAXATT
+#define MAXATT 4
+#endif
+#endif
 #ifndef MAXE            /* the clock stops at this epoch */
 #define MAXE 2
 #endif
@@ -84,11 +118,43 @@
 #ifndef OPT             /* call budget, in epochs (op_timeout_ms: at least E; the default, 1 s, is 10 E) */
 #define OPT 1
 #endif
+#ifdef TIMED
+/* TIMED: every call acts only within its bound (the clock waits for it): its budget, OPT
+ * epochs, plus EXT once it has waited for memory (write.c proto_memory_short: 3 E + 500 ms),
+ * plus the epoch its last attempt (and the fabric's longest request) may run into. So a call
+ * started at epoch t acts at epochs <= t + OPT (+ EXT); L = OPT (+ EXT) + 1 periods. */
+#ifndef EXT
+#define EXT 4
+#endif
+#ifndef FAB             /* the fabric's longest request beyond the last attempt, in epochs */
+#define FAB 0
+#endif
+#ifndef GRACE
+#ifdef OLD_GRACE
+#define GRACE (OPT + 2)         /* engine.c today: op_timeout + 2 E, blind to the extension */
+#else
+#define GRACE (OPT + EXT + FAB + 2)   /* the new rule: grace = L + E */
+#endif
+#endif
+#endif
 #ifndef GRACE           /* orphan grace, in epochs */
 #define GRACE 2
 #endif
+#ifndef TICKFROM        /* the earliest epoch of the tick (a schedule: once the later calls start) */
+#define TICKFROM GRACE
+#endif
+
 #ifndef GENS            /* generations a slot cycles through (10 bits in the real code) */
 #define GENS 4
+#endif
+
+/* Migration copies and TTL exist only in the scenarios that use them (7, 9): elsewhere their
+ * code is left out, which keeps pan.c (and its compile time) as it was. */
+#if SCEN == 7
+#define HAVE_COPY
+#endif
+#if SCEN == 9
+#define HAVE_TTL
 #endif
 
 /* Every property is a CHECK; -DHUNT_C turns them all off except the two hunting assertions
@@ -109,16 +175,26 @@
 #define COMM 2
 #define ABAN 4
 
-/* keys: A has positions (0,1), B has (0,2): they compete for ITE 0 (2-way cuckoo) */
+/* keys: A has positions (0,1), B has (0,2): they compete for ITE 0 (2-way cuckoo). Scenario 7
+ * (MIGRATE) has B at (2,0) instead: B sits at its second position, ITE 0, so that the copy a
+ * migration makes at ITE 2 is in front of its source for a GET of B; and a third key C, at ITE 1
+ * and never written, so that a PUT of A finds both of its positions held by other keys. */
 #define KA 0
 #define KB 1
+#define KC 2
+#define NK 3
+#if SCEN == 7
+#define POS(kk,ii) ((2 * (kk) + (ii)) % 3)     /* A (0,1), B (2,0), C (1,2) */
+#else
 #define POS(kk,ii) ((((ii) == 0) -> 0 : (1 + (kk))))
+#endif
+#define KCH(kk) (((kk) == KA) -> 'A' : (((kk) == KB) -> 'B' : 'C'))
 
 /* ITE words */
-#define W(s,kk,g)  (1 + (s) + NS*((kk) + 2*(g)))
+#define W(s,kk,g)  (1 + (s) + NS*((kk) + NK*(g)))
 #define WSLOT(w)   (((w) - 1) % NS)
-#define WKEY(w)    ((((w) - 1) / NS) % 2)
-#define WGEN(w)    (((w) - 1) / (2*NS))
+#define WKEY(w)    ((((w) - 1) / NS) % NK)
+#define WGEN(w)    (((w) - 1) / (NK*NS))
 #define NODE(s)    ((s) / 2)
 
 #ifdef OLD_DESIGN
@@ -148,6 +224,11 @@
 #define K_INCR 3        /* nessie_arith(incr): a form whose new value is built from the old one */
 #define K_GET  4
 #define K_FIN  5        /* the final read of a key, after recovery */
+#define K_EVICT 6       /* ghost: an item reported lost as an eviction (a migration whose copy was
+                         * undone after it emptied the source): a DELETE that no call made */
+#define K_TICK 7        /* ghost: the TTL clock ticks: every item with an exptime is dead from here */
+#define EVOP   4        /* the op id of the eviction report (scenario 7) */
+#define TICKOP 5        /* the op id of the TTL tick (scenario 9) */
 
 /* attempt results (protocol.c enum attempt) */
 #define A_DONE  0
@@ -167,8 +248,10 @@ typedef DTE {
     bit  rec;       /* RECYCLED (OLD: the recycle word; NEW: a flag in the state word) */
     byte rmark;     /* epoch of the recycle mark (the expiry is rmark + 1) */
     byte gen;       /* the slot's life: NEW in the state word, OLD a ghost */
-    byte prev;      /* prev ITE (previous version) */
-    bit  key;
+    byte prev;      /* prev ITE (previous version; a migration's copy: its source) */
+    byte key;
+    bit  copy;      /* DTE_F_COPY: a migration's copy */
+    bit  ttl;       /* has an exptime: dead once the TTL clock has ticked (texp) */
     byte val;
     bit  tomb;      /* DTE_KIND_TOMBSTONE (a DELETE's entry) */
     byte created;   /* epoch of allocation (created_ns) */
@@ -199,7 +282,14 @@ bit  hinv[NOPS];    /* invoked */
 bit  hvis[NOPS];    /* ghost: a reader returned a value this op wrote */
 byte hdone;         /* ops that have returned a definite outcome */
 byte hnb[NOPS];     /* a scenario may hold a call back until this epoch (a schedule, no more) */
-byte initv[2];      /* initial logical value of each key (0 = absent) */
+byte initv[NK];     /* initial logical value of each key (0 = absent) */
+bit  httl[NOPS];    /* PUT: with an exptime (the TTL clock's tick; absolute, like memcached's) */
+bit  hlive[NOPS];   /* ghost: invoked, not returned, not crashed */
+bit  texp;          /* the TTL clock has ticked: items with an exptime are dead (item_dead) */
+byte evprec;        /* ghost: hdone when a migration emptied its source (the eviction's start) */
+#ifdef TIMED
+byte lb[5];         /* per client (pid): the last epoch its live call may act in (255: none) */
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 /* invariants checked in every state                                                          */
@@ -209,10 +299,12 @@ byte initv[2];      /* initial logical value of each key (0 = absent) */
  * linked). */
 #define LINKOK(p) ((ite[p] == 0) || ((d[WSLOT(ite[p])].gen == WGEN(ite[p])) && (d[WSLOT(ite[p])].st != 0) && !d[WSLOT(ite[p])].rec && !d[WSLOT(ite[p])].onfree && (d[WSLOT(ite[p])].key == WKEY(ite[p]))))
 /* The previous version of a linked, uncommitted entry is still alive (readers of that entry
- * return it, a rollback or a takeover of an abandoned entry links it again). */
+ * return it, a rollback or a takeover of an abandoned entry links it again). A migration's copy
+ * is exempt: its prev is its source, which readers use only while it is linked (LINKOK covers
+ * it then) and which no takeover links again. */
 #define PE(p) d[WSLOT(ite[p])]
 #define PV(p) d[WSLOT(PE(p).prev)]
-#define PREVOK(p) ((ite[p] == 0) || (PE(p).st & COMM) || (PE(p).prev == 0) || ((PV(p).gen == WGEN(PE(p).prev)) && !PV(p).onfree && !PV(p).rec))
+#define PREVOK(p) ((ite[p] == 0) || (PE(p).st & COMM) || (PE(p).prev == 0) || PE(p).copy || ((PV(p).gen == WGEN(PE(p).prev)) && !PV(p).onfree && !PV(p).rec))
 #ifdef NO_PREVOK   /* (to let a run go on past a recycled previous version, for a longer trail) */
 #define INVARIANT (LINKOK(0) && LINKOK(1) && LINKOK(2))
 #else
@@ -230,13 +322,49 @@ end:
 /* ---------------------------------------------------------------------------------------- */
 /* The expiration clock. Every tick can fall between any two steps of every other process: a
  * process that checked its timer and then waits past a tick has stalled past E. */
+#ifdef TIMED
+/* TIMED: the clock does not pass a live call's bound: every call ends in time (the assumption
+ * the grace period rests on). */
+#define INTIME (epoch + 1 <= lb[2] && epoch + 1 <= lb[3] && epoch + 1 <= lb[4])
+#else
+#define INTIME true
+#endif
 proctype clock()
 {
 end:
     do
-    :: atomic { !stop && epoch < MAXE -> epoch++; printf("CLOCK: epoch %d\n", epoch) }
+    :: atomic { !stop && epoch < MAXE && INTIME -> epoch++; printf("CLOCK: epoch %d\n", epoch) }
     od
 }
+
+/* The TTL clock (scenario 9): one tick, at any moment, after which every item with an exptime
+ * is dead for every reader (one clock: the model has no skew between nodes' real clocks). The
+ * tick is an event of the history, placed in real-time order like a call that returned at once. */
+proctype ttlclock()
+{
+end:
+    atomic {
+        !stop && epoch >= TICKFROM ->
+        texp = 1;
+        hkind[TICKOP] = K_TICK; hinv[TICKOP] = 1; hprec[TICKOP] = hdone; hres[TICKOP] = R_OK;
+        hdone = hdone | (1 << TICKOP);
+        printf("TTL CLOCK: items with an exptime are dead from now on\n")
+    }
+}
+#ifdef HAVE_TTL
+#define DEAD(t) ((t) && texp)
+#else
+#define DEAD(t) false
+#endif
+/* Whether the entry a view holds is dead: judged at the time of the ITE read that led to it
+ * (rtexp), the instant the view is of. -DBUG_TTL_LATE_DEAD: judged when the caller looks, as
+ * get.c and write.c call nessie_item_dead with the clock of that moment: an item that was
+ * replaced while still alive can then be reported expired. */
+#if defined(HAVE_TTL) && defined(BUG_TTL_LATE_DEAD)
+#define VDEAD DEAD(vttl)
+#else
+#define VDEAD ((vttl) && rtexp)
+#endif
 
 inline push_free(s)
 {
@@ -282,7 +410,7 @@ inline showw(w)
 {
     if
     :: (w) == 0 -> printf("empty")
-    :: else -> printf("D%d.%c.g%d", WSLOT(w), (WKEY(w) == 0 -> 'A' : 'B'), WGEN(w))
+    :: else -> printf("D%d.%c.g%d", WSLOT(w), KCH(WKEY(w)), WGEN(w))
     fi
 }
 #define WHO printf("T%d e%d [op%d] ", _pid, epoch, opid)
@@ -293,7 +421,7 @@ inline ite_read(p, dst)
         flt = 0;
         if
         :: CAN_FAULT -> faults++; flt = 1; WHO; printf("READ ITE%d: FABRIC ERROR\n", p)
-        :: true -> dst = ite[p]; WHO; printf("READ ITE%d = ", p); showw(dst); printf("\n")
+        :: true -> dst = ite[p]; rtexp = texp; WHO; printf("READ ITE%d = ", p); showw(dst); printf("\n")
         fi
     }
 }
@@ -369,9 +497,9 @@ inline dte_read(w)
         :: true ->
             vst = d[s_].st; vrec = d[s_].rec; vgen = d[s_].gen; vprev = d[s_].prev;
             vkey = d[s_].key; vval = d[s_].val; vtomb = d[s_].tomb;
-            vcreated = d[s_].created; vcreator = d[s_].creator;
-            WHO; printf("READ "); showw(w); printf(" = {st=%d rec=%d g%d key=%c val=%d tomb=%d prev=", vst, vrec, vgen, (vkey == 0 -> 'A' : 'B'), vval, vtomb);
-            showw(vprev); printf(" created=e%d by op%d}\n", vcreated, vcreator)
+            vcreated = d[s_].created; vcreator = d[s_].creator; vcopy = d[s_].copy; vttl = d[s_].ttl;
+            WHO; printf("READ "); showw(w); printf(" = {st=%d rec=%d g%d key=%c val=%d tomb=%d prev=", vst, vrec, vgen, KCH(vkey), vval, vtomb);
+            showw(vprev); printf(" created=e%d by op%d copy=%d ttl=%d}\n", vcreated, vcreator, vcopy, vttl)
         fi;
         s_ = 0
     }
@@ -408,7 +536,7 @@ inline recycle(w)
 /* slab_alloc + dte_write_new (A.1.3 step 3): a BUSY entry in this node's memory, invisible
  * until an ITE names it. nw = its ITE word, or 0 if the node has no free slot. OLD pops the
  * most recently freed slot (LIFO stack), NEW the oldest (FIFO). */
-inline dte_write_new(kk, vv, tb, pv)
+inline dte_write_new(kk, vv, tb, pv, cp, tl, cr)
 {
     atomic {
         nw = 0;
@@ -428,9 +556,10 @@ inline dte_write_new(kk, vv, tb, pv)
             d[s_].gen = (d[s_].gen + 1) % GENS;     /* a new life */
             d[s_].st = BUSY; d[s_].rec = 0; d[s_].rmark = 0;
             d[s_].prev = pv; d[s_].key = kk; d[s_].val = vv; d[s_].tomb = tb;
-            d[s_].created = epoch; d[s_].creator = opid; d[s_].everlinked = 0;
+            d[s_].created = epoch; d[s_].creator = cr; d[s_].everlinked = 0;
+            d[s_].copy = cp; d[s_].ttl = tl;
             nw = W(s_, kk, d[s_].gen);
-            WHO; printf("ALLOC "); showw(nw); printf(" BUSY val=%d tomb=%d prev=", vv, tb); showw(pv); printf("\n");
+            WHO; printf("ALLOC "); showw(nw); printf(" BUSY val=%d tomb=%d copy=%d ttl=%d prev=", vv, tb, cp, tl); showw(pv); printf("\n");
             s_ = 0
         fi
     }
@@ -456,13 +585,80 @@ inline free_unpublished(w)
 /* (the CAS the writer's last step also makes); a TOMBSTONE is then unlinked. Uses the view.  */
 /* flt = a fabric error.                                                                      */
 /* ---------------------------------------------------------------------------------------- */
+/* protocol.c copy_undo: an orphaned migration's copy is undone (abandoned, then unlinked) unless
+ * its migration emptied the source: the source still in its life, not recycled, and linked at
+ * none of the key's positions. Reads the source's state word and the key's ITEs (cu); sets
+ * undo, and flt on a fabric error. */
+#ifdef HAVE_COPY
+inline copy_undo()
+{
+    undo = 1;
+    if
+    :: vprev == 0 -> skip
+    :: else ->
+        atomic {
+            s_ = WSLOT(vprev);
+            if
+            :: NODE(s_) != node && CAN_FAULT -> faults++; flt = 1; WHO; printf("READ state of "); showw(vprev); printf(": FABRIC ERROR\n")
+            :: true -> flt = 0;
+                if
+                :: d[s_].gen != WGEN(vprev) || d[s_].st == 0 || d[s_].rec -> cu = 1
+                :: else -> cu = 0
+                fi;
+                WHO; printf("COPY_UNDO: source "); showw(vprev); printf(" gone or recycled (1: undo the copy): %d\n", cu)
+            fi;
+            s_ = 0
+        }
+        if
+        :: flt || cu -> skip
+        :: else ->
+            ite_read(POS(vkey, 0), cu);
+            if
+            :: flt -> skip
+            :: !flt && cu == vprev -> skip
+            :: else ->
+                ite_read(POS(vkey, 1), cu);
+                if
+                :: flt -> skip
+                :: !flt && cu == vprev -> skip
+                :: else -> undo = 0
+                fi
+            fi
+        fi;
+        cu = 0
+    fi
+}
+#endif
+
 inline takeover(p, w)
 {
+#if defined(TIMED) && !defined(OLD_GRACE)
+    /* with a grace longer than the longest call, a takeover never acts on a live call's entry */
+    CHECK(!hlive[vcreator]);
+#endif
+#ifdef HAVE_COPY
+    undo = 0;
+    if :: vcopy && !(vst & ABAN) -> copy_undo() :: else -> flt = 0 fi;
+    if
+    :: flt -> skip
+    :: !flt && undo ->
+        /* abandoned first (naming its life), so its migration can never commit it */
+        dte_cas(w, vst, vrec, vst | ABAN);
+        if
+        :: ok -> ite_cas(p, w, 0); if :: ok -> recycle(w) :: else fi
+        :: else
+        fi
+    :: !flt && !undo && (vst & ABAN) ->
+        ite_cas(p, w, (vcopy -> 0 : vprev));
+        if :: ok -> recycle(w) :: else fi
+    :: else ->
+#else
     if
     :: (vst & ABAN) ->
         ite_cas(p, w, vprev);
         if :: ok -> recycle(w) :: else fi
     :: else ->
+#endif
         dte_cas(w, vst, vrec, vst | COMM);
         if
         :: ok && vtomb ->
@@ -510,6 +706,8 @@ inline recycle_all()
 inline clear_view()
 {
     vst = 0; vrec = 0; vgen = 0; vprev = 0; vkey = 0; vval = 0; vtomb = 0; vcreated = 0; vcreator = 0;
+    vcopy = 0; vttl = 0; rtexp = 0; undo = 0; prevok = 0; cu = 0;
+    sv = 0; mdst = 0; cw = 0; mkey = 0; mval = 0; mcr = 0; mttl = 0;
     w = 0; pw = 0; nw = 0; i = 0; j = 0; ok = 0; flt = 0; oldst = 0; oldgen = 0; oldrec = 0
 }
 
@@ -558,8 +756,10 @@ inline get_attempt()
             :: else ->
                 if :: EXPIRED -> break :: else fi;
                 if
-                :: (vst & COMM) && !vtomb ->         /* Step 2.4 */
+                :: (vst & COMM) && !vtomb && !VDEAD ->      /* Step 2.4 */
                     get_return(w); res = A_DONE; break
+                :: (vst & COMM) && !vtomb && VDEAD ->       /* expired: absent */
+                    status = R_NF; hval[opid] = 0; res = A_DONE; break
                 :: (vst & COMM) && vtomb ->          /* a finished DELETE */
                     status = R_NF; hval[opid] = 0; res = A_DONE; break
                 :: else
@@ -571,9 +771,25 @@ inline get_attempt()
                     break
                 :: else
                 fi;
-                /* Step 2.5: the previous version */
+                /* Step 2.5: the previous version; a migration's copy's is its source, used only
+                 * while the source is still linked at a later position (get.c source_linked) */
+                prevok = 1;
+#ifdef HAVE_COPY
                 if
-                :: vprev != 0 ->
+                :: vcopy ->
+                    if
+                    :: i == 0 ->
+                        ite_read(POS(k, 1), cu);
+                        if :: flt -> status = R_FAB; res = A_DONE; break :: else fi;
+                        prevok = (cu != 0 && ITE_EQ(cu, vprev))
+                    :: else -> prevok = 0
+                    fi;
+                    cu = 0
+                :: else
+                fi;
+#endif
+                if
+                :: vprev != 0 && prevok ->
                     pw = vprev;
                     dte_read(pw);
                     if :: flt -> status = R_FAB; res = A_DONE; break :: else fi;
@@ -584,7 +800,11 @@ inline get_attempt()
 #else
                     :: vkey == k && vgen == WGEN(pw) && (vst & COMM) && !vtomb ->
 #endif
-                        get_return(pw); res = A_DONE; break
+                        if
+                        :: VDEAD -> status = R_NF; hval[opid] = 0
+                        :: else -> get_return(pw)
+                        fi;
+                        res = A_DONE; break
                     :: else
                     fi
                 :: else
@@ -645,7 +865,11 @@ inline rollback_mine()
     :: !flt && !ok && !(oldgen == WGEN(mine) && (oldst & BUSY)) ->
         /* our life is over (the slot is free, or holds another life): whether it was
          * committed before it was unlinked cannot be told any more */
-        rb = RB_UNKNOWN
+        rb = RB_UNKNOWN;
+#ifdef OLD_LIFE_RETRY
+        mine = 0;                                    /* write.c lost_track zeroes op->mine */
+#endif
+        skip
 #endif
     :: !flt && ok ->
         CRASH_POINT;
@@ -673,6 +897,117 @@ inline rollback_mine()
         rb = RB_GONE; mine = 0
     fi
 #endif
+}
+
+
+#ifdef TIMED
+/* proto_memory_short: the first wait extends the call's deadline by EXT epochs */
+#define SET_MEMWAIT if :: !memwait -> lb[_pid] = tcall + OPT + EXT + FAB :: else fi; memwait = 1
+#define BUDGET (OPT + (memwait -> EXT : 0))
+#else
+#define SET_MEMWAIT memwait = 1
+#define BUDGET OPT
+#endif
+
+/* the copy is taken back out: abandoned (naming its life: nobody can commit it any more), then
+ * unlinked from the destination and recycled (it was visible) */
+inline undo_copy()
+{
+    dte_cas(cw, BUSY, 0, BUSY | ABAN);
+    ite_cas(mdst, cw, 0);
+    if :: ok -> recycle(cw) :: else fi
+}
+
+/*
+ * MIGRATE (A.1.4, migrate.c proto_migrate) at depth 0: the entry at the key's I_1 (the source,
+ * another key's) moves to that key's other position (the destination): a copy, BUSY with
+ * DTE_F_COPY, prev = the source and the source's creator (step 5), linked at the empty
+ * destination (step 6), the source emptied (step 7), the copy committed (step 8), the source
+ * recycled (step 9); then the write tries again. A destination that is not empty would need a
+ * recursive migration (step 4.2): not modelled, the attempt retries. Runs inside write_attempt
+ * (its labels). Scenario 7 has no fabric error: the fault paths are the code's, untested here.
+ */
+inline migrate()
+{
+    /* Step 2: the source */
+    ite_read(POS(k, 0), sv);
+    if :: flt -> goto wa_fault :: else fi;
+    if :: sv == 0 -> goto wa_end :: else fi;                       /* 2.1: freed meanwhile */
+    dte_read(sv);
+    if :: flt -> goto wa_fault :: else fi;
+    if :: vgen != WGEN(sv) || vst == 0 -> goto wa_end :: else fi;  /* stale view */
+    if :: vkey == k -> goto wa_end :: else fi;                     /* 2.3: the key got here */
+    if
+    :: !(vst & COMM) ->                                            /* 2.4: in progress */
+        if
+        :: epoch >= vcreated + GRACE ->
+            takeover(POS(k, 0), sv);
+            if :: flt -> goto wa_fault :: else -> goto wa_end fi
+        :: else -> goto wa_end
+        fi
+    :: (vst & COMM) && vtomb -> goto wa_end
+    :: else
+    fi;
+    /* Steps 3, 4: the destination: the moved key's position that is not one of ours */
+    mkey = vkey; mval = vval; mttl = vttl; mcr = vcreator;
+    mdst = ((POS(mkey, 0) == POS(k, 0) || POS(mkey, 0) == POS(k, 1)) -> POS(mkey, 1) : POS(mkey, 0));
+    if :: mdst == POS(k, 0) || mdst == POS(k, 1) -> status = R_INV; goto wa_done :: else fi;
+    ite_read(mdst, cu);
+    if :: flt -> goto wa_fault :: else fi;
+    if :: cu != 0 -> cu = 0; goto wa_end :: else fi;               /* 4.2: not modelled */
+    /* Step 5: the copy */
+    if :: EXPIRED -> goto wa_end :: else fi;
+    dte_write_new(mkey, mval, 0, sv, 1, mttl, mcr);
+    if
+    :: nw == 0 ->
+        if
+        :: d[2 * node].rec || d[2 * node + 1].rec -> SET_MEMWAIT; goto wa_end
+        :: else -> status = R_MEM; goto wa_done
+        fi
+    :: else
+    fi;
+    cw = nw; nw = 0;
+    /* Step 6: link it at the (empty) destination */
+    if :: EXPIRED -> free_unpublished(cw); goto wa_end :: else fi;
+    ite_cas(mdst, 0, cw);
+    if
+    :: flt -> undo_copy(); status = R_FAB; sweepowed = 1; goto wa_done
+    :: !flt && !ok -> free_unpublished(cw); goto wa_end
+    :: else
+    fi;
+    CRASH_POINT;
+    /* Step 7: empty the source */
+#ifndef BUG_MIGRATE_NO_STEP0
+    /* Step 0 before this CAS too (the fix of finding 1): views older than a period are stale */
+    if :: EXPIRED -> undo_copy(); goto wa_end :: else fi;
+#endif
+    evprec = hdone;                     /* ghost: the item may be lost from here on */
+    ite_cas(POS(k, 0), sv, 0);
+    if
+    :: flt -> status = R_FAB; sweepowed = 1; goto wa_done          /* the copy stays: a takeover */
+    :: !flt && !ok -> undo_copy(); goto wa_end                       /* the source changed */
+    :: else
+    fi;
+    CRASH_POINT;
+    /* Step 8: commit the copy (proto_commit_own) */
+    dte_cas(cw, BUSY, 0, BUSY | COMM);
+    if
+    :: ok || (oldgen == WGEN(cw) && (oldst & COMM)) -> skip
+    :: !ok && oldgen == WGEN(cw) && (oldst & BUSY) && !(oldst & COMM) ->
+        /* committed == false: a takeover (copy_undo) abandoned the copy while the source was
+         * still linked, and our step 7 has emptied the source since: neither is linked */
+#ifdef BUG_MIGRATE_NO_STEP0
+        WHO; printf("MIGRATE: copy found abandoned, ignored (migrate.c never reads `committed`)\n")
+#else
+        WHO; printf("MIGRATE: copy found abandoned after the source was emptied: item lost, reported as an eviction\n");
+        hkind[EVOP] = K_EVICT; hkey[EVOP] = mkey; hinv[EVOP] = 1; hprec[EVOP] = evprec;
+        hres[EVOP] = R_OK; hdone = hdone | (1 << EVOP)
+#endif
+    :: else -> status = R_TMO; goto wa_done      /* the copy's life is over: unknown */
+    fi;
+    /* Step 9 */
+    recycle(sv);
+    goto wa_end
 }
 
 /* PUT / DELETE / INCR (A.1.3, A.1.5, protocol.c write_attempt) */
@@ -722,7 +1057,7 @@ inline write_attempt()
                 :: else
                 fi;
                 if :: mine != 0 -> goto wa_rollback :: else fi;  /* committed in front of ours */
-                cand = i; oldval = vval; live = !vtomb; break
+                cand = i; oldval = vval; oldttl = vttl; live = !vtomb && !VDEAD; break
             fi
         fi
     od;
@@ -736,7 +1071,12 @@ inline write_attempt()
         if
         :: d[WSLOT(mine)].gen == WGEN(mine) && (d[WSLOT(mine)].st & COMM) -> goto wa_ok
         :: d[WSLOT(mine)].gen == WGEN(mine) && (d[WSLOT(mine)].st & BUSY) && !(d[WSLOT(mine)].st & COMM) -> mine = 0; goto wa_end
+#ifdef OLD_LIFE_RETRY
+        /* write.c 531-541 today: another life (or a free slot) read as "never took effect" */
+        :: else -> WHO; printf("MY ENTRY IS IN ANOTHER LIFE: write again\n"); mine = 0; goto wa_end
+#else
         :: else -> status = R_TMO; goto wa_done                  /* life over: unknown */
+#endif
         fi
 #endif
     :: cand == NONE && mine == 0 && mode != K_PUT ->
@@ -747,9 +1087,14 @@ inline write_attempt()
         if :: EXPIRED -> goto wa_end :: else fi;
         status = R_NF; goto wa_done
     :: cand == NONE && mine == 0 && mode == K_PUT ->
-        /* Step 2.4 (MIGRATE): both positions hold another key; only reachable when an ITE
-         * names a DTE that holds another key (a reused slot): INDEX_FULL */
+#if SCEN == 7
+        /* Step 2.4: both positions hold other keys: MIGRATE I_1's entry away, then retry */
+        migrate()
+#else
+        /* Step 2.4 (MIGRATE): both positions hold another key; with these key positions only
+         * reachable when an ITE names a DTE that holds another key (a reused slot): INDEX_FULL */
         status = R_INV; goto wa_done
+#endif
     :: else
     fi;
 
@@ -758,19 +1103,19 @@ inline write_attempt()
         /* Step 3: the new DTE, with the candidate as its previous version */
         if :: EXPIRED -> goto wa_end :: else fi;
         if
-        :: mode == K_PUT -> newval = harg[opid]; ntomb = 0
+        :: mode == K_PUT -> newval = harg[opid]; ntomb = 0; nttl = httl[opid]
         :: mode == K_INCR ->
             if :: !live -> status = R_NF; goto wa_done :: else fi;
-            newval = oldval + 1; ntomb = 0
+            newval = oldval + 1; ntomb = 0; nttl = oldttl     /* incr keeps the exptime */
         :: mode == K_DEL ->
             if :: !live -> status = R_NF; goto wa_done :: else fi;
-            newval = 0; ntomb = 1
+            newval = 0; ntomb = 1; nttl = 0
         fi;
-        dte_write_new(k, newval, ntomb, seen[cand]);
+        dte_write_new(k, newval, ntomb, seen[cand], 0, nttl, opid);
         if
         :: nw == 0 ->
             if
-            :: d[2 * node].rec || d[2 * node + 1].rec -> memwait = 1; goto wa_end  /* wait */
+            :: d[2 * node].rec || d[2 * node + 1].rec -> SET_MEMWAIT; goto wa_end  /* wait */
             :: else -> status = R_MEM; goto wa_done
             fi
         :: else
@@ -787,10 +1132,10 @@ inline write_attempt()
             ite_read(POS(k, cand), w);
             if
             :: flt ->                       /* unknown: treat as published, keep the prev */
-                mine = nw; minepos = cand; mineprevlive = live; goto wa_fault
+                mine = nw; minepos = cand; mineprevlive = live; published = 1; goto wa_fault
             :: !flt && w == nw ->           /* it ran */
                 if :: seen[cand] != 0 -> rec_push(seen[cand]) :: else fi;
-                seen[cand] = nw; mine = nw; minepos = cand; mineprevlive = live; goto wa_fault
+                seen[cand] = nw; mine = nw; minepos = cand; mineprevlive = live; published = 1; goto wa_fault
             :: else ->
 #ifdef REREAD_FREES
                 /* the brief read literally: not there, so it did not run */
@@ -819,7 +1164,7 @@ inline write_attempt()
         fi;
         /* Step 3.2 */
         if :: seen[cand] != 0 -> rec_push(seen[cand]) :: else fi;
-        seen[cand] = nw; mine = nw; minepos = cand; mineprevlive = live;
+        seen[cand] = nw; mine = nw; minepos = cand; mineprevlive = live; published = 1;
         CRASH_POINT
     :: else
     fi;
@@ -859,7 +1204,14 @@ inline write_attempt()
                 /* the duplicate is the value readers see: make it our previous version */
                 s4prev = 0;
                 if
-                :: (vst & COMM) && !vtomb && !mineprevlive ->
+#ifdef BUG_TTL_ADOPT_DEAD
+                /* write.c today: any live duplicate behind a candidate that was not live */
+                :: (vst & COMM) && !vtomb && !VDEAD && !mineprevlive ->
+#else
+                /* only when the candidate was empty: behind a dead (expired) entry of the key the
+                 * key is absent, and a live duplicate there is an older item (finding 7) */
+                :: (vst & COMM) && !vtomb && !VDEAD && !mineprevlive && d[WSLOT(mine)].prev == 0 ->
+#endif
                     origprev = d[WSLOT(mine)].prev; s4prev = 1;
                     d[WSLOT(mine)].prev = w; mineprevlive = 1
                 :: else
@@ -915,6 +1267,9 @@ inline write_attempt()
     :: else ->
         /* our life is over (freed, or reused): a takeover may have committed it before it was
          * replaced and recycled; nobody can tell any more */
+#ifdef OLD_LIFE_RETRY
+        mine = 0;                                    /* lost_track */
+#endif
         status = R_TMO; goto wa_done
     fi;
 #endif
@@ -992,7 +1347,7 @@ inline write_call()
         clear_view();
         if
         :: res == A_DONE -> break
-        :: else -> if :: epoch >= tcall + OPT -> status = R_TMO; break :: else fi
+        :: else -> if :: epoch >= tcall + BUDGET -> status = R_TMO; break :: else fi
         fi
     od;
     if
@@ -1005,15 +1360,20 @@ inline write_call()
         /* finish(): a call that waited for memory and ran out of time "failed for lack of
          * memory", even if a later attempt published an entry a takeover may commit */
         if :: memwait -> status = R_MEM :: else fi
-#else
-        /* NO_MEMORY only if nothing of ours is left in the index; otherwise TIMEOUT */
+#elif defined(OLD_LIFE_RETRY)
+        /* proto_finish today: NO_MEMORY unless op->mine, which lost_track zeroes */
         if :: memwait && mine == 0 -> status = R_MEM :: else fi
+#else
+        /* NO_MEMORY only if the call never published an entry (finding 2: an entry that left
+         * our hands, lost track of or not, may have been committed by a takeover) */
+        if :: memwait && !published -> status = R_MEM :: else fi
 #endif
     :: else ->
         recycle_all()
     fi;
     mine = 0; minepos = 0; mineprevlive = 0; cand = 0; adopted = 0; live = 0; oldval = 0;
-    seen[0] = 0; seen[1] = 0; rb = 0; ntomb = 0; memwait = 0; att = 0; t0 = 0; tcall = 0
+    seen[0] = 0; seen[1] = 0; rb = 0; ntomb = 0; memwait = 0; att = 0; t0 = 0; tcall = 0;
+    published = 0; nttl = 0; oldttl = 0
 }
 
 inline get_call()
@@ -1039,8 +1399,10 @@ inline get_call()
     byte mine, minepos; bit mineprevlive; \
     byte cand; bit adopted, live; byte oldval, newval; bit ntomb, memwait; \
     byte i, j, w, pw, nw, s_, x; bit ok, flt; byte oldst, oldgen; bit oldrec; \
-    byte vst, vgen, vprev, vval, vcreated, vcreator; bit vkey, vtomb, vrec; \
-    byte rb, origprev, dupw; bit s4prev
+    byte vst, vgen, vprev, vval, vcreated, vcreator, vkey; bit vtomb, vrec; \
+    byte rb, origprev, dupw; bit s4prev; \
+    bit vcopy, vttl, rtexp, oldttl, nttl, published, undo, prevok, mttl; \
+    byte sv, mdst, cw, mkey, mval, mcr, cu
 
 /* a client thread on `node`: up to two calls, o1 then o2 (op ids; 0 = none) */
 proctype client(byte node; byte o1; byte o2)
@@ -1057,8 +1419,11 @@ proctype client(byte node; byte o1; byte o2)
             if
             :: opid != 0 ->
                 k = hkey[opid]; mode = hkind[opid];
-                hinv[opid] = 1; hprec[opid] = hdone;         /* invocation */
-                WHO; printf("CALL kind %d (1 put,2 delete,3 incr,4 get) key %c arg %d\n", mode, (k == 0 -> 'A' : 'B'), harg[opid])
+                hinv[opid] = 1; hprec[opid] = hdone; hlive[opid] = 1;   /* invocation */
+#ifdef TIMED
+                lb[_pid] = epoch + OPT + FAB;
+#endif
+                WHO; printf("CALL kind %d (1 put,2 delete,3 incr,4 get) key %c arg %d\n", mode, KCH(k), harg[opid])
             :: else
             fi
         }
@@ -1070,7 +1435,10 @@ proctype client(byte node; byte o1; byte o2)
         atomic {
             if
             :: opid != 0 ->                                   /* response */
-                hres[opid] = status;
+                hres[opid] = status; hlive[opid] = 0;
+#ifdef TIMED
+                lb[_pid] = 255;
+#endif
                 WHO; printf("RETURN outcome %d (1 ok,2 not found,3 fabric error,4 timeout,5 no memory,6 invalid) value %d\n", status, hval[opid]);
                 if :: status != R_TMO -> hdone = hdone | (1 << opid) :: else fi;
                 /* invariant 3: a definite failure was never seen */
@@ -1083,6 +1451,10 @@ proctype client(byte node; byte o1; byte o2)
     nfin++;
     goto theend;
 crashed:
+    hlive[opid] = 0;
+#ifdef TIMED
+    lb[_pid] = 255;
+#endif
     nfin++;
 theend:
     skip
@@ -1096,15 +1468,21 @@ bit linok, excused, found;
 
 #define IN_MASK(m, o) (((m) >> (o)) & 1)
 /* the sequential spec: does op o return what it returned, from value cur */
+/* A state is 0 (absent) or a value, + 64 if it has an exptime (it dies at the TTL tick; a value
+ * with one stored after the tick is absent at once, as memcached stores an item whose absolute
+ * exptime has passed). */
+#define TTLBIT 64
+#define TICKED IN_MASK(smask[sp], TICKOP)
 #define SPEC_OK(o, cur) \
-    ((hkind[o] == K_PUT) || \
+    ((hkind[o] == K_PUT) || (hkind[o] == K_EVICT) || (hkind[o] == K_TICK) || \
      (hkind[o] == K_DEL && (!IN_MASK(mand, o) || ((cur) == 0 && hres[o] == R_NF) || ((cur) != 0 && hres[o] == R_OK))) || \
-     (hkind[o] == K_INCR && (!IN_MASK(mand, o) || ((cur) == 0 && hres[o] == R_NF) || ((cur) != 0 && hres[o] == R_OK && hval[o] == (cur) + 1))) || \
-     ((hkind[o] == K_GET || hkind[o] == K_FIN) && (((cur) == 0 && hres[o] == R_NF) || ((cur) != 0 && hres[o] == R_OK && hval[o] == (cur)))))
+     (hkind[o] == K_INCR && (!IN_MASK(mand, o) || ((cur) == 0 && hres[o] == R_NF) || ((cur) != 0 && hres[o] == R_OK && hval[o] == ((cur) & (TTLBIT - 1)) + 1))) || \
+     ((hkind[o] == K_GET || hkind[o] == K_FIN) && (((cur) == 0 && hres[o] == R_NF) || ((cur) != 0 && hres[o] == R_OK && hval[o] == ((cur) & (TTLBIT - 1))))))
 #define SPEC_NEXT(o, cur) \
-    ((hkind[o] == K_PUT) -> harg[o] : \
-     ((hkind[o] == K_DEL) -> 0 : \
-      ((hkind[o] == K_INCR) -> (((cur) == 0) -> 0 : (cur) + 1) : (cur))))
+    ((hkind[o] == K_PUT) -> (httl[o] -> (TICKED -> 0 : harg[o] + TTLBIT) : harg[o]) : \
+     ((hkind[o] == K_DEL || hkind[o] == K_EVICT) -> 0 : \
+      ((hkind[o] == K_TICK) -> ((((cur) & TTLBIT) != 0) -> 0 : (cur)) : \
+       ((hkind[o] == K_INCR) -> (((cur) == 0) -> 0 : (cur) + 1) : (cur)))))
 
 /* Is the history of key kk linearizable? OK / NOT_FOUND calls and GETs must all be placed,
  * TIMEOUT and crashed writes may be placed (anywhere after their invocation) or not, definite
@@ -1117,7 +1495,7 @@ inline lincheck(kk)
     :: x == NOPS -> break
     :: else ->
         if
-        :: hinv[x] && hkey[x] == kk ->
+        :: hinv[x] && (hkey[x] == kk || hkind[x] == K_TICK) ->
             if
             :: hres[x] == R_OK || hres[x] == R_NF -> mand = mand | (1 << x)
             :: (hres[x] == R_TMO || hres[x] == R_NONE) && hkind[x] != K_GET && hkind[x] != K_FIN ->
@@ -1160,9 +1538,9 @@ inline lincheck(kk)
         :: x == NOPS -> break
         :: else ->
             if
-            :: hinv[x] && hkey[x] == kk ->
-                printf("  op %d kind %d (1 put,2 del,3 incr,4 get,5 final read) arg %d -> outcome %d (1 ok,2 not found,3 fabric error,4 timeout,5 no memory,6 invalid,0 crashed) value %d, after ops mask %d\n",
-                       x, hkind[x], harg[x], hres[x], hval[x], hprec[x])
+            :: hinv[x] && (hkey[x] == kk || hkind[x] == K_TICK) ->
+                printf("  op %d kind %d (1 put,2 del,3 incr,4 get,5 final read,6 eviction,7 ttl tick) arg %d ttl %d -> outcome %d (1 ok,2 not found,3 fabric error,4 timeout,5 no memory,6 invalid,0 crashed) value %d, after ops mask %d\n",
+                       x, hkind[x], harg[x], httl[x], hres[x], hval[x], hprec[x])
             :: else
             fi;
             x++
@@ -1188,7 +1566,7 @@ inline final_read(kk, o)
             found = 1;
             CHECK(d[WSLOT(w)].st & COMM);                   /* invariant 4: no stuck key */
             if
-            :: !d[WSLOT(w)].tomb ->
+            :: !d[WSLOT(w)].tomb && !DEAD(d[WSLOT(w)].ttl) ->
                 hres[o] = R_OK; hval[o] = d[WSLOT(w)].val;
                 CHECK(!DEFINITE_FAIL(hres[d[WSLOT(w)].creator]))   /* invariant 3 */
             :: else
@@ -1394,6 +1772,56 @@ init
         run client(1, 2, 3);
         run client(0, 4, 0);
         ncl = 3;
+#elif SCEN == 7
+        /* MIGRATE (finding 1): A's positions (0,1) hold B (at its second position) and C, so a
+         * PUT of A moves B from ITE 0 to ITE 2 while GETs of B read ITE 2 first */
+        initial(2, KB, 5, 0);
+        initial(3, KC, 9, 1);
+        free_lists();
+        defop(1, K_PUT, KA, 2);
+        defop(2, K_GET, KB, 0);
+        defop(3, K_GET, KB, 0);
+        run client(0, 1, 0);
+        run client(1, 2, 3);
+        ncl = 2;
+#elif SCEN == 8
+        /* the memory-wait extension (finding 2): the PUT finds its node's only other slot on
+         * its way back (recycled at epoch 0, the clock starts at 1): it waits, which extends
+         * its deadline by EXT, then publishes; a GET and a DELETE of A on the other node come
+         * once an entry of epoch 1 is an orphan under today's grace */
+        epoch = 1;
+        lb[0] = 255; lb[1] = 255; lb[2] = 255; lb[3] = 255; lb[4] = 255;
+        initial(0, KA, 1, 0);
+        d[1].st = COMM; d[1].rec = 1; d[1].rmark = 0; d[1].key = KA; d[1].val = 0; d[1].everlinked = 1;
+        free_lists();
+        defop(1, K_PUT, KA, 2);
+        defop(2, K_GET, KA, 0);
+        defop(3, K_DEL, KA, 0);
+        hnb[2] = 1 + OPT + 2; hnb[3] = 1 + OPT + 2;
+        run client(0, 1, 0);
+        run client(1, 2, 3);
+        ncl = 2;
+#elif SCEN == 9
+        /* TTL (finding 7): A = 1 (no exptime) at its second position; in front of it, at ITE 0,
+         * the entry of a PUT A=2 with an exptime (op 1) whose writer crashed right after its
+         * candidate CAS (ITE 0 was empty: a SET takes the first empty position), before its
+         * step 4 could clear A = 1: the state scenario 5 reaches with a crash, taken as the
+         * start to keep the search small. Once that orphan is older than the grace, a PUT A=3
+         * and two GETs of A; the TTL clock ticks at any moment from then on. */
+        initial(2, KA, 1, 1);
+        d[0].st = BUSY; d[0].gen = 1; d[0].key = KA; d[0].val = 2; d[0].ttl = 1; d[0].created = 0;
+        d[0].creator = 1; d[0].everlinked = 1;
+        ite[0] = W(0, KA, 1);
+        free_lists();
+        defop(1, K_PUT, KA, 2); httl[1] = 1; hinv[1] = 1; hres[1] = R_NONE;
+        defop(2, K_PUT, KA, 3);
+        defop(3, K_GET, KA, 0);
+        defop(4, K_GET, KA, 0);
+        hnb[2] = GRACE; hnb[3] = GRACE;
+        run client(1, 2, 0);
+        run client(1, 3, 4);
+        run ttlclock();
+        ncl = 2;
 #else
 #error "unknown SCEN"
 #endif
