@@ -38,6 +38,8 @@ struct op {
                                        E: engine.c, bound_compute) */
     bool lost;                      /* lost track of its own entry (write.c, lost_track): the
                                        outcome is unknown, whatever else happened */
+    bool spent;                     /* its budget ended before it started (a shipped call that
+                                       its caller runs after a withdrawal): no attempt runs */
     uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
     uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
     uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
@@ -222,7 +224,7 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
                 (op)->pre_valid = false;                                         \
             (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
             /* A shipped call run here with its budget spent acts not at all. */  \
-            if (attempt_no == 0 && nessie_mono_ns() >= (op)->deadline) {         \
+            if (attempt_no == 0 && (op)->spent) {                                \
                 status = NESSIE_TIMEOUT;                                         \
                 break;                                                           \
             }                                                                    \
