@@ -175,7 +175,7 @@ static int check_config(const struct nessie_config *c)
  *   E  an attempt makes each CAS only after a Step 0 check that it began less than one period
  *      ago (attempt_expired), so the last attempt posts nothing after start + B + W + E; the
  *      clean-up after the last attempt (write_end: abandoning a published entry) checks the
- *      same limit, op->act_end, and reports TIMEOUT instead of acting past it;
+ *      same limit (op_act_end) and reports TIMEOUT instead of acting past it;
  *   F  a request may still land that long after its post (fab_request_bound_ns: the NIC's
  *      retry limit on verbs; 0 on shm, where a request runs inside its post);
  * so every effect of a call lands before start + L, L = B + W + E + F, and an entry (created

@@ -231,7 +231,6 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
              * taken a while (one slow key must not time out the rest of the batch). */
             uint64_t now = nessie_mono_ns();
             op->deadline = now + ctx->node->bound.budget_ns;
-            op->act_end = now + ctx->node->bound.budget_ns + ctx->node->bound.period_ns;
             /* Its traffic: its own, and its one READ of the shared batch. */
             op_traffic_mark(op);
             if (batched) {

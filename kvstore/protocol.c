@@ -113,7 +113,6 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
     ctx->call_deadline_ns = 0;
     op->deadline = end;
     op->spent = end <= now;
-    op->act_end = end + nd->bound.memory_wait_ns + nd->bound.period_ns;
     ctx->kind = kind;
     CTR_ADD(OPC(ctx).ops, 1);
     op_traffic_mark(op);

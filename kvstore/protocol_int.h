@@ -34,8 +34,6 @@ struct op {
     uint32_t filter;
     uint64_t id;                    /* creator id written into this call's DTEs */
     uint64_t deadline;              /* monotonic ns: no attempt starts after it (B, and W once) */
-    uint64_t act_end;               /* monotonic ns: nothing is posted after it (start + B + W +
-                                       E: engine.c, bound_compute) */
     bool lost;                      /* lost track of its own entry (write.c, lost_track): the
                                        outcome is unknown, whatever else happened */
     bool spent;                     /* its budget ended before it started (a shipped call that
@@ -117,6 +115,16 @@ static inline void op_traffic_mark(struct op *op)
  * as an operation of kind. */
 void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
                    const void *key, size_t klen);
+
+/* The last moment the call may post anything (engine.c, bound_compute): start + B + W + E. The
+ * deadline is start + B, moved once by W when the call waited for room with eviction on
+ * (write.c, proto_memory_short). */
+static inline uint64_t op_act_end(const struct op *op)
+{
+    const struct nessie_bound *b = &op->node->bound;
+    bool extended = op->memory_wait && !op->node->cfg.no_evict;
+    return op->deadline + (extended ? 0 : b->memory_wait_ns) + b->period_ns;
+}
 
 /* Step 0: an attempt that outlived one expiration period may hold stale views: abort it. */
 static inline bool attempt_expired(const struct op *op)

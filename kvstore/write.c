@@ -772,11 +772,11 @@ static int write_end(struct op *op, struct wreq *w, int status)
     if (status != NESSIE_OK && status != NESSIE_TIMEOUT && op->mine) {
         /* A definite failure must have no effect, ever (nessie.h): take our published entry
          * back out, or report the effect unknown if even that cannot be made sure of, or if
-         * the call is past the last moment it may act (op->act_end: a takeover may be about to
+         * the call is past the last moment it may act (op_act_end: a takeover may be about to
          * finish the entry, and the grace assumes we are done). */
         bool done;
         uint64_t version;
-        if (nessie_mono_ns() >= op->act_end) {
+        if (nessie_mono_ns() >= op_act_end(op)) {
             status = NESSIE_TIMEOUT;
         } else if (abandon_mine(op, &done, &version) != NESSIE_OK) {
             status = NESSIE_TIMEOUT;

@@ -1897,7 +1897,8 @@ static void test_get_multi(void **state)
 
 static void slow_first_key(void) { sleep_ms(3 * 10); }
 
-static void multi_cfg(struct nessie_config *c)
+/* Short periods, a short budget: 10 ms, 300 ms (grace: 850 ms). */
+static void short_period_cfg(struct nessie_config *c)
 {
     c->expiration_ms = 10;
     c->op_timeout_ms = 300;
@@ -1911,7 +1912,7 @@ static void multi_cfg(struct nessie_config *c)
 static void test_multi_get_slow_key_delays_only_itself(void **state)
 {
     (void)state;
-    cluster_open(3, 256, 4 << 20, multi_cfg);
+    cluster_open(3, 256, 4 << 20, short_period_cfg);
     char keys[8][16];
     const void *kp[8];
     size_t kl[8];
@@ -2323,12 +2324,6 @@ static void test_flush_with_a_node_down(void **state)
  * still let its orphans age: the observer adds the time it has watched the published value
  * stand. Node 1's writer is held before its commit; node 2 writes the key until a takeover lets
  * it through. */
-static void silent_owner_cfg(struct nessie_config *c)
-{
-    c->expiration_ms = 10;
-    c->op_timeout_ms = 300; /* grace: 850 ms */
-}
-
 static int silent_tries;
 static void write_until_taken_over(void)
 {
@@ -2342,7 +2337,7 @@ static void write_until_taken_over(void)
 static void test_orphan_of_a_silent_owner_ages(void **state)
 {
     (void)state;
-    cluster_open(3, 256, 4 << 20, silent_owner_cfg);
+    cluster_open(3, 256, 4 << 20, short_period_cfg);
     assert_int_equal(set(C.ctx[0], "k", "v1"), NESSIE_OK);
     script(C.ctx[1], NESSIE_HOOK_PUT_BEFORE_COMMIT, -1, write_until_taken_over);
     int rc = set(C.ctx[1], "k", "v2");
