@@ -76,7 +76,8 @@
 #define SD_TAKEUP_MIN_MS 5
 /* CASes of a take-up word (a withdrawal, or a server's take-up) whose completion was lost and
  * whose word, read back, shows they did not run: each costs a round trip; after these the
- * outcome counts as unknown (the fabric to that node is failing). */
+ * outcome counts as unknown (the fabric to that node is failing). Also the tries of a reply's
+ * WRITE. */
 #define SD_CTL_TRIES 3
 /* The servers' heartbeat (layout.h, msg_hdr.sd_beat) is stored at most this often: several
  * server threads pass over the rings, and peers read the line. */
@@ -566,8 +567,9 @@ static enum sd_wd sd_withdraw(struct nessie_ctx *ctx, uint32_t home, uint32_t s,
  * A request no server has answered within the take-up limit is withdrawn (sd_withdraw). If a
  * server took it up first, the server took it up before the withdrawal's CAS, so it first saw it
  * before then and runs it within the budget the request carried from that moment (plus W for a
- * write that waits for room, E, F): the requester waits that long for the reply, counted from
- * the CAS's completion, and then says TIMEOUT.
+ * write that waits for room, E, F): a write's requester waits that long for the reply, counted
+ * from the CAS's completion, and then says TIMEOUT; a GET's waits one more take-up limit and then
+ * runs here (SD_RUN_HERE), as a GET whose withdrawal's outcome is unknown does.
  */
 static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool write, uint64_t t0)
 {
@@ -643,6 +645,18 @@ static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool wr
         status = SD_RUN_HERE;
         goto out;
     case SD_WD_TAKEN:
+        if (!write) {
+            /* A GET changes nothing, so its caller need not wait out the server's bound: one
+             * more take-up limit for the reply (the server took it up, so it is running it), and
+             * then it runs here. The late reply names this seq, and the slot's next request
+             * (seq + 1) is served only after it, so it is never read as another call's. */
+            if (sd_reply_wait(ctx, home, (uint32_t)s, inc, seq, nessie_mono_ns() + takeup, posted,
+                              &fab_bytes))
+                goto replied;
+            CTR_ADD(ctx->ctr.sd_no_reply, 1);
+            status = SD_RUN_HERE;
+            goto out;
+        }
         break;
     case SD_WD_ABSENT:
         if (!sent && b->fabric_ns == 0) {
@@ -1030,8 +1044,18 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = r, .region = FAB_REGION_MSG,
                             .offset = rep_off(st, nd->cfg.self, s), .local = ctx->sd_buf[1],
                             .length = (uint32_t)(tr + 8)};
-        /* A reply that cannot be delivered (the requester gone) is its requester's TIMEOUT. */
-        (void)sd_exec(ctx, &wr);
+        /* A reply whose WRITE failed is written again: its requester, or a write's, would
+         * otherwise wait out the call bound for it and say TIMEOUT. Writing the same bytes twice
+         * is harmless (the requester takes the reply naming its seq, once), and the slot's next
+         * reply is this thread's to write, after this one. Only failures that came fast are
+         * tried again (over verbs a peer that is gone fails a request after the NIC's retries,
+         * F, and this thread serves the other requesters meanwhile). A reply that cannot be
+         * delivered (the requester gone, the fabric to it down) is its requester's TIMEOUT. */
+        uint64_t sent_at = nessie_mono_ns();
+        for (int t = 0; t < SD_CTL_TRIES && sd_exec(ctx, &wr) != FAB_OK &&
+                        nessie_mono_ns() - sent_at < sd_takeup_ns(nd);
+             t++)
+            ;
         served++;
         /* Requests that came in while this one ran: their budgets run from now. */
         sd_note_arrivals(st, nd->cfg.self, worker, workers);

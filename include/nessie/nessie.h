@@ -170,7 +170,8 @@ struct nessie_counters {
                                      evicted (migrate.c, step 7) */
     /* Server-driven execution (sd.c), on the requesting node and on the home node: */
     uint64_t sd_shipped[NESSIE_OPK_COUNT]; /* operations shipped to their home node */
-    uint64_t sd_no_reply;         /* ... whose reply did not come in time (TIMEOUT) */
+    uint64_t sd_no_reply;         /* ... whose reply did not come in time (a write: TIMEOUT;
+                                     a GET: run here after all) */
     uint64_t sd_served;           /* requests this node executed for its peers */
     uint64_t sd_dropped;          /* requests dropped as garbage (corrupt, torn, malformed) */
     uint64_t sd_auto[2];          /* mode auto's choices: [0] client-driven, [1] shipped */

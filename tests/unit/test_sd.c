@@ -650,6 +650,81 @@ static void test_slow_call_does_not_block_others(void **state)
     nessie_ctx_destroy(w.ctx);
 }
 
+/* The server's reply to a shipped write is lost once (its WRITE fails): the server writes it
+ * again, and the caller gets its answer, not a TIMEOUT after waiting out the call bound. */
+static _Atomic int reply_drops;
+
+static enum fab_fault drop_first_reply(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user;
+    (void)ep;
+    if (wr->opcode == FAB_OP_WRITE && wr->region == FAB_REGION_MSG && wr->node == 0 &&
+        atomic_fetch_add(&reply_drops, 1) == 0)
+        return FAB_FAULT_DROP;
+    return FAB_FAULT_NONE;
+}
+
+static void test_lost_reply_is_written_again(void **state)
+{
+    (void)state;
+    char k[32];
+    struct nessie_ctx *sd = sd_requester(true, k, sizeof(k));
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "10", 2, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    atomic_store(&reply_drops, 0);
+    fab_set_fault(nessie_node_fabric(C.node[1]), drop_first_reply, NULL);
+    uint64_t num = 0;
+    assert_int_equal(nessie_arith(sd, k, strlen(k), true, 1, &num, NULL), NESSIE_OK);
+    fab_set_fault(nessie_node_fabric(C.node[1]), NULL, NULL);
+    assert_int_equal(num, 11);
+    assert_int_equal(atomic_load(&reply_drops), 2); /* the lost reply, and the one that came */
+    assert_int_equal(nessie_ctx_counters(sd)->sd_no_reply, 0);
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_served)), 1);
+    expect_item(C.ctx[1], k, "11");
+}
+
+/* A shipped GET that its server took up and then stalled in (a thread descheduled, 300 ms: past
+ * two take-up limits, within the bound the caller would otherwise wait) runs here: a GET changes
+ * nothing, so its caller need not wait for a late reply. The late reply is not taken for the
+ * next call's. */
+static _Atomic int get_stalled;
+
+static enum fab_fault stall_served_get(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user;
+    (void)ep;
+    if (wr->opcode == FAB_OP_READ && wr->region == FAB_REGION_INDEX &&
+        pthread_equal(pthread_self(), C.srv[1].thread) && !atomic_exchange(&get_stalled, 1))
+        usleep(STALL_US);
+    return FAB_FAULT_NONE;
+}
+
+static void test_taken_get_without_reply_runs_here(void **state)
+{
+    (void)state;
+    char k[32];
+    struct nessie_ctx *sd = sd_requester(true, k, sizeof(k));
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "old", 3, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    atomic_store(&get_stalled, 0);
+    fab_set_fault(nessie_node_fabric(C.node[1]), stall_served_get, NULL);
+    expect_item(sd, k, "old");
+    assert_true(atomic_load(&get_stalled));
+    assert_int_equal(nessie_ctx_counters(sd)->sd_no_reply, 1);
+    assert_int_equal(nessie_ctx_counters(sd)->sd_withdrawn, 0); /* it was taken up */
+    fab_set_fault(nessie_node_fabric(C.node[1]), NULL, NULL);
+    /* The stalled server's late reply ("old") lies in the slot the next calls use: they are
+     * served (shipped, answered) and get the new value, never the late answer. */
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "new", 3, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    usleep(STALL_US);
+    beat_bump(); /* calls queued behind the stall were withdrawn, and shunned node 1 */
+    uint64_t served = node_counter(1, offsetof(struct nessie_counters, sd_served));
+    for (int i = 0; i < 4; i++)
+        expect_item(sd, k, "new");
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_served)), served + 4);
+}
+
 /* A requester that starts over on new tables (its index and data regions removed and made again,
  * as `nessie-cluster stop --purge` did while it left the MSG regions behind) counts its requests
  * from 1 again, while its home node's ring still holds the old life's higher count. Its requests
@@ -762,6 +837,8 @@ int main(void)
         cmocka_unit_test_teardown(test_withdrawn_call_runs_here_once, teardown),
         cmocka_unit_test_teardown(test_spent_budget_is_not_run, teardown),
         cmocka_unit_test_teardown(test_slow_call_does_not_block_others, teardown),
+        cmocka_unit_test_teardown(test_lost_reply_is_written_again, teardown),
+        cmocka_unit_test_teardown(test_taken_get_without_reply_runs_here, teardown),
         cmocka_unit_test_teardown(test_requester_on_new_tables_is_served, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
     };
