@@ -37,7 +37,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
             -Wno-format-nonliteral
 # Include paths per module: each sees its own headers, the public ones (include/nessie/) and the
 # common base (base/), never another module's private headers. Tests and test tools reach the
-# engine's internals (and its test back doors, kvstore/nessie_test.h) through TEST_CPPFLAGS.
+# engine's internals (and its test back doors, kvstore/protocol/nessie_test.h) through TEST_CPPFLAGS.
 CPPFLAGS += -Iinclude -Ibase -D_GNU_SOURCE
 KVSTORE_CPPFLAGS = $(CPPFLAGS) -Ikvstore
 TEST_CPPFLAGS = $(KVSTORE_CPPFLAGS) -Itests/stress -Ishim
@@ -52,7 +52,9 @@ LDLIBS   += -lrt
 # needs of the engine is the API.
 VERSION     := 0.18.0
 SOVERSION   := 0
-KVSTORE_SRC := $(wildcard kvstore/*.c)
+# The engine's rooms (kvstore/*/, tests/integration/rooms.sh keeps their order) and the logger
+# the whole project shares (base/).
+KVSTORE_SRC := $(wildcard kvstore/*/*.c) base/log.c
 KVSTORE_OBJ := $(KVSTORE_SRC:%.c=$(BUILD)/obj/%.o)
 LIBNESSIE_INT := $(BUILD)/obj/libnessie-internal.a
 LIBNESSIE   := $(BUILD)/libnessie.a
@@ -171,6 +173,10 @@ $(BUILD)/obj/kvstore/%.o: kvstore/%.c
 	@mkdir -p $(@D)
 	$(CC) $(KVSTORE_CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/base/%.o: base/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(NESSIE_CFLAGS) $(CFLAGS) -c $< -o $@
+
 $(STRESS_BIN): $(BUILD)/obj/tests/stress/stress.o $(STRESS_LIB_OBJ) $(LIBNESSIE_INT)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(LDLIBS) -o $@
@@ -190,10 +196,10 @@ $(LIBNESSIE): $(KVSTORE_OBJ)
 	$(AR) rcs $@ $(BUILD)/obj/libnessie.o
 
 # The shared library: the version script exports nessie_* and nothing else.
-$(LIBNESSIE_SO): $(KVSTORE_OBJ) kvstore/libnessie.map
+$(LIBNESSIE_SO): $(KVSTORE_OBJ) kvstore/front/libnessie.map
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libnessie.so.$(SOVERSION) \
-	    -Wl,--version-script=kvstore/libnessie.map $(KVSTORE_OBJ) $(NESSIE_LIBS) $(LDLIBS) -o $@
+	    -Wl,--version-script=kvstore/front/libnessie.map $(KVSTORE_OBJ) $(NESSIE_LIBS) $(LDLIBS) -o $@
 	ln -sf libnessie.so.$(SOVERSION) $(BUILD)/libnessie.so
 
 $(BUILD)/obj/tests/%.o: tests/%.c
@@ -304,7 +310,7 @@ install: all
 	install -m 0755 $(LIBNESSIE_SO) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libnessie.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libnessie.so
 	install -m 0755 $(SHIM_LIB) $(DESTDIR)$(PREFIX)/lib/
-	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' kvstore/nessie.pc.in \
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@PREFIX@|$(PREFIX)|g' kvstore/front/nessie.pc.in \
 	    >'$(DESTDIR)$(PREFIX)/lib/pkgconfig/nessie.pc'
 	install -m 0644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/nessie/
 	install -m 0755 $(RECEP_BIN) $(STRESS_BIN) $(TOOLS) $(DESTDIR)$(PREFIX)/bin/

@@ -1,6 +1,6 @@
 /*
  * log.h - leveled logging to stderr, shared by the engine, the daemon and the tools (the
- * functions are libnessie's, kvstore/log.c; the short macros are for the project's own code).
+ * functions are libnessie's, base/log.c; the short macros are for the project's own code).
  *
  * One line per message: "<time> <program>[<pid>] <level>: <text>". The level comes from
  * nessie_log_set_level() or, if never set, from NESSIE_LOG (error|warn|info|debug; default info).

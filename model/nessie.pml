@@ -1,6 +1,6 @@
 /*
  * nessie.pml - a SPIN model of the Nessie key-value protocol as kvstore/ implements it
- * (thesis Appendix A.1; kvstore/protocol.c, engine.c, slab.c, layout.h).
+ * (thesis Appendix A.1; kvstore/protocol/protocol.c, memory/recycle.c, memory/slab.c, memory/layout.h).
  *
  * Two designs behind one compile-time switch:
  *   -DOLD_DESIGN   today's code: ITE words and DTE state words name a slot, not a life of it;

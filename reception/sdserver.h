@@ -1,6 +1,6 @@
 /*
  * sdserver.h - the server-driven side of the daemon (issue 16): threads that poll this node's
- * request rings (kvstore/sd.c) and run what peers shipped to it, as NessieSD's server threads
+ * request rings (kvstore/modes/sd.c) and run what peers shipped to it, as NessieSD's server threads
  * do. Every daemon runs them, whatever its own mode: a peer in sd or hy mode ships to it.
  */
 #ifndef NESSIE_RECEPTION_SDSERVER_H

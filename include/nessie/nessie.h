@@ -51,7 +51,7 @@ enum nessie_status {
 
 const char *nessie_strerror(int status);
 
-/* Limits of a cluster's shape and of an item, fixed by the entry layouts (kvstore/layout.h). */
+/* Limits of a cluster's shape and of an item, fixed by the entry layouts (kvstore/memory/layout.h). */
 #define NESSIE_KEY_MAX 250          /* bytes of a key: memcached's limit */
 #define NESSIE_NODES_MAX 1024       /* nodes in a cluster: the ITE's node field */
 #define NESSIE_WAYS_MIN 2           /* N of N-way cuckoo hashing */
@@ -357,7 +357,7 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
 /* The call bound, ms: the longest after its start that anything a call did can still take effect
  * (its budget, the wait for room a write may add, its last attempt, the fabric's longest request;
- * kvstore/engine.c derives it). */
+ * kvstore/front/engine.c derives it). */
 uint64_t nessie_node_call_bound_ms(const struct nessie_node *node);
 /* The grace period, ms: the call bound plus one expiration period. An orphan is taken over, and
  * a leak recycled by a sweep, only that long after its creation. */

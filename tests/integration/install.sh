@@ -37,7 +37,7 @@ for f in bin/reception bin/nessie-stress bin/nessie-cluster bin/nessie-run bin/n
     [ -e "$root/$f" ] || { echo "install: $f missing"; fail=1; }
 done
 # Private headers stay in the source tree.
-for f in engine_int.h layout.h slab.h fabric.h nessie_test.h log.h; do
+for f in memory.h protocol.h modes.h front.h layout.h slab.h fabric.h nessie_test.h log.h; do
     [ ! -e "$root/include/nessie/$f" ] || { echo "install: private header $f installed"; fail=1; }
 done
 "$root/bin/reception" --help >/dev/null || { echo "install: the installed reception --help failed"; fail=1; }

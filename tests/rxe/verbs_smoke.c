@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include "fabric.h"
+#include "fabric/fabric.h"
 static int ex(struct fab_ep *ep, enum fab_opcode op, uint32_t node, enum fab_region r, uint64_t off, void *buf, uint32_t len, uint64_t cmp, uint64_t swp) {
     struct fab_wr wr = {.opcode = op, .node = node, .region = r, .offset = off, .local = buf, .length = len, .compare = cmp, .swap = swp};
     return fab_exec(ep, &wr);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arith.h"
+#include "protocol/arith.h"
 
 const char *lc_op_name(enum lc_op op)
 {

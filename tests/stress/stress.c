@@ -42,11 +42,11 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "fabric.h"
-#include "layout.h"
+#include "fabric/fabric.h"
+#include "memory/layout.h"
 #include "lincheck.h"
 #include "log.h"
-#include "nessie_test.h"
+#include "protocol/nessie_test.h"
 #include <nessie/nessie.h>
 
 /* Values are recorded inline. Written values are short; values read can grow by appends up to

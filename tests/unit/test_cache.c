@@ -1,5 +1,5 @@
 /*
- * test_cache.c - the engine's LRU of remote DTEs keyed by ITE (kvstore/cache.h): expiry is never
+ * test_cache.c - the engine's LRU of remote DTEs keyed by ITE (kvstore/memory/cache.h): expiry is never
  * served, a hit extends but never shortens it, eviction is least recently used by bytes and by
  * count, and a randomized run agrees with a plain reference model.
  */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "memory/cache.h"
 
 static void test_hit_miss_expiry(void **state)
 {

@@ -22,8 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_int.h" /* nessie_recycle: a late mark, as the recycler would make it */
-#include "layout.h"
+#include "memory/memory.h" /* nessie_recycle: a late mark, as the recycler would make it */
+#include "memory/upcall.h" /* nessie_evict_entry: an eviction at a chosen moment */
+#include "protocol/nessie_test.h"
+#include "memory/layout.h"
 #include <nessie/nessie.h>
 
 #define MAXN 3
@@ -2005,7 +2007,7 @@ static void test_get_into_remote_uncached(void **state)
 
 /* --- faults: fabric errors and stalls (issue 14) ------------------------------------------ */
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 
 static void faults_cfg(struct nessie_config *c)
 {

@@ -1,5 +1,5 @@
 /*
- * test_fabric.c - the fabric contract (kvstore/fabric.h): one suite, both backends. By default
+ * test_fabric.c - the fabric contract (kvstore/fabric/fabric.h): one suite, both backends. By default
  * the shared-memory backend; with NESSIE_TEST_FABRIC=verbs the RDMA backend, its nodes listening
  * on NESSIE_TEST_VERBS_IP (default 10.77.0.1, the Soft-RoCE guest's: tests/rxe/in-guest.sh runs
  * it there), ports from 20000 up.
@@ -29,7 +29,7 @@
 
 #include <infiniband/verbs.h>
 
-#include "fabric.h"
+#include "fabric/fabric.h"
 
 #define INDEX_BYTES (64 * 1024)
 #define DATA_BYTES (256 * 1024)

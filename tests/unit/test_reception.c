@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "channel.h"
-#include "fabric.h"
+#include "fabric/fabric.h"
 
 /* An arena with async slots (each gets ARENA / 2 / SHIM_CH_ASYNC = 1 KiB), and items several
  * arenas long, so values travel in chunks both ways. */

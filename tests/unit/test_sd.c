@@ -1,5 +1,5 @@
 /*
- * test_sd.c - server-driven execution (kvstore/sd.c, issue 16): every operation shipped to its
+ * test_sd.c - server-driven execution (kvstore/modes/sd.c, issue 16): every operation shipped to its
  * key's home node gives memcached's answers and the same state a client-driven one would; the
  * hybrid mode ships writes only; a request ring that receives garbage (torn, malformed, replayed
  * requests) drops it and keeps serving; a shipped call that no server takes up promptly (its home
@@ -25,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine_int.h"
-#include "layout.h"
+#include "memory/memory.h"
+#include "protocol/nessie_test.h"
+#include "memory/layout.h"
 #include <nessie/nessie.h>
 
 #define NODES 2
@@ -270,7 +271,8 @@ static void test_every_operation_shipped(void **state)
 
 
 /* The home node the server-driven modes ship to is the node of the key's first candidate slot,
- * computed with one hash (nessie_key_home) where nessie_key_positions computes one per way. */
+ * and a call's plan (one hash of the key: memory/keys.h) agrees with the positions and filter
+ * bits worked out one at a time. */
 static void test_key_home_is_first_position(void **state)
 {
     (void)state;
@@ -282,8 +284,12 @@ static void test_key_home_is_first_position(void **state)
         snprintf(key, sizeof(key), "home-%d", i);
         uint64_t pos[8];
         nessie_key_positions(C.node[0], key, strlen(key), pos);
-        uint32_t h = nessie_key_home(C.node[0], key, strlen(key));
+        struct key_plan kp;
+        key_plan_make(&kp, C.node[0], key, strlen(key));
+        uint32_t h = kp.home;
         assert_int_equal(h, pos[0] / cfg->index_slots);
+        assert_memory_equal(kp.pos, pos, sizeof(pos[0]) * cfg->ways);
+        assert_int_equal(kp.filter, nessie_key_filter(C.node[0], key, strlen(key)));
         homes[h]++;
     }
     for (uint32_t n = 0; n < NODES; n++)

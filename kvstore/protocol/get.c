@@ -7,8 +7,8 @@
  * The machinery every operation shares (a call's state, the counted fabric accesses, fetching an
  * entry, orphans and their takeover, a call's end) is in protocol.c, through protocol_int.h.
  */
-#include "engine_int.h"
-#include "protocol_int.h"
+#include "memory/memory.h"
+#include "protocol.h"
 
 /* Whether the source src of a migration's copy met at I_i is still linked: at one of
  * I_{i+1}..I_n (one in front of the copy would have been met first). Sets *linked. Returns
@@ -123,27 +123,11 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
     return proto_end_absent(op, NESSIE_NOT_FOUND, status);
 }
 
-int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
+int proto_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+              struct nessie_item *out)
 {
-    return nessie_get_into(ctx, key, key_len, NULL, 0, out);
-}
-
-int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
-                    size_t cap, struct nessie_item *out)
-{
-    if (!ctx || !out || (cap && !buf))
-        return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    AUTO_RUN(ctx, false, key, key_len, 0, nessie_get_into(ctx, key, key_len, buf, cap, out));
-    uint32_t home;
-    if (sd_route(ctx, false, key, key_len, 0, &home)) {
-        int rc = sd_get(ctx, home, key, key_len, buf, cap, out);
-        if (rc >= 0)
-            return rc;
-    }
     struct op op;
-    proto_op_init(&op, ctx, NESSIE_OPK_GET, key, key_len);
+    proto_op_init(&op, ctx, NESSIE_OPK_GET, kp);
     op.dst = buf;
     op.dst_cap = cap;
     int status = NESSIE_OK;
@@ -159,41 +143,23 @@ int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, voi
  */
 #define MULTI_WINDOW 32
 
-int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
-                     const size_t *lens, nessie_multi_fn done, void *user)
+int proto_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, const size_t *lens,
+                    void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user)
 {
-    return nessie_get_multi_into(ctx, n, keys, lens, NULL, NULL, done, user);
-}
-
-int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *keys,
-                          const size_t *lens, void *const *bufs, const size_t *caps,
-                          nessie_multi_fn done, void *user)
-{
-    if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
-        return NESSIE_INVALID;
-    if (ctx->mode == NESSIE_MODE_SD) {
-        /* Server-driven: each key is shipped to its own home node (or read here if that is
-         * this node), one after the other. */
-        for (size_t i = 0; i < n; i++) {
-            struct nessie_item it;
-            int rc = nessie_get_into(ctx, keys[i], lens[i], bufs ? bufs[i] : NULL,
-                                     bufs && bufs[i] ? caps[i] : 0, &it);
-            done(user, i, rc, rc == NESSIE_OK ? &it : NULL);
-        }
-        return NESSIE_OK;
-    }
     for (size_t base = 0; base < n; base += MULTI_WINDOW) {
         size_t m = n - base < MULTI_WINDOW ? n - base : MULTI_WINDOW;
         struct op ops[MULTI_WINDOW];
+        struct key_plan plans[MULTI_WINDOW];
         struct fab_wr wrs[MULTI_WINDOW];
         bool ok[MULTI_WINDOW];
         size_t nwr = 0;
         uint64_t t0 = nessie_mono_ns();
         for (size_t i = 0; i < m; i++) {
-            ok[i] = check_key(keys[base + i], lens[base + i]) == NESSIE_OK;
+            ok[i] = key_check(keys[base + i], lens[base + i]) == NESSIE_OK;
             if (!ok[i])
                 continue;
-            proto_op_init(&ops[i], ctx, NESSIE_OPK_GET, keys[base + i], lens[base + i]);
+            key_plan_make(&plans[i], ctx->node, keys[base + i], lens[base + i]);
+            proto_op_init(&ops[i], ctx, NESSIE_OPK_GET, &plans[i]);
             ops[i].pre_t = t0;
             if (bufs) {
                 ops[i].dst = bufs[base + i];

@@ -1,6 +1,12 @@
 /*
  * fabric.h - the only way kvstore touches memory of another node.
  *
+ * Room: fabric, the engine's lowest (tests/integration/rooms.sh keeps the order fabric -> memory
+ * -> protocol -> modes -> front). It owns the regions a node exposes and the endpoints that
+ * reach them, on two backends: shared memory on one host (fabric_shm.c) and rdma-core verbs
+ * (fabric_verbs.c), with fault injection for the tests (fabric.c). It may call nothing of the
+ * engine; every other room reaches remote memory through it and through nothing else.
+ *
  * The model is RDMA's, so that the engine runs unchanged on the shared-memory backend (one host)
  * and on rdma-core verbs (many hosts):
  *
@@ -41,7 +47,7 @@
 enum fab_region {
     FAB_REGION_INDEX = 0, /* index table entries: 64-bit words, changed only by CAS */
     FAB_REGION_DATA = 1,  /* data table entries: written by the owner, read by everyone */
-    FAB_REGION_MSG = 2,   /* server-driven requests and replies (kvstore/sd.c): written by peers */
+    FAB_REGION_MSG = 2,   /* server-driven requests and replies (kvstore/modes/sd.c): written by peers */
     FAB_REGION_COUNT
 };
 

@@ -1,6 +1,7 @@
 /*
- * engine.c - the engine's lifecycle (nodes, contexts), counters, versions, flush and recycling.
- * The operations themselves are in protocol.c, get.c, write.c and migrate.c.
+ * engine.c - the engine's lifecycle: configuration and its checks, the call bound derived from
+ * it, nodes and contexts, counters, usage figures, and flush_all across the cluster. The calls
+ * on keys are in api.c; versions, exptimes and recycling in the memory room.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +10,8 @@
 
 #include <glib.h>
 
-#include "engine_int.h"
 #include "log.h"
+#include "front.h"
 
 const char *nessie_strerror(int status)
 {
@@ -60,78 +61,6 @@ void nessie_config_defaults(struct nessie_config *cfg)
     /* A ring slot per request a node has in flight to one home node: the daemon's workers (a
      * handful) each have one call at a time, and more slots only cost MSG region memory. */
     cfg->sd_slots = 4;
-}
-
-uint64_t nessie_flush_ns(struct nessie_node *node)
-{
-    return __atomic_load_n(&node->hdr->flush_ns, __ATOMIC_ACQUIRE);
-}
-
-/* The delayed flush this node knows of, if its time has come (else 0). */
-static uint64_t flush_at_due(struct nessie_node *node, uint64_t now_real_ns)
-{
-    uint64_t at = __atomic_load_n(&node->hdr->flush_at_ns, __ATOMIC_ACQUIRE);
-    return at && at <= now_real_ns ? at : 0;
-}
-
-uint32_t nessie_abs_exptime(int64_t exptime)
-{
-    const int64_t month = 60 * 60 * 24 * 30;
-    int64_t now = (int64_t)(nessie_real_ns() / 1000000000ULL);
-    if (exptime == 0)
-        return 0;
-    if (exptime < 0)
-        return 1; /* in the past */
-    if (exptime <= month)
-        return (uint32_t)(now + exptime);
-    return exptime > UINT32_MAX ? UINT32_MAX : (uint32_t)exptime;
-}
-
-bool nessie_item_dead(struct nessie_node *nd, const struct dte_hdr *h)
-{
-    return nessie_item_dead_at(nd, h, 0);
-}
-
-bool nessie_item_dead_at(struct nessie_node *nd, const struct dte_hdr *h, uint64_t read_ns)
-{
-    uint64_t vt = VERSION_TIME(h->version);
-    if (vt <= nessie_flush_ns(nd))
-        return true;
-    /* The clock only when something depends on it (this runs on every GET). */
-    uint64_t at = __atomic_load_n(&nd->hdr->flush_at_ns, __ATOMIC_ACQUIRE);
-    if (h->exptime == 0 && (at == 0 || vt > at))
-        return false;
-    uint64_t now = nessie_real_ns();
-    if (read_ns) {
-        /* Back to the moment of the read: the monotonic time since, off the real time now. */
-        uint64_t since = nessie_mono_ns() - read_ns;
-        now = now > since ? now - since : 0;
-    }
-    if (h->exptime != 0 && (uint64_t)h->exptime <= now / 1000000000ULL)
-        return true;
-    return at != 0 && vt <= at && at <= now;
-}
-
-uint64_t nessie_version_next(struct nessie_node *node)
-{
-    /* last_version lives in the region, so versions keep increasing across restarts. */
-    uint64_t *lv = &node->hdr->last_version;
-    uint64_t last = __atomic_load_n(lv, __ATOMIC_RELAXED), next;
-    do {
-        uint64_t real = nessie_real_ns(), t = VERSION_TIME(real);
-        uint64_t floor = VERSION_TIME(last) + 0x1000;
-        uint64_t flush = VERSION_TIME(nessie_flush_ns(node)) + 0x1000;
-        uint64_t at = flush_at_due(node, real); /* a delayed flush in effect: write after it */
-        if (at && VERSION_TIME(at) + 0x1000 > flush)
-            flush = VERSION_TIME(at) + 0x1000;
-        if (t < floor)
-            t = floor;
-        if (t < flush)
-            t = flush;
-        next = t | (node->cfg.self & 0xFFF);
-    } while (!__atomic_compare_exchange_n(lv, &last, next, false, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
-    return next;
 }
 
 static int check_config(const struct nessie_config *c)
@@ -405,133 +334,6 @@ void nessie_node_counters(struct nessie_node *nd, struct nessie_counters *out)
     pthread_mutex_unlock(&nd->ctx_lock);
 }
 
-unsigned char *nessie_ctx_buf(struct nessie_ctx *ctx, int b, size_t len)
-{
-    if (ctx->cap[b] < len) {
-        size_t cap = ctx->cap[b] ? ctx->cap[b] : 4096;
-        while (cap < len)
-            cap *= 2;
-        unsigned char *p = realloc(ctx->buf[b], cap);
-        if (!p)
-            return NULL;
-        ctx->buf[b] = p;
-        ctx->cap[b] = cap;
-    }
-    return ctx->buf[b];
-}
-
-void nessie_clock_publish(struct nessie_node *nd)
-{
-    /* Stores only when the published value is a millisecond old: several recycler threads call
-     * this, and peers read the line; rewriting it on every call would only bounce it. */
-    uint64_t now = nessie_mono_ns();
-    if (now - __atomic_load_n(&nd->hdr->clock_ns, __ATOMIC_RELAXED) >= 1000000ULL)
-        __atomic_store_n(&nd->hdr->clock_ns, now, __ATOMIC_RELAXED);
-}
-
-int nessie_state_cas(struct fab_ep *ep, uint64_t ite, uint64_t expect, uint64_t swap,
-                     uint64_t *old)
-{
-    struct fab_wr wr = {.opcode = FAB_OP_CAS, .node = ite_node(ite), .region = FAB_REGION_DATA,
-                        .offset = ite_offset(ite) + DTE_OFF_STATE, .local = old, .length = 8,
-                        .compare = expect, .swap = swap};
-    return fab_exec(ep, &wr) == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
-}
-
-/*
- * Mark the DTE ite names recycled (A.1.3 step 7): set RECYCLED in its state word with a CAS that
- * names the life ite names, so a late or repeated mark can never end a later life of the slot.
- * Its owner starts its quarantine when it sees the mark. Returns true when the entry is marked
- * now (by this call or before it) or is no longer in that life; false on a fabric error (the
- * caller tries again later).
- */
-static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
-{
-    /* The usual case first: a committed entry that an operation replaced. */
-    uint64_t expect = dte_state(ite_gen(ite), DTE_BUSY | DTE_COMMITTED);
-    /* Our own entry: the mark carries its time on our clock, so its quarantine starts now
-     * rather than when the scan first sees it (a scan sooner). */
-    uint64_t when = ite_node(ite) == ctx->node->cfg.self ? (nessie_mono_ms() + 1) << DTE_MARK_SHIFT
-                                                         : 0;
-    for (int tries = 0; tries < 8; tries++) {
-        uint64_t old = 0;
-        if (nessie_state_cas(ctx->ep, ite, expect, expect | DTE_RECYCLED | when, &old) !=
-            NESSIE_OK)
-            return false;
-        if (old == expect) {
-            CTR_ADD(ctx->ctr.marked, 1);
-            if (when)
-                slab_quarantine(&ctx->node->slab, ite_class(ite), ite_offset(ite), ite_gen(ite));
-            return true;
-        }
-        if (dte_gen(old) != ite_gen(ite) || !(old & DTE_BUSY) || (old & DTE_RECYCLED))
-            return true; /* marked already, or that life is over */
-        expect = old;    /* another state of the same life (uncommitted, abandoned): mark it */
-    }
-    return true; /* its state keeps changing: it is not ours to end (the leak sweep decides) */
-}
-
-/* Put ite on the stage (the recycler marks it). Returns false if it could not be staged. */
-static bool stage(struct nessie_ctx *ctx, uint64_t ite)
-{
-    struct nessie_node *nd = ctx->node;
-    pthread_mutex_lock(&nd->stage_lock);
-    if (nd->nstage == nd->stage_cap) {
-        size_t cap = nd->stage_cap ? nd->stage_cap * 2 : 1024;
-        uint64_t *p = realloc(nd->stage, cap * sizeof(*p));
-        if (p) {
-            nd->stage = p;
-            nd->stage_cap = cap;
-        }
-    }
-    bool staged = nd->nstage < nd->stage_cap;
-    if (staged)
-        nd->stage[nd->nstage++] = ite;
-    pthread_mutex_unlock(&nd->stage_lock);
-    return staged;
-}
-
-void nessie_recycle(struct nessie_ctx *ctx, uint64_t ite)
-{
-    if (ite_empty(ite))
-        return;
-    if (ctx->node->cfg.background_recycle && stage(ctx, ite)) {
-        CTR_ADD(ctx->ctr.staged, 1);
-        return;
-    }
-    /* A mark that cannot be made now (a peer unreachable) is staged for the recycler to retry;
-     * if even that fails the entry is left to the leak sweep. */
-    if (!mark_recycled(ctx, ite) && !stage(ctx, ite))
-        log_warn("engine: cannot mark DTE %016llx recycled; left to the leak sweep",
-                 (unsigned long long)ite);
-}
-
-size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots)
-{
-    struct nessie_node *nd = ctx->node;
-    size_t done = 0;
-    nessie_clock_publish(nd);
-    /* Take the whole staged batch under the lock, mark it outside (marks may be fabric CASes).
-     * Marks that fail (their node unreachable) go back on the stage for the next run. */
-    pthread_mutex_lock(&nd->stage_lock);
-    uint64_t *batch = nd->stage;
-    size_t n = nd->nstage;
-    nd->stage = NULL;
-    nd->nstage = nd->stage_cap = 0;
-    pthread_mutex_unlock(&nd->stage_lock);
-    for (size_t i = 0; i < n; i++) {
-        if (mark_recycled(ctx, batch[i]))
-            done++;
-        else if (!stage(ctx, batch[i]))
-            log_warn("engine: cannot stage DTE %016llx again; left to the leak sweep",
-                     (unsigned long long)batch[i]);
-    }
-    free(batch);
-    size_t freed = slab_scan(&nd->slab, scan_slots, nessie_mono_ms());
-    CTR_ADD(ctx->ctr.freed, freed);
-    return done + freed;
-}
-
 uint64_t nessie_index_used(struct nessie_node *nd)
 {
     uint64_t buf[512], used = 0;
@@ -690,7 +492,7 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
     }
     /* Our own delayed flush, if due, stays in effect whatever the peers say (they may never
      * have learnt it): into the flush word too, as nessie_flush_delayed folds one. */
-    uint64_t own = flush_at_due(nd, nessie_real_ns());
+    uint64_t own = nessie_flush_at_due(nd, nessie_real_ns());
     if (own && VERSION_TIME(own) > mine)
         mine = VERSION_TIME(own);
     /* Only ever raised, by CAS, as nessie_flush does on every node. */
@@ -715,131 +517,4 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
     }
     if (heard)
         __atomic_store_n(&nd->hdr->flush_at_ns, at, __ATOMIC_RELEASE);
-}
-
-int nessie_ite_read_pos(struct fab_ep *ep, const struct nessie_node *nd, uint64_t pos,
-                        uint64_t *out)
-{
-    struct fab_wr rd = {.opcode = FAB_OP_READ, .node = (uint32_t)(pos / nd->cfg.index_slots),
-                        .region = FAB_REGION_INDEX, .offset = (pos % nd->cfg.index_slots) * 8,
-                        .local = out, .length = 8};
-    return fab_exec(ep, &rd) == FAB_OK ? NESSIE_OK : NESSIE_FABRIC_ERROR;
-}
-
-/* --- leak sweep ------------------------------------------------------------------------------ */
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-struct sweep_scan {
-    struct nessie_node *nd;
-    GArray *candidates; /* ITE words naming entries that look unreferenced */
-    uint64_t now_ns;
-};
-
-/* A slot that is in use, not marked, and older than the grace period: a candidate. */
-static void sweep_slot(void *arg, uint32_t cls, uint64_t off)
-{
-    struct sweep_scan *sc = arg;
-    struct dte_hdr h;
-    fab_local_read(sc->nd->fab, FAB_REGION_DATA, off, &h, sizeof(h));
-    if (!(h.state & DTE_BUSY) || (h.state & DTE_RECYCLED))
-        return; /* free, or on its way back */
-    if (h.created_ns + sc->nd->bound.grace_ns > sc->now_ns)
-        return; /* may belong to an operation still running */
-    uint64_t ite = ite_make(sc->nd->cfg.self, cls, off, dte_gen(h.state), 0);
-    g_array_append_val(sc->candidates, ite);
-}
-
-/*
- * Whether anything may still use the entry ite names: an ITE at one of its key's positions (every
- * entry of a key is linked only there: PUTs, DELETEs and MIGRATE copies alike) names it, or names
- * an uncommitted entry whose previous version it is. Reads only those N positions (and their
- * entries), so a sweep needs only the nodes that hold them: returns 1 (referenced), 0 (not), or
- * -1 when a node it needs is unreachable (undecided: it stays, and is looked at next time).
- */
-static int sweep_referenced(struct nessie_ctx *ctx, uint64_t ite)
-{
-    struct nessie_node *nd = ctx->node;
-    unsigned char hk[DTE_HDR_SIZE + NESSIE_KEY_MAX];
-    fab_local_read(nd->fab, FAB_REGION_DATA, ite_offset(ite), hk, sizeof(struct dte_hdr));
-    struct dte_hdr h;
-    memcpy(&h, hk, sizeof(h));
-    if (h.key_len == 0 || h.key_len > NESSIE_KEY_MAX ||
-        ite_offset(ite) + DTE_HDR_SIZE + h.key_len > nd->cfg.data_bytes)
-        return 0; /* no key: it was never published whole */
-    fab_local_read(nd->fab, FAB_REGION_DATA, ite_offset(ite) + DTE_HDR_SIZE, hk + DTE_HDR_SIZE,
-                   h.key_len);
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(nd, hk + DTE_HDR_SIZE, h.key_len, pos);
-    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
-        uint64_t w;
-        if (nessie_ite_read_pos(ctx->ep, nd, pos[i], &w) != NESSIE_OK)
-            return -1;
-        if (ite_empty(w))
-            continue;
-        if (ite_same_entry(w, ite))
-            return 1;
-        if (ite_class(w) >= nd->nclasses)
-            continue;
-        uint64_t hdr[3]; /* state, quarantine, prev ITE */
-        struct fab_wr rh = {.opcode = FAB_OP_READ, .node = ite_node(w), .region = FAB_REGION_DATA,
-                            .offset = ite_offset(w), .local = hdr, .length = sizeof(hdr)};
-        if (fab_exec(ctx->ep, &rh) != FAB_OK)
-            return -1;
-        if (!(hdr[0] & DTE_COMMITTED) && !ite_empty(hdr[2]) && ite_same_entry(hdr[2], ite))
-            return 1;
-    }
-    return 0;
-}
-
-long nessie_sweep_leaks(struct nessie_ctx *ctx)
-{
-    struct nessie_node *nd = ctx->node;
-    uint64_t now = nessie_mono_ns();
-    pthread_mutex_lock(&nd->sweep_lock);
-    if (nd->sweep_prev_ns && now - nd->sweep_prev_ns < nd->bound.grace_ns) {
-        pthread_mutex_unlock(&nd->sweep_lock);
-        return 0; /* too soon to confirm anything */
-    }
-    GArray *cand = g_array_new(FALSE, FALSE, sizeof(uint64_t));
-    struct sweep_scan sc = {.nd = nd, .candidates = cand, .now_ns = now};
-    slab_for_each_slot(&nd->slab, sweep_slot, &sc);
-    /* Confirm: unreferenced now, and already at the previous sweep, a grace period ago (the same
-     * life of the slot: the generation is in the word). */
-    GArray *keep = g_array_new(FALSE, FALSE, sizeof(uint64_t));
-    long marked = 0, undecided = 0;
-    for (guint i = 0; i < cand->len; i++) {
-        uint64_t ite = g_array_index(cand, uint64_t, i);
-        int ref = sweep_referenced(ctx, ite);
-        if (ref != 0) {
-            undecided += ref < 0;
-            continue;
-        }
-        if (nd->sweep_prev &&
-            bsearch(&ite, nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64)) {
-            if (mark_recycled(ctx, ite))
-                marked++;
-        } else {
-            g_array_append_val(keep, ite);
-        }
-    }
-    g_free(nd->sweep_prev);
-    nd->nsweep_prev = keep->len;
-    nd->sweep_prev = (uint64_t *)g_array_free(keep, FALSE); /* NULL when empty */
-    if (nd->nsweep_prev)
-        qsort(nd->sweep_prev, nd->nsweep_prev, sizeof(uint64_t), cmp_u64);
-    nd->sweep_prev_ns = now;
-    CTR_ADD(ctx->ctr.swept, (uint64_t)marked);
-    if (marked)
-        log_info("engine: node %u: recycled %ld leaked data table entries", nd->cfg.self, marked);
-    if (undecided)
-        log_info("engine: node %u: %ld entries left for the next sweep (a node they need is "
-                 "unreachable)", nd->cfg.self, undecided);
-    g_array_free(cand, TRUE);
-    pthread_mutex_unlock(&nd->sweep_lock);
-    return marked;
 }

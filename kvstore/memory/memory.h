@@ -1,25 +1,31 @@
 /*
- * engine_int.h - the engine's internal state, shared by engine.c (lifecycle, counters, versions,
- * recycling) and the operations of Appendix A (protocol.c, get.c, write.c, migrate.c; what those
- * four share among themselves is in protocol_int.h). Not a public header.
+ * memory.h - a node's memory and the state every call carries. Not a public header.
+ *
+ * Room: memory, above fabric. It owns a node's tables and what keeps them usable: the entry
+ * layouts (layout.h), where a key lives (keys.c: the call plan), the allocator of data entries
+ * (slab.c), the per-context entry cache (cache.c), items' time (items.c: versions, exptimes,
+ * flush), recycling and the leak sweep (recycle.c), the evictor (evict.c), the dump (dump.c),
+ * and the node and context structures below, which every room above uses. It may call the
+ * fabric; what it needs from a room above (the evictor's DELETE) it declares in upcall.h.
+ * The flash tier (issue 31) will live here too.
  */
-#ifndef NESSIE_KVSTORE_ENGINE_INT_H
-#define NESSIE_KVSTORE_ENGINE_INT_H
+#ifndef NESSIE_KVSTORE_MEMORY_H
+#define NESSIE_KVSTORE_MEMORY_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "cache.h"
 #include "clock.h"
-#include "fabric.h"
+#include "fabric/fabric.h"
+#include "keys.h"
 #include "layout.h"
-#include "nessie_test.h"
 #include "slab.h"
 #include <nessie/nessie.h>
 
 #define NESSIE_MAX_WAYS NESSIE_WAYS_MAX
 /* The public limits (nessie.h) are the entry layouts' (layout.h), and the fabric's backends are
- * the engine's in the same order (engine.c passes one for the other). */
+ * the engine's in the same order (front/engine.c passes one for the other). */
 _Static_assert(NESSIE_NODES_MAX == ITE_MAX_NODES && NESSIE_NODES_MAX <= FAB_MAX_NODES,
                "node limit is the ITE's");
 _Static_assert(NESSIE_FILTER_BITS_MAX == ITE_FILTER_BITS_MAX, "filter bits are the ITE's");
@@ -29,12 +35,9 @@ _Static_assert((int)NESSIE_BACKEND_SHM == (int)FAB_BACKEND_SHM &&
 /* DTEs one call may have to recycle: the candidate, up to N-1 cleared duplicates per attempt and
  * a migration's source; bounded because attempts that keep failing end in a timeout. */
 #define NESSIE_MAX_REC 64
-/* Seeds of the N cuckoo hash functions and of the filter bits. */
-#define NESSIE_HASH_SEED 0x6e65737369650000ULL
-#define NESSIE_FILTER_SEED 0x66696c7465720000ULL
 
 /*
- * How long a call may act (engine.c, bound_compute, where the argument is written down): every
+ * How long a call may act (front/engine.c, bound_compute, where the argument is written down): every
  * term is derived from the configuration and the fabric once, at node open, and everything that
  * relies on a call having ended (the orphan takeover, the leak sweep, a shipped call's requester)
  * uses these figures and no other.
@@ -97,7 +100,7 @@ struct nessie_node {
     void *pressure_arg;
     _Atomic uint64_t pressure_last_ns;
 
-    /* Server-driven execution's state (sd.c): the ring slots' counts, on both sides. */
+    /* Server-driven execution's state (modes/sd.c): the ring slots' counts, on both sides. */
     struct sd_state *sd;
 
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
@@ -125,19 +128,19 @@ struct nessie_ctx {
     size_t cap[3];
     /* Per node: the clock it last published, and when (our monotonic ns) we first read that
      * value: a clock that stops advancing (its owner dead, or its recycler stalled) still ages
-     * its entries by the time we have watched it stand still (protocol.c, owner_clock). */
+     * its entries by the time we have watched it stand still (protocol/protocol.c, owner_clock). */
     struct nessie_clock_seen {
         uint64_t published, first_seen;
     } *clock_seen;
-    enum nessie_mode mode;      /* who carries out its operations (sd.c) */
+    enum nessie_mode mode;      /* who carries out its calls (modes/dispatch.c) */
     /* The budget's end (monotonic ns) of the next call started on this context, when it is a
      * shipped call carried out here: by its home node's server (from the budget the request
      * carried) or by its requester after a withdrawal (from the call's original start), so its
      * bound still runs from where the call began. 0: none (now + B). proto_op_init consumes it;
-     * sd.c clears it after the call in any case. */
+     * modes/dispatch.c clears it after a call run here in any case. */
     uint64_t call_deadline_ns;
     bool serving;               /* running a peer's shipped call: traffic counted as served */
-    /* Server-driven messages (sd.c), one slot long each: [0] the request (built here, or copied
+    /* Server-driven messages (modes/sd.c), one slot long each: [0] the request (built here, or copied
      * out of the ring by a server), [1] the reply (built by a server, or copied in here). */
     unsigned char *sd_buf[2];
 };
@@ -166,6 +169,8 @@ uint64_t nessie_version_next(struct nessie_node *node);
 #define VERSION_TIME(v) ((v) & ~0xFFFULL)
 /* Flush time as this node knows it (set on every node by nessie_flush before it returns). */
 uint64_t nessie_flush_ns(struct nessie_node *node);
+/* The delayed flush this node knows of, if its time (now_real_ns) has come; else 0. */
+uint64_t nessie_flush_at_due(struct nessie_node *node, uint64_t now_real_ns);
 
 /* memcached's exptime as absolute unix seconds: 0 never; up to 30 days relative; beyond,
  * absolute; negative: already past (1). */
@@ -186,9 +191,6 @@ int nessie_state_cas(struct fab_ep *ep, uint64_t ite, uint64_t expect, uint64_t 
 /* Publish this node's monotonic clock in its data header (orphan ages are judged on it). */
 void nessie_clock_publish(struct nessie_node *node);
 
-/* The filter bits of key (its ITEs' low bits, paper 4.3.2). */
-uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len);
-
 /* Read the ITE at global position pos (node * index_slots + slot) into *out, uncounted (the
  * leak sweep and the dump, which are not operations). Returns NESSIE_OK or NESSIE_FABRIC_ERROR. */
 int nessie_ite_read_pos(struct fab_ep *ep, const struct nessie_node *nd, uint64_t pos,
@@ -205,43 +207,6 @@ bool nessie_item_dead_at(struct nessie_node *nd, const struct dte_hdr *h, uint64
 /* Charge a finished call's fabric traffic (requests posted, bytes moved) to the histograms of
  * the kind ctx->kind names. */
 void nessie_count_traffic(struct nessie_ctx *ctx, uint64_t ops, uint64_t bytes);
-/* The key's home node: the node of its first candidate slot (the server-driven modes' owner of
- * the key), with one hash where nessie_key_positions computes one per way. */
-uint32_t nessie_key_home(const struct nessie_node *nd, const void *key, size_t key_len);
-
-/* --- server-driven execution (sd.c) ----------------------------------------------------------- */
-
-/* Set up (sd_open: at node open, after the fabric; takes every request already in this node's
- * ring as served, since it was meant for an earlier life) and free (sd_close) the node's
- * server-driven state. sd_open returns NESSIE_OK or NESSIE_NO_MEMORY. */
-int sd_open(struct nessie_node *nd);
-void sd_close(struct nessie_node *nd);
-
-/* Whether ctx ships an operation on key (a write, or a GET) with a payload of key_len +
- * value_len bytes, and if so to which node (*home). */
-bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_len,
-              size_t value_len, uint32_t *home);
-
-/* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD, which the
- * caller runs it in), then, once it ended, teach the selector how long it took. */
-struct sd_choice {
-    struct sd_est *est; /* NULL: nothing to learn (the key's home is this node) */
-    int way;            /* 0 cd, 1 sd */
-    bool fresh;         /* the way's average was stale: the sample replaces it */
-    uint64_t t0;
-};
-enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,
-                                size_t key_len, size_t value_len, struct sd_choice *ch);
-void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch);
-
-/* Carry out a GET at its home node. Returns its outcome (as nessie_get_into), or -1 when the
- * value turned out larger than a slot: the caller then runs the GET itself. */
-int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_len, void *buf,
-           size_t cap, struct nessie_item *out);
-/* Carry out a write at its home node: rq names it (op, sub, lengths, flags, exptime, arg);
- * returns its outcome, and on NESSIE_OK the new version (and for arith the new value). */
-int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, const void *key,
-             size_t key_len, const void *value, uint64_t *version_out, uint64_t *num_out);
 
 /* --- eviction (evict.c) ----------------------------------------------------------------------- */
 
@@ -269,13 +234,6 @@ size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n);
 /* A writer found no room: wake the evictor (nessie_node_on_pressure), rate-limited. */
 void nessie_pressure(struct nessie_node *nd);
 
-/* Remove key if its first entry in the index is exactly ite (write.c, the DELETE path).
- * Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or NESSIE_EXISTS (changed, or in use: no
- * effect), NESSIE_TIMEOUT (unknown), or another error (no effect). */
-int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite);
 
-/* The eviction observer (nessie_set_evict_hook), or NULL. */
-extern nessie_evict_hook_fn nessie_evict_hook;
-extern void *nessie_evict_hook_user;
 
 #endif

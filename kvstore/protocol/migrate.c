@@ -12,8 +12,8 @@
  */
 #include <string.h>
 
-#include "engine_int.h"
-#include "protocol_int.h"
+#include "memory/memory.h"
+#include "protocol.h"
 
 static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
 {
@@ -86,11 +86,12 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * nor one of the positions of the key that needs room; the thesis takes the first such, we
      * take the first empty one if there is one (the thesis allows any choice), which keeps
      * recursion, and so failure at the depth limit, rare. */
-    uint64_t spos[NESSIE_MAX_WAYS];
     unsigned char skey[NESSIE_KEY_MAX];
     uint32_t sklen = v.h.key_len;
     memcpy(skey, v.key, sklen);
-    nessie_key_positions(nd, skey, sklen, spos);
+    struct key_plan sp;
+    key_plan_make(&sp, nd, skey, sklen);
+    const uint64_t *spos = sp.pos;
     uint64_t dst = UINT64_MAX, dv = 0;
     for (uint32_t i = 0; i < op->n; i++) {
         if (spos[i] == src || pos_in(spos[i], key_pos, op->n))
@@ -142,7 +143,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     /* The copy keeps its source's creator: it is that write's item, moved, and must never be
      * mistaken for an entry of the call that happens to migrate it. */
     *status = proto_dte_write_new(op, &tmpl, full.h.creator, skey, full.value, full.h.value_len,
-                                  NULL, 0, nessie_key_filter(nd, skey, sklen), &copy);
+                                  NULL, 0, sp.filter, &copy);
     /* No room for the copy: the write that needs the move waits for room as for its own entry
      * (it failed at once with NO_MEMORY, a SET refused on a cache with eviction on). An
      * eviction does not wait (it moves nothing: it never inserts). */

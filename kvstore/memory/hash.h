@@ -12,6 +12,18 @@
 /* 64-bit hash of key under seed (multiply-xorshift over 8-byte words, murmur-style finalizer). */
 uint64_t hash_key(const void *key, size_t len, uint64_t seed);
 
+/* MurmurHash3's 64-bit finalizer: a bijection that spreads every input bit over the output, to
+ * draw several independent-looking values from one digest (keys.c). */
+static inline uint64_t hash_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
 /* Marsaglia's xorshift64: the next pseudo-random number from state *x (never 0), for back-off
  * jitter, victim sampling and the access counter's coin. Not part of the cluster's format. */
 static inline uint64_t hash_xorshift(uint64_t *x)

@@ -54,7 +54,7 @@
  *   prev ITE: the ITE word the writer's CAS replaced (previous versions, paper 4.3.2), or a
  *            duplicate it unlinked; always a version the writer itself unlinked, because a
  *            rollback or an orphan takeover of an ABANDONED entry links it again.
- *   version: the memcached CAS token; its high bits are the write time (see engine.c), so it also
+ *   version: the memcached CAS token; its high bits are the write time (see items.c), so it also
  *            orders items against flush_all.
  *   creator: the operation that wrote it (node, context, operation number): a retried PUT may take
  *            over its own earlier attempt's entry (A.1.3 step 2.3).
@@ -159,7 +159,7 @@ static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
 #define DTE_F_COPY 0x01
 /* An add's entry: its condition (the key absent) was judged at its candidate only, and a live
  * duplicate behind it is found by its step 4, which an orphan never ran; so a takeover undoes an
- * orphaned add instead of committing it (protocol.c, proto_takeover). */
+ * orphaned add instead of committing it (protocol/protocol.c, proto_takeover). */
 #define DTE_F_ADD 0x02
 
 enum dte_kind {
@@ -276,7 +276,7 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
 #define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
 #define DATA_HDR_OFF_FLUSH_AT ((uint64_t)__builtin_offsetof(struct data_hdr, flush_at_ns))
 
-/* --- the MSG region: server-driven requests and replies (kvstore/sd.c, issue 16) -------------- */
+/* --- the MSG region: server-driven requests and replies (kvstore/modes/sd.c, issue 16) -------------- */
 
 /*
  * A node's MSG region holds, after a reserved header page, nodes x sd_slots request slots (slot
@@ -320,7 +320,7 @@ enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH,
 
 struct sd_req {
     uint64_t seq;         /* this slot's request count in the requester's life (from 1) */
-    uint32_t incarnation; /* the requester's life: random, drawn at every start (sd.c) */
+    uint32_t incarnation; /* the requester's life: random, drawn at every start (modes/sd.c) */
     uint32_t crc;
     uint8_t op;           /* enum sd_op */
     uint8_t sub;          /* store: enum nessie_store_mode; arith: 1 incr, 0 decr */

@@ -47,8 +47,8 @@ typedef void (*nessie_evict_hook_fn)(void *user, const void *key, size_t key_len
                                      int status);
 void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user);
 
-/* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests. */
-void nessie_key_positions(const struct nessie_node *node, const void *key, size_t key_len,
-                          uint64_t *pos);
+/* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests:
+ * nessie_key_positions. */
+#include "memory/keys.h"
 
 #endif

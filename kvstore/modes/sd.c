@@ -47,8 +47,10 @@
 
 #include <isa-l/crc.h>
 
-#include "engine_int.h"
-#include "hash.h"
+#include "memory/memory.h"
+#include "memory/hash.h"
+#include "modes.h"
+#include "protocol/protocol.h"
 #include "log.h"
 
 /* A request that stays torn, or fails its checksum, this long is garbage, not a WRITE still
@@ -316,34 +318,27 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out)
     return false;
 }
 
-bool sd_route(struct nessie_ctx *ctx, bool write, const void *key, size_t key_len,
-              size_t value_len, uint32_t *home)
+bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len)
 {
-    /* (Mode auto has chosen cd or sd before a call gets here: sd_auto_choose.) */
-    if (ctx->mode == NESSIE_MODE_CD || ctx->mode == NESSIE_MODE_AUTO ||
-        (ctx->mode == NESSIE_MODE_HY && !write))
-        return false;
     struct nessie_node *nd = ctx->node;
-    uint32_t h = nessie_key_home(nd, key, key_len);
     /* The home node runs its own keys' operations the way a server would: here, locally. */
-    if (h == nd->cfg.self || key_len + value_len > slot_payload(nd->sd))
+    if (kp->home == nd->cfg.self || kp->klen + value_len > slot_payload(nd->sd))
         return false;
-    if (!sd_home_open(ctx, h)) {
+    if (!sd_home_open(ctx, kp->home)) {
         CTR_ADD(ctx->ctr.sd_shunned, 1);
         return false; /* no server there is looking at its ring: run it here at once */
     }
-    *home = h;
     return true;
 }
 
-enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const void *key,
-                                size_t key_len, size_t value_len, struct sd_choice *ch)
+enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct key_plan *kp,
+                                size_t value_len, struct sd_choice *ch)
 {
     struct nessie_node *nd = ctx->node;
     struct sd_state *st = nd->sd;
     ch->est = NULL;
-    uint32_t home = nessie_key_home(nd, key, key_len);
-    if (home == nd->cfg.self || key_len + value_len > slot_payload(st) ||
+    uint32_t home = kp->home;
+    if (home == nd->cfg.self || kp->klen + value_len > slot_payload(st) ||
         atomic_load_explicit(&st->home[home].shunned, memory_order_relaxed))
         return NESSIE_MODE_CD; /* nothing to choose (or its servers look dead): nothing to learn */
     ch->t0 = nessie_mono_ns();
@@ -726,8 +721,8 @@ static bool sd_here(struct nessie_ctx *ctx, uint64_t t0)
     return true;
 }
 
-int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_len, void *buf,
-           size_t cap, struct nessie_item *out)
+int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+           struct nessie_item *out)
 {
     uint64_t t0 = nessie_mono_ns();
     if (!sd_bufs(ctx))
@@ -736,9 +731,9 @@ int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_le
     struct sd_req *rq = (struct sd_req *)ctx->sd_buf[0];
     memset(rq, 0, sizeof(*rq));
     rq->op = SD_OP_GET;
-    rq->key_len = (uint8_t)key_len;
-    memcpy(ctx->sd_buf[0] + 64, key, key_len);
-    int rc = sd_ship(ctx, home, key_len, false, t0);
+    rq->key_len = (uint8_t)kp->klen;
+    memcpy(ctx->sd_buf[0] + 64, kp->key, kp->klen);
+    int rc = sd_ship(ctx, kp->home, kp->klen, false, t0);
     if (rc == NESSIE_OK && ((const struct sd_rep *)ctx->sd_buf[1])->status == SD_STATUS_TOO_LARGE)
         rc = SD_RUN_HERE;
     if (rc == SD_RUN_HERE) {
@@ -762,38 +757,8 @@ int sd_get(struct nessie_ctx *ctx, uint32_t home, const void *key, size_t key_le
     return sd_done(ctx, rc);
 }
 
-/* Run the write rq names here, client-driven (sd_here set its budget): the public call itself,
- * in mode cd for its length. */
-static int sd_write_here(struct nessie_ctx *ctx, const struct sd_req *rq, const void *key,
-                         size_t key_len, const void *value, uint64_t *version_out,
-                         uint64_t *num_out)
-{
-    enum nessie_mode mode = ctx->mode;
-    ctx->mode = NESSIE_MODE_CD;
-    int rc;
-    switch (rq->op) {
-    case SD_OP_STORE:
-        rc = nessie_store(ctx, (enum nessie_store_mode)rq->sub, key, key_len, value, rq->value_len,
-                          rq->flags, rq->exptime, rq->arg, version_out);
-        break;
-    case SD_OP_DELETE:
-        rc = nessie_delete(ctx, key, key_len);
-        break;
-    case SD_OP_ARITH:
-        rc = nessie_arith(ctx, key, key_len, rq->sub == 1, rq->arg, num_out, version_out);
-        break;
-    case SD_OP_TOUCH:
-    default:
-        rc = nessie_touch(ctx, key, key_len, rq->exptime);
-        break;
-    }
-    ctx->mode = mode;
-    ctx->call_deadline_ns = 0; /* consumed by the call's start, unless it ended before that */
-    return rc;
-}
-
-int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, const void *key,
-             size_t key_len, const void *value, uint64_t *version_out, uint64_t *num_out)
+int sd_write(struct nessie_ctx *ctx, const struct key_plan *kp, const struct sd_req *rq,
+             const void *value, uint64_t *version_out, uint64_t *num_out)
 {
     uint64_t t0 = nessie_mono_ns();
     enum nessie_opkind kind = rq->op == SD_OP_DELETE ? NESSIE_OPK_DELETE : NESSIE_OPK_PUT;
@@ -803,14 +768,14 @@ int sd_write(struct nessie_ctx *ctx, uint32_t home, const struct sd_req *rq, con
     unsigned char *msg = ctx->sd_buf[0];
     memcpy(msg, rq, 64);
     struct sd_req *q = (struct sd_req *)msg;
-    q->key_len = (uint8_t)key_len;
-    memcpy(msg + 64, key, q->key_len);
+    q->key_len = (uint8_t)kp->klen;
+    memcpy(msg + 64, kp->key, q->key_len);
     if (q->value_len)
         memcpy(msg + 64 + q->key_len, value, q->value_len);
-    int rc = sd_ship(ctx, home, (uint64_t)q->key_len + q->value_len, true, t0);
+    int rc = sd_ship(ctx, kp->home, (uint64_t)q->key_len + q->value_len, true, t0);
     if (rc == SD_RUN_HERE) {
         if (sd_here(ctx, t0))
-            return sd_write_here(ctx, rq, key, key_len, value, version_out, num_out);
+            return -1; /* the caller runs it here, within what is left of its budget */
         rc = NESSIE_TIMEOUT; /* no effect, but the budget is gone */
     } else if (rc == NESSIE_OK) {
         const struct sd_rep *rp = (const struct sd_rep *)ctx->sd_buf[1];
@@ -860,7 +825,8 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
  * Returns the reply's payload length. */
 static uint64_t req_run(struct nessie_ctx *ctx)
 {
-    struct sd_state *st = ctx->node->sd;
+    struct nessie_node *nd = ctx->node;
+    struct sd_state *st = nd->sd;
     const struct sd_req *q = (const struct sd_req *)ctx->sd_buf[0];
     const unsigned char *key = ctx->sd_buf[0] + 64;
     const unsigned char *val = key + q->key_len;
@@ -868,10 +834,17 @@ static uint64_t req_run(struct nessie_ctx *ctx)
     unsigned char *rv = ctx->sd_buf[1] + 64;
     memset(rp, 0, sizeof(*rp));
     int rc;
+    struct key_plan kp;
+    if (key_check(key, q->key_len) != NESSIE_OK) {
+        rp->status = NESSIE_BAD_KEY; /* req_take let it through: answered, never run */
+        return 0;
+    }
+    key_plan_make(&kp, nd, key, q->key_len);
+    /* Client-driven, here: a server runs what it is sent and never ships it on. */
     switch (q->op) {
     case SD_OP_GET: {
         struct nessie_item it;
-        rc = nessie_get_into(ctx, key, q->key_len, rv, slot_payload(st), &it);
+        rc = proto_get(ctx, &kp, rv, slot_payload(st), &it);
         if (rc == NESSIE_OK) {
             if (it.value_len > slot_payload(st)) {
                 rp->status = SD_STATUS_TOO_LARGE;
@@ -887,18 +860,18 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         break;
     }
     case SD_OP_STORE:
-        rc = nessie_store(ctx, (enum nessie_store_mode)q->sub, key, q->key_len, val, q->value_len,
-                          q->flags, q->exptime, q->arg, &rp->version);
+        rc = proto_store(ctx, &kp, (enum nessie_store_mode)q->sub, val, q->value_len, q->flags,
+                         q->exptime, q->arg, &rp->version);
         break;
     case SD_OP_DELETE:
-        rc = nessie_delete(ctx, key, q->key_len);
+        rc = proto_delete(ctx, &kp);
         break;
     case SD_OP_ARITH:
-        rc = nessie_arith(ctx, key, q->key_len, q->sub == 1, q->arg, &rp->num, &rp->version);
+        rc = proto_arith(ctx, &kp, q->sub == 1, q->arg, &rp->num, &rp->version);
         break;
     case SD_OP_TOUCH:
     default:
-        rc = nessie_touch(ctx, key, q->key_len, q->exptime);
+        rc = proto_touch(ctx, &kp, q->exptime);
         break;
     }
     rp->status = (uint32_t)rc;
@@ -969,8 +942,6 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     struct sd_state *st = nd->sd;
     if (workers == 0 || worker >= workers || !sd_bufs(ctx))
         return 0;
-    enum nessie_mode mode = ctx->mode;
-    ctx->mode = NESSIE_MODE_CD; /* a server runs what it is sent; it never ships it on */
     ctx->serving = true;        /* its calls' traffic is the home node's share (stats) */
     size_t served = 0;
     uint32_t n = st->nodes * st->slots;
@@ -979,7 +950,7 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     for (uint32_t i = worker; i < n; i += workers) {
         uint32_t r = i / st->slots, s = i % st->slots;
         if (r == nd->cfg.self)
-            continue; /* a node runs its own keys' operations itself (sd_route) */
+            continue; /* a node runs its own keys' operations itself (sd_can_ship) */
         const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, r, s));
         uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
         uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
@@ -1061,7 +1032,6 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
         sd_note_arrivals(st, nd->cfg.self, worker, workers);
         sd_beat(st);
     }
-    ctx->mode = mode;
     ctx->serving = false;
     return served;
 }

@@ -37,10 +37,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine_int.h"
-#include "hash.h"
+#include "memory/memory.h"
+#include "memory/hash.h"
 #include "log.h"
-#include "protocol_int.h"
+#include "protocol.h"
 
 /* --- small helpers ------------------------------------------------------------------------- */
 
@@ -54,54 +54,19 @@ void nessie_set_test_hook(nessie_hook_fn fn, void *user)
     __atomic_store_n(&proto_test_hook, fn, __ATOMIC_RELEASE);
 }
 
-uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)
-{
-    if (nd->cfg.filter_bits == 0)
-        return 0;
-    return (uint32_t)(hash_key(key, len, NESSIE_FILTER_SEED) & ((1u << nd->cfg.filter_bits) - 1));
-}
-
-void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,
-                          uint64_t *pos)
-{
-    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
-    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
-        /* The N positions must differ (the protocol reads each once per pass); on a collision
-         * the next seed is tried, deterministically, so every node agrees. */
-        for (uint64_t seed = NESSIE_HASH_SEED + i;; seed += NESSIE_MAX_WAYS) {
-            uint64_t p = hash_key(key, key_len, seed) % total;
-            bool dup = false;
-            for (uint32_t j = 0; j < i; j++)
-                dup = dup || pos[j] == p;
-            if (!dup || total <= i) {
-                pos[i] = p;
-                break;
-            }
-        }
-    }
-}
-
-uint32_t nessie_key_home(const struct nessie_node *nd, const void *key, size_t key_len)
-{
-    /* The first position is the first seed's hash: it never collides with an earlier one, so
-     * it is nessie_key_positions' pos[0] without the other ways' hashes. */
-    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
-    return (uint32_t)(hash_key(key, key_len, NESSIE_HASH_SEED) % total / nd->cfg.index_slots);
-}
-
 void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
-                   const void *key, size_t klen)
+                   const struct key_plan *kp)
 {
     struct nessie_node *nd = ctx->node;
     memset(op, 0, sizeof(*op));
     op->ctx = ctx;
     op->node = nd;
     op->last_abort = -1;
-    op->key = key;
-    op->klen = (uint32_t)klen;
+    op->key = kp->key;
+    op->klen = kp->klen;
     op->n = nd->cfg.ways;
-    nessie_key_positions(nd, key, klen, op->pos);
-    op->filter = nessie_key_filter(nd, key, klen);
+    memcpy(op->pos, kp->pos, sizeof(op->pos[0]) * op->n);
+    op->filter = kp->filter;
     /* node | incarnation | context | sequence: unique across the cluster and across restarts,
      * so a retry recognizes its own entries and nobody else's. */
     op->id = ((uint64_t)nd->cfg.self << 52) | ((nd->incarnation & 0xFFF) << 40) |

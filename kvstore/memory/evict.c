@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_int.h"
+#include "memory.h"
+#include "upcall.h"
 #include "hash.h"
 #include "log.h"
 

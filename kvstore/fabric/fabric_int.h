@@ -13,7 +13,7 @@
 struct fab_backend_ops {
     const char *name;
     /* The longest after its post that a request may still take effect at its target, in ms:
-     * the engine's call bound includes it (engine.c, bound_compute), since a CAS posted before
+     * the engine's call bound includes it (front/engine.c, bound_compute), since a CAS posted before
      * a call's last check can land that much later. */
     uint64_t request_bound_ms;
     /* Create or re-attach cfg.self's regions into fab->local[]. Undo everything on failure. */

@@ -1,20 +1,28 @@
 /*
- * protocol_int.h - what the files of the protocol share: protocol.c (the operations' machinery: a
- * call's state, its counted fabric accesses, views of entries, orphans and their takeover, the
- * reverse pass, recycling, a call's end), get.c (GET, A.1.2), write.c (PUT and its forms, DELETE:
- * A.1.3, A.1.5; and the new entries writes and MIGRATE's copies are written into) and migrate.c
- * (MIGRATE, A.1.4). Included by those four only; not a public header. What one of them defines
- * for the others is named proto_ (the library exports no generic names); the tiny helpers the GET
- * path calls are static inline here, so that none of them is a call across files.
+ * protocol.h - the client-driven protocol of Appendix A. Not a public header.
+ *
+ * Room: protocol, above memory. It owns the operations as one node carries them out alone, with
+ * one-sided READ, WRITE and CAS: protocol.c (the operations' machinery: a call's state, its
+ * counted fabric accesses, views of entries, orphans and their takeover, the reverse pass,
+ * recycling, a call's end), get.c (GET, A.1.2), write.c (PUT and its forms, DELETE: A.1.3,
+ * A.1.5; and the new entries writes and MIGRATE's copies are written into), migrate.c (MIGRATE,
+ * A.1.4), arith.c (memcached's incr/decr on values), and the test back doors (nessie_test.h). It
+ * may call memory and fabric. It knows nothing of modes: who runs a call is decided above it
+ * (modes/dispatch.c), and a call comes here planned (memory/keys.h) and checked.
+ *
+ * What one file defines for the others is named proto_ (the library exports no generic names);
+ * the tiny helpers the GET path calls are static inline here, so that none of them is a call
+ * across files. The entry points the rooms above call are at the end ("the calls").
  */
-#ifndef NESSIE_KVSTORE_PROTOCOL_INT_H
-#define NESSIE_KVSTORE_PROTOCOL_INT_H
+#ifndef NESSIE_KVSTORE_PROTOCOL_H
+#define NESSIE_KVSTORE_PROTOCOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine_int.h"
+#include "memory/memory.h"
+#include "nessie_test.h"
 
 /* Outcome of one attempt. */
 enum attempt {
@@ -111,12 +119,12 @@ static inline void op_traffic_mark(struct op *op)
     op->fab_bytes0 = st->bytes_read + st->bytes_written;
 }
 
-/* A call's start: its key's positions and filter bits, its creator id, its budget; counts it
- * as an operation of kind. */
+/* A call's start: its key's positions and filter bits (from the plan kp, which must outlive the
+ * call), its creator id, its budget; counts it as an operation of kind. */
 void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kind,
-                   const void *key, size_t klen);
+                   const struct key_plan *kp);
 
-/* The last moment the call may post anything (engine.c, bound_compute): start + B + W + E. The
+/* The last moment the call may post anything (front/engine.c, bound_compute): start + B + W + E. The
  * deadline is start + B, moved once by W when the call waited for room with eviction on
  * (write.c, proto_memory_short). */
 static inline uint64_t op_act_end(const struct op *op)
@@ -253,25 +261,6 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
  * NESSIE_NO_MEMORY for a call that timed out waiting for room). */
 int proto_finish(struct op *op, int status);
 
-static inline int check_key(const void *key, size_t klen)
-{
-    return (!key || klen == 0 || klen > NESSIE_KEY_MAX) ? NESSIE_BAD_KEY : NESSIE_OK;
-}
-
-/* Mode auto (sd.c): the selector picks the way of this call; `call`, the public function
- * itself, runs in that mode, and the selector learns how long it took. */
-#define AUTO_RUN(ctx, write, key, klen, vlen, call)                                      \
-    do {                                                                                 \
-        if ((ctx)->mode == NESSIE_MODE_AUTO) {                                           \
-            struct sd_choice ch_;                                                        \
-            (ctx)->mode = sd_auto_choose((ctx), (write), (key), (klen), (vlen), &ch_);   \
-            int rc_ = (call);                                                            \
-            (ctx)->mode = NESSIE_MODE_AUTO;                                              \
-            sd_auto_learn((ctx), &ch_);                                                  \
-            return rc_;                                                                  \
-        }                                                                                \
-    } while (0)
-
 /* --- new entries (write.c) ------------------------------------------------------------------- */
 
 /* A write (or a MIGRATE's copy) found no room for a new entry of these sizes: whether to retry
@@ -293,5 +282,34 @@ int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
  * needs room); depth counts recursion. */
 enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
                            int *status);
+
+/* --- the calls, client-driven ------------------------------------------------------------- */
+
+/*
+ * What the rooms above ask of this one (the modes room's dispatch, and the SD server running a
+ * peer's call): each public call of nessie.h carried out here, by this node alone, on a key
+ * already planned (memory/keys.h: positions, filter bits). Their arguments were checked by the
+ * caller as nessie.h's public calls check them (key_check, pointers); they return what those
+ * calls return. None of them knows who else might have run the call: that is decided above.
+ */
+int proto_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+              struct nessie_item *out);
+/* A multi-get of n keys (nessie_get_multi_into), checking each key itself: a bad one is
+ * answered NESSIE_BAD_KEY through done and the others go on. */
+int proto_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, const size_t *lens,
+                    void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user);
+/* Returns NESSIE_INVALID for a mode outside enum nessie_store_mode, NESSIE_TOO_BIG for an item
+ * larger than max_item_size, as nessie_store does. */
+int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
+                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
+                uint64_t cas, uint64_t *version_out);
+int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp);
+int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
+                uint64_t *result, uint64_t *version_out);
+int proto_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime);
+
+/* The eviction observer (nessie_set_evict_hook), or NULL. */
+extern nessie_evict_hook_fn nessie_evict_hook;
+extern void *nessie_evict_hook_user;
 
 #endif

@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "engine_int.h"
+#include "memory.h"
 
 struct dump_walk {
     struct nessie_ctx *ctx;
@@ -19,7 +19,7 @@ struct dump_walk {
 };
 
 /* Whether the key of the entry mine names reads as mine now: 1, 0, or -1 when a node it needs
- * is unreachable. As GET's forward pass (get.c): the first of the key's entries whose filter
+ * is unreachable. As GET's forward pass (protocol/get.c): the first of the key's entries whose filter
  * bits match and whose entry holds the key decides; it is mine, or an uncommitted write on the
  * key whose previous version is mine (a GET reads that version until the write commits). */
 static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const unsigned char *key,

@@ -13,9 +13,10 @@
 #include <string.h>
 
 #include "arith.h"
-#include "engine_int.h"
+#include "memory/memory.h"
+#include "memory/upcall.h"
 #include "log.h"
-#include "protocol_int.h"
+#include "protocol.h"
 
 enum wmode {
     W_SET, W_ADD, W_REPLACE, W_CAS, W_APPEND, W_PREPEND, W_INCR, W_DECR, W_TOUCH, W_DELETE,
@@ -807,11 +808,11 @@ static int write_end(struct op *op, struct wreq *w, int status)
     return proto_finish(op, status);
 }
 
-static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const void *key,
-                     size_t klen, struct wreq *w)
+static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const struct key_plan *kp,
+                     struct wreq *w)
 {
     struct op op;
-    proto_op_init(&op, ctx, kind, key, klen);
+    proto_op_init(&op, ctx, kind, kp);
     int status = NESSIE_OK;
     RUN_ATTEMPTS(&op, write_attempt(&op, w, &status));
     return write_end(&op, w, status);
@@ -837,7 +838,9 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, 
     struct op op;
     if (nessie_evict_hook)
         nessie_evict_hook(nessie_evict_hook_user, key, key_len, false, 0);
-    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, key, key_len);
+    struct key_plan kp;
+    key_plan_make(&kp, ctx->node, key, key_len);
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, &kp);
     int status = NESSIE_OK;
     for (unsigned attempt = 0;; attempt++) {
         op.attempt_start = nessie_mono_ns();
@@ -859,69 +862,37 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, 
     return status;
 }
 
-int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
-                 size_t key_len, const void *value, size_t value_len, uint32_t flags,
-                 int64_t exptime, uint64_t cas, uint64_t *version_out)
+int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
+                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
+                uint64_t cas, uint64_t *version_out)
 {
     static const enum wmode modes[] = {
         [NESSIE_SET] = W_SET, [NESSIE_ADD] = W_ADD, [NESSIE_REPLACE] = W_REPLACE,
         [NESSIE_CAS] = W_CAS, [NESSIE_APPEND] = W_APPEND, [NESSIE_PREPEND] = W_PREPEND,
     };
-    if (!ctx || (unsigned)mode > NESSIE_PREPEND || (!value && value_len))
+    if ((unsigned)mode > NESSIE_PREPEND)
         return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    if (mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size)
+    if (mc_item_size(kp->klen, value_len, flags) > ctx->node->cfg.max_item_size)
         return NESSIE_TOO_BIG;
-    AUTO_RUN(ctx, true, key, key_len, value_len,
-             nessie_store(ctx, mode, key, key_len, value, value_len, flags, exptime, cas,
-                          version_out));
-    uint32_t home;
-    if (sd_route(ctx, true, key, key_len, value_len, &home)) {
-        struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode, .value_len = (uint32_t)value_len,
-                            .flags = flags, .exptime = exptime, .arg = cas};
-        return sd_write(ctx, home, &rq, key, key_len, value, version_out, NULL);
-    }
     struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
                      .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas};
-    int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+    int rc = run_write(ctx, NESSIE_OPK_PUT, kp, &w);
     if (rc == NESSIE_OK && version_out)
         *version_out = w.version_out;
     return rc;
 }
 
-int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
+int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp)
 {
-    if (!ctx)
-        return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    AUTO_RUN(ctx, true, key, key_len, 0, nessie_delete(ctx, key, key_len));
-    uint32_t home;
-    if (sd_route(ctx, true, key, key_len, 0, &home)) {
-        struct sd_req rq = {.op = SD_OP_DELETE};
-        return sd_write(ctx, home, &rq, key, key_len, NULL, NULL, NULL);
-    }
     struct wreq w = {.mode = W_DELETE};
-    return run_write(ctx, NESSIE_OPK_DELETE, key, key_len, &w);
+    return run_write(ctx, NESSIE_OPK_DELETE, kp, &w);
 }
 
-int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
-                 uint64_t delta, uint64_t *result, uint64_t *version_out)
+int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
+                uint64_t *result, uint64_t *version_out)
 {
-    if (!ctx)
-        return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    AUTO_RUN(ctx, true, key, key_len, 0,
-             nessie_arith(ctx, key, key_len, incr, delta, result, version_out));
-    uint32_t home;
-    if (sd_route(ctx, true, key, key_len, 0, &home)) {
-        struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta};
-        return sd_write(ctx, home, &rq, key, key_len, NULL, version_out, result);
-    }
     struct wreq w = {.mode = incr ? W_INCR : W_DECR, .delta = delta};
-    int rc = run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+    int rc = run_write(ctx, NESSIE_OPK_PUT, kp, &w);
     if (rc == NESSIE_OK) {
         if (result)
             *result = w.num_out;
@@ -931,18 +902,8 @@ int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool i
     return rc;
 }
 
-int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime)
+int proto_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime)
 {
-    if (!ctx)
-        return NESSIE_INVALID;
-    if (check_key(key, key_len) != NESSIE_OK)
-        return NESSIE_BAD_KEY;
-    AUTO_RUN(ctx, true, key, key_len, 0, nessie_touch(ctx, key, key_len, exptime));
-    uint32_t home;
-    if (sd_route(ctx, true, key, key_len, 0, &home)) {
-        struct sd_req rq = {.op = SD_OP_TOUCH, .exptime = exptime};
-        return sd_write(ctx, home, &rq, key, key_len, NULL, NULL, NULL);
-    }
     struct wreq w = {.mode = W_TOUCH, .exptime = nessie_abs_exptime(exptime)};
-    return run_write(ctx, NESSIE_OPK_PUT, key, key_len, &w);
+    return run_write(ctx, NESSIE_OPK_PUT, kp, &w);
 }

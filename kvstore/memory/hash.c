@@ -3,16 +3,6 @@
 
 #include <string.h>
 
-static inline uint64_t mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 uint64_t hash_key(const void *key, size_t len, uint64_t seed)
 {
     const uint64_t m = 0xc6a4a7935bd1e995ULL;
@@ -33,5 +23,5 @@ uint64_t hash_key(const void *key, size_t len, uint64_t seed)
     memcpy(&tail, p, len);
     h ^= tail;
     h *= m;
-    return mix(h);
+    return hash_mix(h);
 }

@@ -1,0 +1,56 @@
+/* keys.c - see keys.h. */
+#include "keys.h"
+
+#include "hash.h"
+#include "memory.h"
+
+/* Way i's position is drawn from the digest by a finalizer over digest + i x this odd constant
+ * (the golden ratio's), so the ways are as independent as the finalizer's outputs; a position
+ * that collides with an earlier way's takes the next draw, deterministically, so every node
+ * agrees (the protocol reads each position once per pass, so the N must differ). */
+#define KEYS_WAY_STEP 0x9e3779b97f4a7c15ULL
+
+static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64_t *pos)
+{
+    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
+    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+        for (uint64_t draw = i;; draw += NESSIE_WAYS_MAX) {
+            uint64_t p = hash_mix(digest + draw * KEYS_WAY_STEP) % total;
+            bool dup = false;
+            for (uint32_t j = 0; j < i; j++)
+                dup = dup || pos[j] == p;
+            if (!dup || total <= i) {
+                pos[i] = p;
+                break;
+            }
+        }
+    }
+}
+
+static uint32_t plan_filter(const struct nessie_node *nd, uint64_t digest)
+{
+    if (nd->cfg.filter_bits == 0)
+        return 0;
+    return (uint32_t)(hash_mix(digest ^ NESSIE_FILTER_SEED) & ((1u << nd->cfg.filter_bits) - 1));
+}
+
+void key_plan_make(struct key_plan *p, const struct nessie_node *nd, const void *key, size_t klen)
+{
+    uint64_t digest = hash_key(key, klen, NESSIE_HASH_SEED);
+    p->key = key;
+    p->klen = (uint32_t)klen;
+    plan_positions(nd, digest, p->pos);
+    p->filter = plan_filter(nd, digest);
+    p->home = (uint32_t)(p->pos[0] / nd->cfg.index_slots);
+}
+
+void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,
+                          uint64_t *pos)
+{
+    plan_positions(nd, hash_key(key, key_len, NESSIE_HASH_SEED), pos);
+}
+
+uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)
+{
+    return plan_filter(nd, hash_key(key, len, NESSIE_HASH_SEED));
+}

@@ -1,0 +1,115 @@
+/*
+ * dispatch.c - the one place a call's way is decided (issue 27): each public call comes here
+ * with its key planned once (memory/keys.h), is shipped to its key's home node (sd.c) if its
+ * context's mode says so and the home can take it, and otherwise, or when a shipped call comes
+ * back to be run here, runs client-driven through the protocol room, which knows nothing of
+ * modes. Mode auto asks the selector (sd.c) before the call and teaches it after.
+ */
+#include "modes.h"
+#include "protocol/protocol.h"
+
+/* Whether ctx ships this call (write or GET, value_len bytes of value) on kp: mode cd never,
+ * hy its writes, sd all, auto what the selector picks (*ch then names what to teach it). */
+static bool dispatch_ships(struct nessie_ctx *ctx, bool write, const struct key_plan *kp,
+                           size_t value_len, struct sd_choice *ch)
+{
+    ch->est = NULL;
+    switch (ctx->mode) {
+    case NESSIE_MODE_CD:
+        return false;
+    case NESSIE_MODE_HY:
+        if (!write)
+            return false;
+        break;
+    case NESSIE_MODE_AUTO:
+        if (sd_auto_choose(ctx, write, kp, value_len, ch) == NESSIE_MODE_CD)
+            return false;
+        break;
+    case NESSIE_MODE_SD:
+    default:
+        break;
+    }
+    return sd_can_ship(ctx, kp, value_len);
+}
+
+int mode_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+             struct nessie_item *out)
+{
+    struct sd_choice ch;
+    int rc = -1;
+    if (dispatch_ships(ctx, false, kp, 0, &ch))
+        rc = sd_get(ctx, kp, buf, cap, out);
+    if (rc < 0) {
+        rc = proto_get(ctx, kp, buf, cap, out);
+        ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed by its start */
+    }
+    sd_auto_learn(ctx, &ch);
+    return rc;
+}
+
+int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, const size_t *lens,
+                   void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user)
+{
+    if (ctx->mode != NESSIE_MODE_SD)
+        return proto_get_multi(ctx, n, keys, lens, bufs, caps, done, user);
+    /* Server-driven: each key is shipped to its own home node (or read here if that is this
+     * node), one after the other. */
+    for (size_t i = 0; i < n; i++) {
+        struct nessie_item it;
+        int rc = key_check(keys[i], lens[i]);
+        if (rc == NESSIE_OK) {
+            struct key_plan kp;
+            key_plan_make(&kp, ctx->node, keys[i], lens[i]);
+            rc = mode_get(ctx, &kp, bufs ? bufs[i] : NULL, bufs && bufs[i] ? caps[i] : 0, &it);
+        }
+        done(user, i, rc, rc == NESSIE_OK ? &it : NULL);
+    }
+    return NESSIE_OK;
+}
+
+/* A write's way: shipped (rq names it, with value), else run here by `here`, the protocol's
+ * call with its arguments. */
+#define DISPATCH_WRITE(ctx, kp, value_len, rq, value, version_out, num_out, here)       \
+    do {                                                                                 \
+        struct sd_choice ch_;                                                            \
+        int rc_ = -1;                                                                    \
+        if (dispatch_ships((ctx), true, (kp), (value_len), &ch_))                        \
+            rc_ = sd_write((ctx), (kp), (rq), (value), (version_out), (num_out));        \
+        if (rc_ < 0) {                                                                   \
+            rc_ = (here);                                                                \
+            (ctx)->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */       \
+        }                                                                                \
+        sd_auto_learn((ctx), &ch_);                                                      \
+        return rc_;                                                                      \
+    } while (0)
+
+int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
+               const void *value, size_t value_len, uint32_t flags, int64_t exptime,
+               uint64_t cas, uint64_t *version_out)
+{
+    const struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode,
+                              .value_len = (uint32_t)value_len, .flags = flags,
+                              .exptime = exptime, .arg = cas};
+    DISPATCH_WRITE(ctx, kp, value_len, &rq, value, version_out, NULL,
+                   proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, version_out));
+}
+
+int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp)
+{
+    const struct sd_req rq = {.op = SD_OP_DELETE};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL, proto_delete(ctx, kp));
+}
+
+int mode_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
+               uint64_t *result, uint64_t *version_out)
+{
+    const struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, version_out, result,
+                   proto_arith(ctx, kp, incr, delta, result, version_out));
+}
+
+int mode_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime)
+{
+    const struct sd_req rq = {.op = SD_OP_TOUCH, .exptime = exptime};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL, proto_touch(ctx, kp, exptime));
+}
