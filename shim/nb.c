@@ -7,6 +7,11 @@
  * more channels. Test or wait completes it; issuing with NB_MAX_INFLIGHT in flight first
  * completes the oldest. A GET's value is copied once, from the channel into memory from the
  * handle's allocators.
+ *
+ * May call: the core, api.c's shared helpers (both in shim.h) and the channel (channel.h); an
+ * operation run blocking goes through the public memcached_set and memcached_get (the shim's own,
+ * reached as a program reaches them). The core reaches this file only through the channel watch
+ * registered below.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -46,6 +51,12 @@ static void complete(struct nb_op *o, memcached_return_t rc)
     o->req = NULL;
 }
 
+/* The channel watch (shim.h): exported under these names, as they always were. */
+void shim_nb_drop(void);
+void shim_nb_forget(void);
+
+/* This thread's channel is gone at its exit (or was its parent's, in a forked child): forget
+ * its operations without touching them (the requests may be gone with the thread). */
 void shim_nb_drop(void)
 {
     for (int i = 0; i < NB_MAX_INFLIGHT; i++)
@@ -53,12 +64,23 @@ void shim_nb_drop(void)
     ops_ch = NULL;
 }
 
+/* This thread's channel is going away: complete its non-blocking operations in flight with
+ * MEMCACHED_CONNECTION_FAILURE. */
 void shim_nb_forget(void)
 {
     for (int i = 0; i < NB_MAX_INFLIGHT; i++)
         if (ops[i].req)
             complete(&ops[i], MEMCACHED_CONNECTION_FAILURE);
     ops_ch = NULL;
+}
+
+/* Registered at load, before any operation can be issued: the core tells this file when a
+ * thread's channel goes. */
+__attribute__((constructor)) static void nb_watch_channels(void)
+{
+    static const struct shim_channel_watch watch = {.lost = shim_nb_forget,
+                                                    .dropped = shim_nb_drop};
+    shim_channel_watch(&watch);
 }
 
 /* The channel failed under operation o (wire_rc < 0): every operation on it is lost. */

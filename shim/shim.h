@@ -27,6 +27,10 @@ void *shim_real(const char *name);
         f_;                                                                  \
     })
 
+/* A function the shim's files share that libdeception.so does not export: an exported name is
+ * one the program and its libraries may bind to. */
+#define SHIM_HIDDEN __attribute__((visibility("hidden")))
+
 /* The process serves calls from Nessie (decided at the first call, never changed). */
 bool shim_serving(void);
 /* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
@@ -50,12 +54,17 @@ void shim_channel_failed(void);
  * across calls of the program's (memcached_dump's callbacks, which may make calls of their own
  * that fail) must not see it freed under it. Holds nest. */
 void shim_channel_hold(bool hold);
-/* nb.c: this thread's channel is going away: complete its non-blocking operations in flight with
- * MEMCACHED_CONNECTION_FAILURE. */
-void shim_nb_forget(void);
-/* nb.c: this thread's channel is gone at its exit: forget its operations without touching them
- * (the requests may be gone with the thread). */
-void shim_nb_drop(void);
+/* What rides on a thread's channel besides the blocking calls (nb.c's operations in flight) is
+ * told when the channel goes, through the functions its owner registers once, at load:
+ * lost: the channel failed under this thread (shim_channel_failed): complete what is in flight
+ * with MEMCACHED_CONNECTION_FAILURE; dropped: this thread exits, or is a forked child whose
+ * channels were its parent's: forget what was in flight without touching it (the requests may be
+ * gone with the thread). The core calls up only through this, so it includes no family's header. */
+struct shim_channel_watch {
+    void (*lost)(void);
+    void (*dropped)(void);
+};
+SHIM_HIDDEN void shim_channel_watch(const struct shim_channel_watch *w);
 
 /* Shared by the blocking and non-blocking calls (api.c). */
 #include <libmemcached/memcached.h>
