@@ -2,10 +2,13 @@
  * deception.c - libdeception.so: the libmemcached API served by Nessie (DESIGN.md, "shim").
  *
  * Loaded with LD_PRELOAD into an unmodified memcached client, it defines the libmemcached
- * functions that move data (storage, retrieval, multi-get, delete, arithmetic, exist, touch,
- * flush) and serves them through a channel to the node's reception daemon, one channel per
- * thread. Everything else (handles, server lists, behaviors, results, allocators) stays with the
- * real library, which the shim calls through dlsym.
+ * functions that move data and serves them through a channel to the node's reception daemon, one
+ * channel per thread: one file per API family (storage.c: set, add, replace, append, prepend,
+ * cas; retrieval.c: get, multi-get, fetch; keyop.c: delete, exist, touch; arith.c: increment,
+ * decrement; handle.c: flush, flush_buffers, quit, free; stats.c: stats, dump, versions; nb.c:
+ * the non-blocking extensions), and what they share in common.c. Everything else (handles,
+ * server lists, behaviors, results, allocators) stays with the real library, which the shim
+ * calls through dlsym.
  *
  * This file is the interposition core under them all (shim.h): the real library, the serving
  * decision, the threads' channels through fork and exit. It may call the channel (channel.h)

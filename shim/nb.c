@@ -8,10 +8,10 @@
  * completes the oldest. A GET's value is copied once, from the channel into memory from the
  * handle's allocators.
  *
- * May call: the core, api.c's shared helpers (both in shim.h) and the channel (channel.h); an
- * operation run blocking goes through the public memcached_set and memcached_get (the shim's own,
- * reached as a program reaches them). The core reaches this file only through the channel watch
- * registered below.
+ * May call: common.h, the core (shim.h) and the channel (channel.h); an operation run blocking
+ * goes through the public memcached_set and memcached_get (the shim's own, reached as a program
+ * reaches them), never another family's internals. The core reaches this file only through the
+ * channel watch registered below.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include <nessie/memcached_nb.h>
 
 #include "channel.h"
+#include "common.h"
 #include "shim.h"
 
 _Static_assert(NB_MAX_INFLIGHT <= SHIM_CH_ASYNC, "every operation in flight has a slot");
@@ -217,7 +218,7 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     if (REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL))
         e = (int64_t)(uint32_t)exp;
     else if (e < 0 || e > INT32_MAX)
-        e = -1; /* as the blocking call: see exptime_of in api.c */
+        e = -1; /* as the blocking call: see shim_exptime_of in common.c */
     int ticket;
     int rc = shim_ch_post_store(ch, WIRE_SET, k, kl, value ? value : "", vlen, f, e, &ticket);
     if (rc == -E2BIG || rc == -EBUSY) /* larger than a slot's part: stored now, in chunks */

@@ -1,6 +1,8 @@
 /*
- * shim.h - what the parts of libdeception.so share: the process's serving decision, this
- * thread's channel, and the real libmemcached.
+ * shim.h - the interposition core of libdeception.so (deception.c): the real libmemcached, the
+ * process's serving decision, and this thread's channel. Every other part of the shim sits on it
+ * (the API families through common.h); it calls none of them: what rides on a channel besides
+ * the blocking calls learns that the channel went through the channel watch below.
  */
 #ifndef NESSIE_SHIM_SHIM_H
 #define NESSIE_SHIM_SHIM_H
@@ -35,11 +37,6 @@ void *shim_real(const char *name);
 bool shim_serving(void);
 /* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
 bool shim_refusing(void);
-/* The handle has an encoding key (memcached_set_encoding_key): its values are encrypted. */
-bool shim_encrypted(memcached_st *ptr);
-/* Send the writes ptr queued while buffering them (MEMCACHED_BEHAVIOR_BUFFER_REQUESTS): before
- * any other call of the handle is served. */
-void shim_drain_writes(memcached_st *ptr);
 
 /* The daemon's socket this process uses (valid once shim_serving() was called). */
 const char *shim_socket_path(void);
@@ -54,6 +51,7 @@ void shim_channel_failed(void);
  * across calls of the program's (memcached_dump's callbacks, which may make calls of their own
  * that fail) must not see it freed under it. Holds nest. */
 void shim_channel_hold(bool hold);
+
 /* What rides on a thread's channel besides the blocking calls (nb.c's operations in flight) is
  * told when the channel goes, through the functions its owner registers once, at load:
  * lost: the channel failed under this thread (shim_channel_failed): complete what is in flight
@@ -65,17 +63,5 @@ struct shim_channel_watch {
     void (*dropped)(void);
 };
 SHIM_HIDDEN void shim_channel_watch(const struct shim_channel_watch *w);
-
-/* Shared by the blocking and non-blocking calls (api.c). */
-#include <libmemcached/memcached.h>
-/* namespace + key into out (KEY_MAX bytes); MEMCACHED_SUCCESS or BAD_KEY_PROVIDED. */
-memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
-                                 size_t *outlen);
-/* A wire outcome as the library reports it (negative: the channel failed, and is dropped). */
-memcached_return_t shim_status(int wire_rc);
-/* The handle's allocators, for values read straight into the caller's memory. */
-struct shim_alloc shim_handle_alloc(memcached_st *ptr);
-/* A copy of a value for the caller, through the handle's allocators, NUL-terminated. */
-char *shim_dup_value(memcached_st *ptr, const void *v, size_t len);
 
 #endif
