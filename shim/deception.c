@@ -2,10 +2,17 @@
  * deception.c - libdeception.so: the libmemcached API served by Nessie (DESIGN.md, "shim").
  *
  * Loaded with LD_PRELOAD into an unmodified memcached client, it defines the libmemcached
- * functions that move data (storage, retrieval, multi-get, delete, arithmetic, exist, touch,
- * flush) and serves them through a channel to the node's reception daemon, one channel per
- * thread. Everything else (handles, server lists, behaviors, results, allocators) stays with the
- * real library, which the shim calls through dlsym.
+ * functions that move data and serves them through a channel to the node's reception daemon, one
+ * channel per thread: one file per API family (storage.c: set, add, replace, append, prepend,
+ * cas; retrieval.c: get, multi-get, fetch; keyop.c: delete, exist, touch; arith.c: increment,
+ * decrement; handle.c: flush, flush_buffers, quit, free; stats.c: stats, dump, versions; nb.c:
+ * the non-blocking extensions), and what they share in common.c. Everything else (handles,
+ * server lists, behaviors, results, allocators) stays with the real library, which the shim
+ * calls through dlsym.
+ *
+ * This file is the interposition core under them all (shim.h): the real library, the serving
+ * decision, the threads' channels through fork and exit. It may call the channel (channel.h)
+ * and nothing above it: what rides on a channel hears of its end through the channel watch.
  *
  * Mode, decided once per process at the first call: SERVE when the daemon answers; otherwise
  * FALLBACK (every call goes to the real library, so the program keeps working against its
@@ -177,6 +184,30 @@ static struct chan_node *chans;
 /* This thread's channel, and the process it was opened in. */
 static __thread struct chan_node *tls_chan;
 
+/* Who is told that a channel went (shim.h: nb.c), set once at load. */
+static const struct shim_channel_watch *chan_watch;
+
+void shim_channel_watch(const struct shim_channel_watch *w)
+{
+    __atomic_store_n(&chan_watch, w, __ATOMIC_RELEASE);
+}
+
+/* This thread's channel failed: what rode on it is lost. */
+static void watch_lost(void)
+{
+    const struct shim_channel_watch *w = __atomic_load_n(&chan_watch, __ATOMIC_ACQUIRE);
+    if (w && w->lost)
+        w->lost();
+}
+
+/* This thread's channel is gone without a word to the daemon: what rode on it is forgotten. */
+static void watch_dropped(void)
+{
+    const struct shim_channel_watch *w = __atomic_load_n(&chan_watch, __ATOMIC_ACQUIRE);
+    if (w && w->dropped)
+        w->dropped();
+}
+
 /* The same node as a thread-specific value, for its destructor: a thread that exits releases its
  * channel (the daemon's side goes with it), so a program that runs many short threads does not
  * pile up channels. */
@@ -207,7 +238,7 @@ static void chan_thread_exit(void *v)
     }
     unlink_node(n);
     pthread_mutex_unlock(&chans_lock);
-    shim_nb_drop();
+    watch_dropped();
     if (n->ch && n->owner == getpid())
         shim_ch_close(n->ch);
     free(n);
@@ -338,7 +369,7 @@ void shim_channel_failed(void)
         chan_failed_held = true;
         return;
     }
-    shim_nb_forget();
+    watch_lost();
     struct chan_node *n = tls_chan;
     pthread_mutex_lock(&chans_lock);
     unlink_node(n);
@@ -372,7 +403,7 @@ static void after_fork_child(void)
     pthread_once(&chan_key_once, chan_key_create);
     if (chan_key_ok)
         pthread_setspecific(chan_key, NULL); /* freed above: its destructor must not see it */
-    shim_nb_drop(); /* the forking thread's operations rode on its parent's channel */
+    watch_dropped(); /* the forking thread's operations rode on its parent's channel */
 }
 
 /* nessie-run preloads PHP's extension chain into PHP alone (tools/nessie-run: PHP binds its

@@ -7,6 +7,11 @@
  * more channels. Test or wait completes it; issuing with NB_MAX_INFLIGHT in flight first
  * completes the oldest. A GET's value is copied once, from the channel into memory from the
  * handle's allocators.
+ *
+ * May call: common.h, the core (shim.h) and the channel (channel.h); an operation run blocking
+ * goes through the public memcached_set and memcached_get (the shim's own, reached as a program
+ * reaches them), never another family's internals. The core reaches this file only through the
+ * channel watch registered below.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +21,7 @@
 #include <nessie/memcached_nb.h>
 
 #include "channel.h"
+#include "common.h"
 #include "shim.h"
 
 _Static_assert(NB_MAX_INFLIGHT <= SHIM_CH_ASYNC, "every operation in flight has a slot");
@@ -46,6 +52,12 @@ static void complete(struct nb_op *o, memcached_return_t rc)
     o->req = NULL;
 }
 
+/* The channel watch (shim.h): exported under these names, as they always were. */
+void shim_nb_drop(void);
+void shim_nb_forget(void);
+
+/* This thread's channel is gone at its exit (or was its parent's, in a forked child): forget
+ * its operations without touching them (the requests may be gone with the thread). */
 void shim_nb_drop(void)
 {
     for (int i = 0; i < NB_MAX_INFLIGHT; i++)
@@ -53,12 +65,23 @@ void shim_nb_drop(void)
     ops_ch = NULL;
 }
 
+/* This thread's channel is going away: complete its non-blocking operations in flight with
+ * MEMCACHED_CONNECTION_FAILURE. */
 void shim_nb_forget(void)
 {
     for (int i = 0; i < NB_MAX_INFLIGHT; i++)
         if (ops[i].req)
             complete(&ops[i], MEMCACHED_CONNECTION_FAILURE);
     ops_ch = NULL;
+}
+
+/* Registered at load, before any operation can be issued: the core tells this file when a
+ * thread's channel goes. */
+__attribute__((constructor)) static void nb_watch_channels(void)
+{
+    static const struct shim_channel_watch watch = {.lost = shim_nb_forget,
+                                                    .dropped = shim_nb_drop};
+    shim_channel_watch(&watch);
 }
 
 /* The channel failed under operation o (wire_rc < 0): every operation on it is lost. */
@@ -195,7 +218,7 @@ static memcached_return_t nb_set(memcached_st *ptr, const char *key, size_t klen
     if (REAL(memcached_behavior_get)(ptr, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL))
         e = (int64_t)(uint32_t)exp;
     else if (e < 0 || e > INT32_MAX)
-        e = -1; /* as the blocking call: see exptime_of in api.c */
+        e = -1; /* as the blocking call: see shim_exptime_of in common.c */
     int ticket;
     int rc = shim_ch_post_store(ch, WIRE_SET, k, kl, value ? value : "", vlen, f, e, &ticket);
     if (rc == -E2BIG || rc == -EBUSY) /* larger than a slot's part: stored now, in chunks */

@@ -1,6 +1,8 @@
 /*
- * shim.h - what the parts of libdeception.so share: the process's serving decision, this
- * thread's channel, and the real libmemcached.
+ * shim.h - the interposition core of libdeception.so (deception.c): the real libmemcached, the
+ * process's serving decision, and this thread's channel. Every other part of the shim sits on it
+ * (the API families through common.h); it calls none of them: what rides on a channel besides
+ * the blocking calls learns that the channel went through the channel watch below.
  */
 #ifndef NESSIE_SHIM_SHIM_H
 #define NESSIE_SHIM_SHIM_H
@@ -27,15 +29,14 @@ void *shim_real(const char *name);
         f_;                                                                  \
     })
 
+/* A function the shim's files share that libdeception.so does not export: an exported name is
+ * one the program and its libraries may bind to. */
+#define SHIM_HIDDEN __attribute__((visibility("hidden")))
+
 /* The process serves calls from Nessie (decided at the first call, never changed). */
 bool shim_serving(void);
 /* NESSIE_STRICT=1 and no daemon: calls fail with MEMCACHED_CONNECTION_FAILURE. */
 bool shim_refusing(void);
-/* The handle has an encoding key (memcached_set_encoding_key): its values are encrypted. */
-bool shim_encrypted(memcached_st *ptr);
-/* Send the writes ptr queued while buffering them (MEMCACHED_BEHAVIOR_BUFFER_REQUESTS): before
- * any other call of the handle is served. */
-void shim_drain_writes(memcached_st *ptr);
 
 /* The daemon's socket this process uses (valid once shim_serving() was called). */
 const char *shim_socket_path(void);
@@ -50,23 +51,17 @@ void shim_channel_failed(void);
  * across calls of the program's (memcached_dump's callbacks, which may make calls of their own
  * that fail) must not see it freed under it. Holds nest. */
 void shim_channel_hold(bool hold);
-/* nb.c: this thread's channel is going away: complete its non-blocking operations in flight with
- * MEMCACHED_CONNECTION_FAILURE. */
-void shim_nb_forget(void);
-/* nb.c: this thread's channel is gone at its exit: forget its operations without touching them
- * (the requests may be gone with the thread). */
-void shim_nb_drop(void);
 
-/* Shared by the blocking and non-blocking calls (api.c). */
-#include <libmemcached/memcached.h>
-/* namespace + key into out (KEY_MAX bytes); MEMCACHED_SUCCESS or BAD_KEY_PROVIDED. */
-memcached_return_t shim_full_key(memcached_st *ptr, const char *key, size_t klen, char *out,
-                                 size_t *outlen);
-/* A wire outcome as the library reports it (negative: the channel failed, and is dropped). */
-memcached_return_t shim_status(int wire_rc);
-/* The handle's allocators, for values read straight into the caller's memory. */
-struct shim_alloc shim_handle_alloc(memcached_st *ptr);
-/* A copy of a value for the caller, through the handle's allocators, NUL-terminated. */
-char *shim_dup_value(memcached_st *ptr, const void *v, size_t len);
+/* What rides on a thread's channel besides the blocking calls (nb.c's operations in flight) is
+ * told when the channel goes, through the functions its owner registers once, at load:
+ * lost: the channel failed under this thread (shim_channel_failed): complete what is in flight
+ * with MEMCACHED_CONNECTION_FAILURE; dropped: this thread exits, or is a forked child whose
+ * channels were its parent's: forget what was in flight without touching it (the requests may be
+ * gone with the thread). The core calls up only through this, so it includes no family's header. */
+struct shim_channel_watch {
+    void (*lost)(void);
+    void (*dropped)(void);
+};
+SHIM_HIDDEN void shim_channel_watch(const struct shim_channel_watch *w);
 
 #endif
