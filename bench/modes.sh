@@ -13,12 +13,13 @@
 # keys 256 B, half 64 KiB, 90 % GETs: no one fixed mode is best for both). Prints the ratio lines
 # of issue 16 (auto_vs_best: the lowest, over small, base, contended and large_put, of auto's
 # goodput over the best fixed mode's; mixed_auto_vs_best: the same in the mixed scenario, above
-# 1 where choosing per operation beats every fixed mode) and writes modes.csv and modes.png.
+# 1 where choosing per operation beats every fixed mode), how many calls auto shipped in each
+# scenario, and writes modes.csv and modes.png.
 #
 # Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS,
 #        BENCH_KEYS (10000), BENCH_LARGE_KEYS (1000))
 set -eu
-case ${1:-} in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 . "$(dirname "$0")/lib.sh"
 
 LOW_PCT=${BENCH_LOW_PCT:-20}
@@ -28,16 +29,33 @@ LARGE_KEYS=${BENCH_LARGE_KEYS:-1000}
 MODES="cd sd hy auto"
 bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; mixed 256 B and 64 KiB (half the keys each) 90% GETs $LARGE_KEYS keys; $(nproc) cpus"
 trap 'burners_stop; bench_cleanup' EXIT
+rm -f "$OUT/auto_share.txt"
 COLS_HEADER="scenario,system"
 
+# Mode auto's choices so far, summed over the cluster's nodes: "CD SD" (stats nessie_sd_auto_*).
+auto_counts() {
+    "$BENCH_ROOT/tools/nessie-stat" --dir "$NESSIE_DIR" --raw 2>/dev/null |
+        awk '$1 == "nessie_sd_auto_cd" { c += $2 } $1 == "nessie_sd_auto_sd" { s += $2 }
+             END { print c + 0, s + 0 }'
+}
+
 # run SYSTEM SCENARIO [LOADGEN ARGS...]: one row, through memcached or the cluster as it runs.
+# For auto, also how many of its calls it shipped in that scenario ($OUT/auto_share.txt).
 run() {
     sys=$1 sc=$2
     shift 2
     COLS="$sc,$sys"
     bench_log "$sc: $sys"
     if [ "$sys" = memcached ]; then run_memcached "$sys" "$@"; else run_nessie "$sys" "$@"; fi
+    if [ "$sys" = auto ]; then
+        set -- $(auto_counts)
+        dc=$(($1 - AUTO_CD)) ds=$(($2 - AUTO_SD))
+        AUTO_CD=$1 AUTO_SD=$2
+        echo "$sc $ds $((dc + ds))" >>"$OUT/auto_share.txt"
+        bench_log "$sc: auto shipped $ds of $((dc + ds)) calls"
+    fi
 }
+AUTO_CD=0 AUTO_SD=0
 
 # A fresh system before each value size: Nessie's slab pages stay with the size class that took
 # them, and one client's writes in mode cd all land in its own node's region, so 128 KiB PUTs
@@ -50,6 +68,7 @@ fresh() {
     else
         nessie_stop
         nessie_start 3 "cluster.mode=$1"
+        AUTO_CD=0 AUTO_SD=0 # a new cluster counts from zero
     fi
 }
 
@@ -115,6 +134,11 @@ END {
     printf "ratio auto_vs_best %.2f\n", worst
     printf "ratio mixed_auto_vs_best %.2f\n", mixed
 }' "$CSV" | tee "$OUT/summary.txt"
+# Where auto chose the shipped way (it must where that way is faster).
+[ ! -f "$OUT/auto_share.txt" ] ||
+    awk '{ printf "%s%s %s of %s (%.4f %%)", (NR > 1 ? ", " : "auto shipped: "), $1, $2, $3,
+           $3 > 0 ? 100 * $2 / $3 : 0 } END { if (NR) print "" }' "$OUT/auto_share.txt" |
+        tee -a "$OUT/summary.txt"
 
 plot modes <<EOF2
 set multiplot layout 1,2 title 'cd, sd, hy, auto and memcached: 1 client thread, 3 nodes, $(nproc) cpus (paper figures 4, 5, 14)'

@@ -13,8 +13,8 @@
 #include "log.h"
 
 /* An adaptive server that found nothing sleeps this long at first, doubling up to a cap: 200 us
- * while requests came in the last SD_QUIET_NS (a request that arrives during a nap waits at most
- * that), 2 ms after that, 10 ms once the rings have been quiet for SD_IDLE_NS. The three daemons
+ * while a stream of requests comes (the last one within SD_QUIET_NS; a request that arrives
+ * during a nap waits at most that), 2 ms after that or for a lone request, 10 ms once the rings have been quiet for SD_IDLE_NS. The three daemons
  * of an idle local cluster used 1.56 CPU seconds in 10 s at a 200 us cap, 0.40 at 2 ms, against
  * 0.11-0.14 without SD servers (tests/integration/cluster-kill.sh's idle line). No fabric can
  * ring a doorbell on a sleeping peer (verbs would need a WRITE with immediate and a completion
@@ -26,6 +26,11 @@
 #define SD_NAP_IDLE_MAX_NS 10000000
 #define SD_QUIET_NS 100000000ULL
 #define SD_IDLE_NS 1000000000ULL
+/* The short naps are for a stream of requests, not for one: a lone request (mode auto's
+ * exploration of the shipped way, once every second or so per home) kept a server on 200 us naps
+ * for the next 100 ms, five thousand wake-ups a second that preempted the client and worker on
+ * busy cores (issue 27). Only SD_BUSY_MIN requests within SD_QUIET_NS count as a stream. */
+#define SD_BUSY_MIN 4
 
 struct sd_thread {
     struct recep_sdserver *owner;
@@ -48,8 +53,19 @@ static void *sdserver_main(void *arg)
     struct sd_thread *t = arg;
     struct recep_sdserver *s = t->owner;
     uint64_t last_work = nessie_mono_ns(), nap = SD_NAP_MIN_NS;
+    /* Requests served since stream_start (a window of SD_QUIET_NS) and in the window before it:
+     * the two together make a stream once they reach SD_BUSY_MIN. */
+    uint64_t stream_start = 0, stream = 0, stream_prev = 0;
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
-        if (nessie_sd_serve(t->ctx, t->index, s->n)) {
+        size_t served = nessie_sd_serve(t->ctx, t->index, s->n);
+        if (served) {
+            uint64_t now = nessie_mono_ns();
+            if (now - stream_start >= SD_QUIET_NS) {
+                stream_prev = now - stream_start < 2 * SD_QUIET_NS ? stream : 0;
+                stream_start = now;
+                stream = 0;
+            }
+            stream += served;
             last_work = 0;
             nap = SD_NAP_MIN_NS;
             continue;
@@ -68,7 +84,8 @@ static void *sdserver_main(void *arg)
         struct timespec ts = {0, (long)nap};
         nanosleep(&ts, NULL);
         uint64_t quiet = now - last_work;
-        uint64_t cap = quiet < SD_QUIET_NS  ? SD_NAP_BUSY_MAX_NS
+        bool busy = quiet < SD_QUIET_NS && stream + stream_prev >= SD_BUSY_MIN;
+        uint64_t cap = busy                 ? SD_NAP_BUSY_MAX_NS
                        : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
                                             : SD_NAP_IDLE_MAX_NS;
         nap = nap * 2 > cap ? cap : nap * 2;

@@ -133,6 +133,7 @@ struct nessie_ctx {
         uint64_t published, first_seen;
     } *clock_seen;
     enum nessie_mode mode;      /* who carries out its calls (modes/dispatch.c) */
+    uint32_t auto_seq;          /* mode auto's calls, counted to pick the measured ones */
     /* The budget's end (monotonic ns) of the next call started on this context, when it is a
      * shipped call carried out here: by its home node's server (from the budget the request
      * carried) or by its requester after a withdrawal (from the call's original start), so its

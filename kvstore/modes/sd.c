@@ -109,11 +109,20 @@
  * (cd: about 200k). So a call explores the worse way only once that way's average is older than
  * AUTO_STALE_MS x r, at most AUTO_STALE_MAX_MS: one call per period per average. A stale average
  * is replaced by the new sample instead of blended with it (Cell drops a history that has gone
- * quiet), so a change is followed within about a second. */
+ * quiet). A change of the way in use is followed by its own samples within tens of calls; the
+ * other way's improvement is seen at its next exploration, within AUTO_STALE_MS x r: at r = 20
+ * (a small GET here) two seconds, a rare call worth 20 times the usual one. (Issue 27: a cap of
+ * one second kept the servers of two homes, four averages each, woken four times a second, and
+ * auto at 0.45-0.85 of cd on a machine where the shipped ways never win.)
+ *
+ * A call's measurement costs two clock reads and two stores to a line every thread of the node
+ * shares; one call in AUTO_SAMPLE is measured (and only such a call may explore), so an average
+ * moves every eighth call: a lasting change still flips the choice within a few dozen calls. */
+#define AUTO_SAMPLE 8
 #define AUTO_SHIFT 3
 #define AUTO_CAP 8
 #define AUTO_STALE_MS 100
-#define AUTO_STALE_MAX_MS 1000
+#define AUTO_STALE_MAX_MS 10000
 /* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
  * crossover between the ways lies between 8 and 16 KiB). A GET's size is unknown before it
  * runs, so GETs share one set per home node. */
@@ -341,22 +350,27 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
     if (home == nd->cfg.self || kp->klen + value_len > slot_payload(st) ||
         atomic_load_explicit(&st->home[home].shunned, memory_order_relaxed))
         return NESSIE_MODE_CD; /* nothing to choose (or its servers look dead): nothing to learn */
-    ch->t0 = nessie_mono_ns();
     uint32_t bucket = !write ? 0 : value_len <= 1024 ? 0 : value_len <= 16384 ? 1 : 2;
     struct sd_est *e = &st->est[((size_t)home * 2 + write) * AUTO_BUCKETS + bucket];
     uint64_t cd = atomic_load_explicit(&e->ns[0], memory_order_relaxed);
     uint64_t sd = atomic_load_explicit(&e->ns[1], memory_order_relaxed);
     int best = sd < cd ? 1 : 0, way = best;
+    /* One call in AUTO_SAMPLE is measured, and only a measured one may explore; the others
+     * follow the averages for two loads, with no clock read and no store. */
+    bool sample = (ctx->auto_seq++ & (AUTO_SAMPLE - 1)) == 0;
     ch->fresh = false;
     if (cd == 0 || sd == 0) {
         way = cd == 0 ? 0 : 1; /* a way never measured is tried first */
+    } else if (!sample) {
+        CTR_ADD(ctx->ctr.sd_auto[way], 1);
+        return way ? NESSIE_MODE_SD : NESSIE_MODE_CD;
     } else {
         /* Explore the other way now and then, and when its average has gone stale; the
          * timestamp is claimed by CAS, so one call per period explores, not every thread. */
         uint64_t r = (best ? cd : sd) / (best ? sd : cd);
         r = r < 1 ? 1 : r > 1024 ? 1024 : r;
         uint64_t stale = AUTO_STALE_MS * r < AUTO_STALE_MAX_MS ? AUTO_STALE_MS * r : AUTO_STALE_MAX_MS;
-        uint64_t now = ch->t0 / 1000000ULL;
+        uint64_t now = nessie_mono_ns() / 1000000ULL;
         uint64_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
         if (now - at >= stale &&
             atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
@@ -367,6 +381,7 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
     }
     ch->est = e;
     ch->way = way;
+    ch->t0 = nessie_mono_ns();
     CTR_ADD(ctx->ctr.sd_auto[way], 1);
     return way ? NESSIE_MODE_SD : NESSIE_MODE_CD;
 }
