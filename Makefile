@@ -64,7 +64,8 @@ LIBNESSIE_SO := $(BUILD)/libnessie.so.$(SOVERSION)
 RECEP_SRC := $(wildcard reception/*.c)
 RECEP_OBJ := $(RECEP_SRC:%.c=$(BUILD)/obj/%.o)
 RECEP_BIN := $(BUILD)/reception
-RECEP_PKGS = glib-2.0 libibverbs librdmacm libisal libunwind $(if $(SAN),,jemalloc)
+# libcurl and json-glib: membership through etcd's JSON gateway (members.c); the engine has neither.
+RECEP_PKGS = glib-2.0 libibverbs librdmacm libisal libunwind libcurl json-glib-1.0 $(if $(SAN),,jemalloc)
 RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
 
 # The client side of a channel (the shim's), and the test tools built on it.

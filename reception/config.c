@@ -47,7 +47,8 @@ struct cfg_key {
 
 /* Enums are stored as the int they are. */
 _Static_assert(sizeof(enum nessie_backend) == sizeof(int) && sizeof(enum nessie_mode) == sizeof(int) &&
-               sizeof(enum recep_sd_poll) == sizeof(int), "enums are int-sized");
+               sizeof(enum recep_sd_poll) == sizeof(int) &&
+               sizeof(enum recep_membership) == sizeof(int), "enums are int-sized");
 
 static const char *const file_header =
     "Nessie cluster configuration: one file for the whole cluster, the same on every node.\n"
@@ -61,6 +62,7 @@ static const struct {
     {"cluster", "The same on every node: the cluster's shape, its tables and its protocol."},
     {"optimizations", "Each can be switched off to measure what it buys (paper figure 13)."},
     {"reception", "This node's daemon: its threads and its clients' socket."},
+    {"membership", "Who agrees the cluster's view (its epoch and live members): issue 28."},
 };
 
 static const struct cfg_key schema[] = {
@@ -165,6 +167,23 @@ static const struct cfg_key schema[] = {
      "%u is replaced by the node ID."},
     {"reception", "socket_mode", CFG_OCTAL, 0, 0777, "0600", NULL, NULL, F(socket_mode),
      "Who may connect: the daemon's user only (peer credentials are checked as well)."},
+
+    {"membership", "mode", CFG_ENUM, 0, 0, "static", NULL, "static|etcd", F(membership),
+     "static: the members are nodes 0..nodes-1, always (no view; no coordination service).\n"
+     "etcd: each daemon holds an etcd lease and registers under /nessie/<name>/members/<ID>; a\n"
+     "member whose lease lapses is removed by a view change written through etcd (a transaction),\n"
+     "never by one peer's suspicion, and every daemon installs each view it reads. In this slice\n"
+     "the view is kept and shown (nessie-stat, memcstat); the calls do not use it yet."},
+    {"membership", "endpoints", CFG_STR, 0, 511, "", "http://10.0.0.1:2379, http://10.0.0.2:2379",
+     NULL, F(etcd_endpoints),
+     "etcd only: the etcd cluster's client URLs (its v3 JSON gateway), comma-separated, tried in\n"
+     "order. A daemon that can reach none of them at start exits with an error naming them.\n"
+     "tools/nessie-cluster --membership etcd starts a private etcd and passes its URL itself."},
+    {"membership", "lease_s", CFG_U32, 1, 60, "2", NULL, NULL, F(lease_s),
+     "etcd only: this daemon's lease, seconds: a daemon that stops renewing it (killed, stalled,\n"
+     "cut off) is removed from the view about this long after (plus etcd's expiry check, ~0.5 s).\n"
+     "2 s lets a daemon its service manager restarts after 1 s come back within it; etcd itself\n"
+     "raises a TTL below its minimum (1.5 s at its default election timeout)."},
 };
 #define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
 
@@ -336,7 +355,8 @@ static int load_file(struct recep_config *cfg, const char *path)
     gchar **gs = g_key_file_get_groups(kf, NULL);
     for (gchar **g = gs; *g && rc == 0; g++) {
         if (!schema_find(*g, NULL)) {
-            log_error("config %s: unknown group [%s] (groups: cluster, optimizations, reception)",
+            log_error("config %s: unknown group [%s] (groups: cluster, optimizations, reception, "
+                      "membership)",
                       path, *g);
             rc = -1;
             break;
@@ -422,6 +442,11 @@ static int check_whole(struct recep_config *cfg, const char *where)
         return -1;
     }
     e->cluster = cfg->cluster;
+    if (cfg->membership == RECEP_MEMBERSHIP_ETCD && !cfg->etcd_endpoints[0]) {
+        log_error("config %s: [membership] mode = etcd needs endpoints = http://HOST:PORT, ...",
+                  where);
+        return -1;
+    }
     return 0;
 }
 

@@ -39,6 +39,10 @@ struct recep_config {
     char socket_name[108]; /* [reception] socket: relative to run_dir unless absolute; %u = node */
     char run_dir[256];
     char socket_path[108]; /* sun_path's size */
+    /* [membership] (issue 28, reception/members.c): who agrees the cluster's view. */
+    enum recep_membership { RECEP_MEMBERSHIP_STATIC = 0, RECEP_MEMBERSHIP_ETCD } membership;
+    char etcd_endpoints[512]; /* http://HOST:PORT, ... : etcd's v3 gateway */
+    uint32_t lease_s;         /* this daemon's etcd lease TTL, seconds */
 };
 
 /*

@@ -2,7 +2,8 @@
  * main.c - build/reception: the per-node Nessie daemon (DESIGN.md, "reception").
  *
  * Set-up order: configuration, run directory, the node's tables (created, or re-attached after a
- * restart), stats, recycler daemons, workers, Receptionist (last: the socket appears only when
+ * restart), membership (members.c: the view through etcd, or nothing when static), recycler
+ * daemons, SD servers, workers, stats, Receptionist (last: the socket appears only when
  * everything behind it serves), pid file. Tear-down is the same ladder in reverse. SIGTERM and
  * SIGINT stop it cleanly; the tables stay in shared memory for the next start.
  */
@@ -22,6 +23,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "members.h"
 #include <nessie/nessie.h>
 #include "receptionist.h"
 #include "recycler.h"
@@ -190,9 +192,13 @@ int main(int argc, char **argv)
         nessie_flush_catch_up(first);
         nessie_ctx_destroy(first);
     }
+    /* The cluster's view (issue 28): joined before anything serves, so the node serves with the
+     * view it registered in; with [membership] mode = static this does nothing. */
+    if (members_start(&cfg, nd) != 0)
+        goto out_node;
     struct recep_recycler *rec;
     if (recep_recycler_start(nd, cfg.recyclers, cfg.sweep_every_s, &rec) != 0)
-        goto out_node;
+        goto out_members;
     /* Peers may ship requests as soon as this node is open: serve them before taking clients. */
     struct recep_sdserver *sds;
     if (recep_sdserver_start(nd, cfg.sd_servers, cfg.sd_poll, cfg.spin_us, &sds) != 0)
@@ -246,6 +252,8 @@ out_sdservers:
     recep_sdserver_stop(sds);
 out_recyclers:
     recep_recycler_stop(rec);
+out_members:
+    members_stop();
 out_node:
     nessie_node_close(nd);
 out_config:

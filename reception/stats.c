@@ -232,6 +232,24 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_evict_skipped", c.evict_skipped);
     STAT_U("nessie_moves_undone", c.moves_undone);
     /* Server-driven execution: what this node's clients shipped, and what it ran for peers. */
+    /* The cluster's view (issue 28; epoch 0: static membership, no view): its epoch, its live
+     * members' count, and each member as ID:incarnation, '-' after a gone one's. */
+    struct nessie_view *view = g_new(struct nessie_view, 1);
+    nessie_view_get(st->node, view);
+    uint32_t live = 0;
+    GString *vm = g_string_new(NULL);
+    for (uint32_t i = 0; i < view->nmembers; i++) {
+        const struct nessie_view_member *m = &view->members[i];
+        live += m->state == NESSIE_MEMBER_LIVE;
+        g_string_append_printf(vm, "%s%u:%" PRIu64 "%s", i ? "," : "", m->node, m->incarnation,
+                               m->state == NESSIE_MEMBER_LIVE ? "" : "-");
+    }
+    STAT_U("nessie_view_epoch", view->epoch);
+    STAT_U("nessie_view_members", live);
+    STAT_S("nessie_view", vm->len ? vm->str : "none");
+    STAT_U("nessie_incarnation", nessie_node_incarnation(st->node));
+    g_string_free(vm, TRUE);
+    g_free(view);
     STAT_S("nessie_mode", nessie_mode_name(cfg->mode));
     STAT_U("nessie_sd_shipped_get", c.sd_shipped[NESSIE_OPK_GET]);
     STAT_U("nessie_sd_shipped_put", c.sd_shipped[NESSIE_OPK_PUT]);

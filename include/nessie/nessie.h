@@ -364,6 +364,46 @@ uint64_t nessie_node_call_bound_ms(const struct nessie_node *node);
 uint64_t nessie_node_grace_ms(const struct nessie_node *node);
 
 /*
+ * Membership (issue 28): the cluster's view, an epoch and its members, agreed outside the engine
+ * (the daemon's reception/members.c, through etcd) and installed here. Epoch 0 is no view:
+ * static membership, as before views. In this slice the engine keeps the view and reports it;
+ * its calls do not use it yet (placement by view is the next slice).
+ */
+#define NESSIE_VIEW_MEMBERS_MAX NESSIE_NODES_MAX
+enum nessie_member_state {
+    NESSIE_MEMBER_LIVE = 0, /* holds a lease: serves its positions */
+    NESSIE_MEMBER_GONE,     /* its lease lapsed: nothing of its incarnation is read again */
+};
+struct nessie_view_member {
+    uint32_t node;                  /* 0..NESSIE_NODES_MAX-1 */
+    enum nessie_member_state state;
+    uint64_t incarnation;           /* the member's nessie_node_incarnation() */
+};
+struct nessie_view {
+    uint64_t epoch;                 /* > 0 for an installed view; only ever increases */
+    uint32_t nmembers;
+    struct nessie_view_member members[NESSIE_VIEW_MEMBERS_MAX]; /* by node, increasing */
+};
+/*
+ * Install view (copied) as this node's current view, if it is well formed (epoch > 0, at most
+ * NESSIE_VIEW_MEMBERS_MAX members in strictly increasing node order, known states) and newer
+ * than the current one. Returns NESSIE_OK; NESSIE_INVALID (NULL or malformed) or NESSIE_EXISTS
+ * (its epoch is not newer than the current view's: views only move forward), and then nothing
+ * changed. Thread-safe; never touches the fabric and never blocks on anything but other threads'
+ * reads of the view.
+ */
+int nessie_view_install(struct nessie_node *node, const struct nessie_view *view);
+/* Copy this node's current view into *out, consistently (never half of one view and half of
+ * another), from any thread. Returns NESSIE_OK, or NESSIE_INVALID for NULL arguments (nothing
+ * written). Before any install: epoch 0, no members. */
+int nessie_view_get(struct nessie_node *node, struct nessie_view *out);
+/* The current view's epoch (0: none), without a lock: one atomic load. */
+uint64_t nessie_view_epoch(const struct nessie_node *node);
+/* This node's incarnation: bumped every time its tables are opened, a restart included, so a
+ * daemon's registration in a view names one life of the node. Never fails. */
+uint64_t nessie_node_incarnation(const struct nessie_node *node);
+
+/*
  * Eviction and reclamation by this node, the owner of its data region (the only node that
  * allocates from it; the daemon's recycler threads call this in a loop, and a write that finds
  * no room evicts on its own too). Keeps every size class's free slots, plus those waiting out

@@ -1,9 +1,9 @@
 /*
  * fabric.h - the only way kvstore touches memory of another node.
  *
- * Room: fabric, the engine's lowest (tests/integration/rooms.sh keeps the order fabric -> memory
- * -> protocol -> modes -> front). It owns the regions a node exposes and the endpoints that
- * reach them, on two backends: shared memory on one host (fabric_shm.c) and rdma-core verbs
+ * Room: fabric, above membership only (tests/integration/rooms.sh keeps the order membership ->
+ * fabric -> memory -> protocol -> modes -> front). It owns the regions a node exposes and the
+ * endpoints that reach them, on two backends: shared memory on one host (fabric_shm.c) and rdma-core verbs
  * (fabric_verbs.c), with fault injection for the tests (fabric.c). It may call nothing of the
  * engine; every other room reaches remote memory through it and through nothing else.
  *

@@ -194,6 +194,13 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     pthread_mutex_init(&nd->sweep_lock, NULL);
     pthread_mutex_init(&nd->evict_lock, NULL);
     pthread_mutex_init(&nd->evict_pool_lock, NULL);
+    if (mship_init(&nd->view) != NESSIE_OK) {
+        log_error("engine: node %u: cannot make the view's lock", cfg->self);
+        nd->view_ready = false;
+        nessie_node_close(nd);
+        return NESSIE_NO_MEMORY;
+    }
+    nd->view_ready = true;
     if (sd_open(nd) != NESSIE_OK) {
         log_error("engine: node %u: out of memory for the request rings' state", cfg->self);
         nessie_node_close(nd);
@@ -217,6 +224,8 @@ void nessie_node_close(struct nessie_node *nd)
     pthread_mutex_destroy(&nd->sweep_lock);
     pthread_mutex_destroy(&nd->evict_lock);
     pthread_mutex_destroy(&nd->evict_pool_lock);
+    if (nd->view_ready)
+        mship_destroy(&nd->view);
     free(nd->evict_pool);
     sd_close(nd);
     g_free(nd->sweep_prev);
@@ -224,6 +233,35 @@ void nessie_node_close(struct nessie_node *nd)
     slab_close(&nd->slab);
     fab_close(nd->fab);
     free(nd);
+}
+
+int nessie_view_install(struct nessie_node *nd, const struct nessie_view *view)
+{
+    if (!nd || !view)
+        return NESSIE_INVALID;
+    int rc = mship_install(&nd->view, view);
+    if (rc == NESSIE_OK)
+        log_debug("engine: node %u: view %llu installed (%u members)", nd->cfg.self,
+                  (unsigned long long)view->epoch, view->nmembers);
+    return rc;
+}
+
+int nessie_view_get(struct nessie_node *nd, struct nessie_view *out)
+{
+    if (!nd || !out)
+        return NESSIE_INVALID;
+    mship_get(&nd->view, out);
+    return NESSIE_OK;
+}
+
+uint64_t nessie_view_epoch(const struct nessie_node *nd)
+{
+    return mship_epoch(&nd->view);
+}
+
+uint64_t nessie_node_incarnation(const struct nessie_node *nd)
+{
+    return nd->incarnation;
 }
 
 int nessie_node_unlink(const struct nessie_config *cfg)

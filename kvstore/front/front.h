@@ -6,7 +6,7 @@
  * call bound derived from it, nodes, contexts and counters, flush_all (engine.c); the calls on
  * keys, which check their arguments, plan their key once and hand the call to the dispatch
  * (api.c); and the library's exported symbols (libnessie.map) and pkg-config file. It may call
- * every room below it: modes, protocol, memory, fabric. Nothing in the engine calls it.
+ * every room below it: modes, protocol, memory, fabric, membership. Nothing in the engine calls it.
  *
  * The tests' back doors (protocol/nessie_test.h) are served from here too (nessie_node_fabric).
  */

@@ -1,13 +1,13 @@
 /*
  * memory.h - a node's memory and the state every call carries. Not a public header.
  *
- * Room: memory, above fabric. It owns a node's tables and what keeps them usable: the entry
- * layouts (layout.h), where a key lives (keys.c: the call plan), the allocator of data entries
- * (slab.c), the per-context entry cache (cache.c), items' time (items.c: versions, exptimes,
- * flush), recycling and the leak sweep (recycle.c), the evictor (evict.c), the dump (dump.c),
- * and the node and context structures below, which every room above uses. It may call the
- * fabric; what it needs from a room above (the evictor's DELETE) it declares in upcall.h.
- * The flash tier (issue 31) will live here too.
+ * Room: memory, above fabric and membership. It owns a node's tables and what keeps them
+ * usable: the entry layouts (layout.h), where a key lives (keys.c: the call plan), the allocator
+ * of data entries (slab.c), the per-context entry cache (cache.c), items' time (items.c:
+ * versions, exptimes, flush), recycling and the leak sweep (recycle.c), the evictor (evict.c),
+ * the dump (dump.c), and the node and context structures below, which every room above uses. It
+ * may call the fabric and membership; what it needs from a room above (the evictor's DELETE) it
+ * declares in upcall.h. The flash tier (issue 31) will live here too.
  */
 #ifndef NESSIE_KVSTORE_MEMORY_H
 #define NESSIE_KVSTORE_MEMORY_H
@@ -20,6 +20,7 @@
 #include "fabric/fabric.h"
 #include "keys.h"
 #include "layout.h"
+#include "membership/membership.h"
 #include "slab.h"
 #include <nessie/nessie.h>
 
@@ -62,6 +63,9 @@ struct nessie_node {
     uint32_t class_size[ITE_MAX_CLASSES]; /* same on every node: same configuration */
     struct nessie_bound bound;  /* the longest a call acts, and the takeover grace after it */
     uint64_t incarnation;
+    /* The cluster's view as installed by nessie_view_install (membership/membership.h). */
+    struct mship_state view;
+    bool view_ready; /* view's lock made (nessie_node_close destroys only what was made) */
 
     /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):
      * ITE words, drained by nessie_recycle_run(). A mutex, because workers push and recyclers

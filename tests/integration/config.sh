@@ -46,7 +46,8 @@ set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.fabric=verbs \
     optimizations.cache_bytes=65536 reception.workers=3 reception.recyclers=2 \
     reception.arena_bytes=65536 reception.max_channels=16 reception.spin_us=0 \
     reception.sd_servers=2 reception.sd_poll=spin reception.sweep_every_s=30 \
-    reception.socket=n%u.s reception.socket_mode=0660
+    reception.socket=n%u.s reception.socket_mode=0660 membership.mode=etcd \
+    "membership.endpoints=http://10.1.2.3:2379, http://10.1.2.4:2379" membership.lease_s=5
 n=$#
 [ "$n" -eq "$keys" ] || bad "the round trip sets $n keys, the schema has $keys"
 printed="$dir/set.conf"
@@ -111,6 +112,7 @@ refuse "--set without a key" 'expected GROUP.KEY=VALUE' --set nodes=3
 refuse "verbs without addresses" 'needs addresses' --set cluster.fabric=verbs
 refuse "cluster name outside [A-Za-z0-9_-]" 'expected letters, digits, _ and - only' --set "cluster.name=a b"
 refuse "a string the file cannot hold" 'no blanks at its ends' --set "reception.socket=n%u.sock "
+refuse "etcd without endpoints" 'mode = etcd needs endpoints' --set membership.mode=etcd
 refuse "arena not a multiple of 8" 'arena_bytes = 4100: must be a multiple of 8' --set reception.arena_bytes=4100
 # A refused configuration starts nothing: no socket appears.
 printf '[reception]\nworkers = 0\n' >"$dir/x.conf"

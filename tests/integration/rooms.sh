@@ -2,7 +2,7 @@
 # tests/integration/rooms.sh: the engine's rooms (issue 27) keep their order. kvstore/ is split
 # into rooms, bottom to top:
 #
-#   fabric -> memory -> protocol -> modes -> front
+#   membership -> fabric -> memory -> protocol -> modes -> front
 #
 # and a file of one room may include its own room's headers (by plain name: "slab.h") and those
 # of the rooms below it (by room: "fabric/fabric.h"), never a header of a room above it, so the
@@ -16,7 +16,7 @@
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here" || exit 1
-rooms="fabric memory protocol modes front"
+rooms="membership fabric memory protocol modes front"
 fail=0
 bad() { echo "rooms: FAIL: $*"; fail=1; }
 

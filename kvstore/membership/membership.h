@@ -1,0 +1,63 @@
+/*
+ * membership.h - the cluster's view as this node knows it. Not a public header.
+ *
+ * Room: membership, the engine's lowest: a room every other room may use (tests/integration/
+ * rooms.sh keeps the order membership -> fabric -> memory -> protocol -> modes -> front). It
+ * owns the cluster's view (an epoch and its members, each with an incarnation and a state: issue
+ * 28) and a node's current view, and, in the next slice, placement by view (which nodes a key's
+ * positions fall on). It may call nothing of the engine: the view is agreed outside it (the
+ * daemon's reception/members.c, through etcd) and only installed here, so the engine knows
+ * views, never the service that agrees them.
+ *
+ * Installing: epochs only increase. A view whose epoch is not newer than the current one is
+ * refused and changes nothing, so views that arrive late or twice (two watchers, a retried
+ * read) can never move a node back. Epoch 0 is "no view yet": static membership.
+ *
+ * Reading: from any thread, consistently (a reader never sees half of one view and half of
+ * another). The members are copied under a reader-writer lock: a view changes rarely (a node
+ * lost or returning) and is read rarely in this slice (stats), so a lock costs nothing that
+ * matters, and it keeps the copy free of data races (a seqlock's racy copy of 16 KiB is
+ * undefined in C11 and what ThreadSanitizer reports). The epoch alone is also kept in an atomic
+ * word, stored with release after the members are written and loaded with acquire, so a call
+ * that only needs to know whether the view changed (the next slice's data path, once per call)
+ * reads one word and takes no lock: a reader that loads epoch N and then copies under the lock
+ * gets view N or a newer one, never an older one.
+ */
+#ifndef NESSIE_KVSTORE_MEMBERSHIP_H
+#define NESSIE_KVSTORE_MEMBERSHIP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <nessie/nessie.h>
+
+/* A node's current view (embedded in struct nessie_node, memory/memory.h). */
+struct mship_state {
+    pthread_rwlock_t lock;   /* writers: install; readers: get */
+    _Atomic uint64_t epoch;  /* view.epoch, readable without the lock (release / acquire) */
+    struct nessie_view view; /* under lock */
+};
+
+/* Start with no view (epoch 0, no members). Returns NESSIE_OK, or NESSIE_NO_MEMORY when the lock
+ * cannot be made. */
+int mship_init(struct mship_state *st);
+void mship_destroy(struct mship_state *st);
+
+/* Check a view's shape: epoch > 0, at most NESSIE_VIEW_MEMBERS_MAX members, node ids below
+ * NESSIE_NODES_MAX in strictly increasing order, states known. Returns NESSIE_OK or
+ * NESSIE_INVALID. Reads only v. */
+int mship_view_check(const struct nessie_view *v);
+
+/* Install v (copied) if it is well formed and newer than the current view. Returns NESSIE_OK;
+ * NESSIE_INVALID (a malformed view) or NESSIE_EXISTS (an epoch not newer than the current one),
+ * and then the current view is unchanged. Never blocks on anything but readers' copies. */
+int mship_install(struct mship_state *st, const struct nessie_view *v);
+
+/* Copy the current view into *out (epoch 0 and no members before the first install). */
+void mship_get(struct mship_state *st, struct nessie_view *out);
+
+/* The current view's epoch, without the lock. */
+uint64_t mship_epoch(const struct mship_state *st);
+
+#endif

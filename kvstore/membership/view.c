@@ -1,0 +1,70 @@
+/*
+ * view.c - a node's current view: install (epochs only increase) and consistent reads
+ * (membership.h says which memory orderings and why).
+ */
+#include "membership.h"
+
+#include <string.h>
+
+int mship_init(struct mship_state *st)
+{
+    memset(&st->view, 0, sizeof(st->view));
+    atomic_init(&st->epoch, 0);
+    return pthread_rwlock_init(&st->lock, NULL) == 0 ? NESSIE_OK : NESSIE_NO_MEMORY;
+}
+
+void mship_destroy(struct mship_state *st)
+{
+    pthread_rwlock_destroy(&st->lock);
+}
+
+int mship_view_check(const struct nessie_view *v)
+{
+    if (!v || v->epoch == 0 || v->nmembers > NESSIE_VIEW_MEMBERS_MAX)
+        return NESSIE_INVALID;
+    for (uint32_t i = 0; i < v->nmembers; i++) {
+        const struct nessie_view_member *m = &v->members[i];
+        if (m->node >= NESSIE_NODES_MAX || (i > 0 && m->node <= v->members[i - 1].node))
+            return NESSIE_INVALID;
+        if (m->state != NESSIE_MEMBER_LIVE && m->state != NESSIE_MEMBER_GONE)
+            return NESSIE_INVALID;
+    }
+    return NESSIE_OK;
+}
+
+int mship_install(struct mship_state *st, const struct nessie_view *v)
+{
+    if (mship_view_check(v) != NESSIE_OK)
+        return NESSIE_INVALID;
+    pthread_rwlock_wrlock(&st->lock);
+    /* Decided under the lock: two installers racing cannot both pass with different views of
+     * one epoch, nor let the older land last. */
+    if (v->epoch <= st->view.epoch) {
+        pthread_rwlock_unlock(&st->lock);
+        return NESSIE_EXISTS;
+    }
+    st->view.epoch = v->epoch;
+    st->view.nmembers = v->nmembers;
+    memcpy(st->view.members, v->members, v->nmembers * sizeof(v->members[0]));
+    /* Release: a lock-free reader that sees this epoch and then copies under the lock sees
+     * these members (or newer). */
+    atomic_store_explicit(&st->epoch, v->epoch, memory_order_release);
+    pthread_rwlock_unlock(&st->lock);
+    return NESSIE_OK;
+}
+
+void mship_get(struct mship_state *st, struct nessie_view *out)
+{
+    pthread_rwlock_rdlock(&st->lock);
+    out->epoch = st->view.epoch;
+    out->nmembers = st->view.nmembers;
+    memcpy(out->members, st->view.members, st->view.nmembers * sizeof(out->members[0]));
+    pthread_rwlock_unlock(&st->lock);
+}
+
+uint64_t mship_epoch(const struct mship_state *st)
+{
+    /* Acquire pairs with install's release (membership.h). The cast drops const for C11's
+     * atomic_load on a const object, which some libcs reject. */
+    return atomic_load_explicit((_Atomic uint64_t *)&st->epoch, memory_order_acquire);
+}

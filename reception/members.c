@@ -1,0 +1,653 @@
+/*
+ * members.c - the cluster's view agreed through etcd (members.h says what and which keys).
+ *
+ * Two threads: the agent keeps the lease alive (every third of its TTL) and reconciles: it reads
+ * the members and the view, writes a new view when the member set differs from the view's (a
+ * transaction that compares the view key's mod_revision, so of several daemons that see the same
+ * change exactly one writes epoch+1 and the others read it), and installs the view it read. The
+ * watcher holds a streaming watch (POST /v3/watch on the gateway, which answers with one JSON
+ * message per line for as long as the connection lasts) on the cluster's prefix and wakes the
+ * agent on any event. Streaming rather than polling: a change is seen within a round trip, and
+ * an idle cluster sends nothing. The watcher does not parse the events: any of them only means
+ * "read again", so a missed or garbled message costs nothing, and the agent also reconciles at
+ * every keep-alive, which bounds how long a lost watch could hide a change.
+ */
+#include "members.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <glib.h>
+#include <inttypes.h>
+#include <json-glib/json-glib.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+/* Tunables, with their reasons. */
+/* A unary request (grant, keep-alive, range, txn) that takes longer than this is a failure and
+ * the next endpoint is tried: far below a lease, so a dead endpoint costs the lease little. */
+#define MEMBERS_REQUEST_MS 500
+/* Connecting to an endpoint: a listening etcd on a LAN answers in well under this. */
+#define MEMBERS_CONNECT_MS 300
+/* The watcher's pause before it re-opens a watch that ended (etcd restarting, endpoint gone):
+ * short, since the agent's own reconcile covers the gap anyway. */
+#define MEMBERS_REWATCH_MS 200
+
+/*
+ * The daemon's membership: file-static because a daemon plays one node of one cluster and has
+ * one membership, which its two threads and members_stop() share without a handle passed
+ * around (memcached's style for a subsystem). Written by members_start before the threads start;
+ * after that, the fields under lock are the threads' rendezvous and the rest is read-only,
+ * except `endpoint`, which either thread may move to the next URL that answers.
+ */
+static struct {
+    bool running;              /* members_start went through with mode = etcd */
+    struct nessie_node *node;
+    uint32_t self, nodes;
+    uint32_t lease_s;
+    uint64_t incarnation;      /* what this node registers: nessie_node_incarnation() */
+    char **endpoints;          /* NULL-terminated, from [membership] endpoints */
+    guint nendpoints;
+    atomic_uint endpoint;      /* the one that answered last: tried first */
+    char *members_prefix;      /* /nessie/<name>/members/ */
+    char *view_key;            /* /nessie/<name>/view */
+    char *cluster_prefix;      /* /nessie/<name>/ : what the watcher watches */
+    int64_t lease;             /* this daemon's lease ID (agent thread only after start) */
+    /* Incarnations of members seen in earlier views, so a member that left is shown as gone
+     * with the incarnation it had (agent thread only after start). */
+    uint64_t last_inc[NESSIE_NODES_MAX];
+    bool seen[NESSIE_NODES_MAX];
+    pthread_t agent, watcher;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop, dirty;          /* under lock */
+    atomic_bool stopping;      /* the watcher's curl progress callback reads it without the lock */
+} members;
+
+/* --- the gateway -------------------------------------------------------------------------- */
+
+static size_t collect(char *data, size_t size, size_t n, void *arg)
+{
+    g_string_append_len((GString *)arg, data, (gssize)(size * n));
+    return size * n;
+}
+
+/* Base64 of a string, as the gateway wants keys and values (g_free it). */
+static char *b64(const char *s)
+{
+    return g_base64_encode((const guchar *)s, strlen(s));
+}
+
+/* The end of the range of keys that start with prefix: prefix with its last byte plus one. */
+static char *prefix_end(const char *prefix)
+{
+    char *e = g_strdup(prefix);
+    e[strlen(e) - 1]++;
+    return e;
+}
+
+/*
+ * POST body to path on the endpoints, starting with the last that answered, and parse the
+ * answer. Returns the parsed JSON (g_object_unref it), or NULL after logging at `level` what
+ * each endpoint said (unreachable, an HTTP error, or not JSON). curl is the calling thread's.
+ */
+static JsonParser *call(CURL *curl, const char *path, const char *body,
+                        enum nessie_log_level level)
+{
+    GString *resp = g_string_new(NULL);
+    GString *errs = g_string_new(NULL);
+    guint first = atomic_load(&members.endpoint);
+    for (guint k = 0; k < members.nendpoints; k++) {
+        guint i = (first + k) % members.nendpoints;
+        char *url = g_strconcat(members.endpoints[i], path, NULL);
+        g_string_truncate(resp, 0);
+        curl_easy_reset(curl);
+        curl_easy_setopt(curl, CURLOPT_URL, url);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, resp);
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)MEMBERS_REQUEST_MS);
+        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MEMBERS_CONNECT_MS);
+        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        CURLcode rc = curl_easy_perform(curl);
+        long http = 0;
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+        g_free(url);
+        if (rc != CURLE_OK || http != 200) {
+            g_string_append_printf(errs, "%s%s: %s", errs->len ? "; " : "", members.endpoints[i],
+                                   rc != CURLE_OK ? curl_easy_strerror(rc) : resp->str);
+            if (rc == CURLE_OK && http != 200)
+                g_string_append_printf(errs, " (HTTP %ld)", http);
+            continue;
+        }
+        JsonParser *p = json_parser_new();
+        if (!json_parser_load_from_data(p, resp->str, (gssize)resp->len, NULL) ||
+            !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
+            g_string_append_printf(errs, "%s%s: not a JSON object: %.80s", errs->len ? "; " : "",
+                                   members.endpoints[i], resp->str);
+            g_object_unref(p);
+            continue;
+        }
+        atomic_store(&members.endpoint, i);
+        g_string_free(resp, TRUE);
+        g_string_free(errs, TRUE);
+        return p;
+    }
+    nessie_log(level, "members: etcd %s failed at every endpoint: %s", path, errs->str);
+    g_string_free(resp, TRUE);
+    g_string_free(errs, TRUE);
+    return NULL;
+}
+
+static JsonObject *root(JsonParser *p)
+{
+    return json_node_get_object(json_parser_get_root(p));
+}
+
+/* An int64 member of o: the gateway writes them as strings ("42"), proto3 JSON omits zeros. */
+static int64_t jint(JsonObject *o, const char *name)
+{
+    if (!o || !json_object_has_member(o, name))
+        return 0;
+    JsonNode *n = json_object_get_member(o, name);
+    if (!JSON_NODE_HOLDS_VALUE(n))
+        return 0;
+    if (json_node_get_value_type(n) == G_TYPE_STRING)
+        return g_ascii_strtoll(json_node_get_string(n), NULL, 10);
+    return json_node_get_int(n);
+}
+
+/* Member name of o decoded from base64 into a NUL-terminated string (g_free it), or NULL. */
+static char *jb64(JsonObject *o, const char *name)
+{
+    if (!json_object_has_member(o, name))
+        return g_strdup(""); /* proto3 JSON omits an empty value */
+    const char *s = json_object_get_string_member(o, name);
+    if (!s)
+        return NULL;
+    gsize len = 0;
+    guchar *raw = g_base64_decode(s, &len);
+    char *out = g_strndup((const char *)raw, len);
+    g_free(raw);
+    return out;
+}
+
+/* --- the lease and the registration ------------------------------------------------------- */
+
+/* Grant a lease and put this node's key under it. Returns 0, or -1 (logged at level). */
+static int register_self(CURL *curl, enum nessie_log_level level)
+{
+    char *body = g_strdup_printf("{\"TTL\": %u}", members.lease_s);
+    JsonParser *p = call(curl, "/v3/lease/grant", body, level);
+    g_free(body);
+    if (!p)
+        return -1;
+    int64_t id = jint(root(p), "ID"), ttl = jint(root(p), "TTL");
+    g_object_unref(p);
+    if (id == 0) {
+        nessie_log(level, "members: etcd granted no lease");
+        return -1;
+    }
+    char key[256], val[32];
+    snprintf(key, sizeof(key), "%s%u", members.members_prefix, members.self);
+    snprintf(val, sizeof(val), "%" PRIu64, members.incarnation);
+    char *k64 = b64(key), *v64 = b64(val);
+    body = g_strdup_printf("{\"key\": \"%s\", \"value\": \"%s\", \"lease\": \"%" PRId64 "\"}",
+                           k64, v64, id);
+    p = call(curl, "/v3/kv/put", body, level);
+    g_free(body), g_free(k64), g_free(v64);
+    if (!p)
+        return -1;
+    g_object_unref(p);
+    members.lease = id;
+    log_info("members: node %u registered as incarnation %" PRIu64 " under lease %" PRIx64
+             " (TTL %" PRId64 " s)", members.self, members.incarnation, (uint64_t)id, ttl);
+    return 0;
+}
+
+/* Renew the lease; a lease that expired meanwhile (the daemon stalled past its TTL) is replaced
+ * by a new one and the node registers again: the view removed it, and the next view adds it. */
+static void keep_alive(CURL *curl)
+{
+    char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
+    JsonParser *p = call(curl, "/v3/lease/keepalive", body, NESSIE_LOG_WARN);
+    g_free(body);
+    if (!p)
+        return; /* no endpoint answered: try again at the next beat, within the TTL */
+    JsonObject *o = root(p);
+    JsonObject *res = json_object_has_member(o, "result") ? json_object_get_object_member(o, "result")
+                                                          : o;
+    int64_t ttl = jint(res, "TTL");
+    g_object_unref(p);
+    if (ttl <= 0) {
+        log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
+                 "registering again", (uint64_t)members.lease);
+        register_self(curl, NESSIE_LOG_WARN);
+    }
+}
+
+/* --- views -------------------------------------------------------------------------------- */
+
+/* Live members: incarnation per node, 0 where absent (incarnations start at 1). */
+struct live {
+    uint64_t inc[NESSIE_NODES_MAX];
+};
+
+/* Parse a view value "<epoch> <ID>:<inc> ..." into *epoch and *lv. Returns 0, or -1. */
+static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
+{
+    memset(lv, 0, sizeof(*lv));
+    char *end;
+    errno = 0;
+    *epoch = strtoull(s, &end, 10);
+    if (errno || end == s || *epoch == 0)
+        return -1;
+    for (s = end; *s;) {
+        while (*s == ' ')
+            s++;
+        if (!*s)
+            break;
+        unsigned long id = strtoul(s, &end, 10);
+        if (end == s || *end != ':' || id >= NESSIE_NODES_MAX)
+            return -1;
+        s = end + 1;
+        uint64_t inc = strtoull(s, &end, 10);
+        if (end == s || inc == 0)
+            return -1;
+        lv->inc[id] = inc;
+        s = end;
+    }
+    return 0;
+}
+
+/* The value of a view of epoch over lv (g_free it). */
+static char *view_format(uint64_t epoch, const struct live *lv)
+{
+    GString *s = g_string_new(NULL);
+    g_string_append_printf(s, "%" PRIu64, epoch);
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
+        if (lv->inc[i])
+            g_string_append_printf(s, " %u:%" PRIu64, i, lv->inc[i]);
+    return g_string_free(s, FALSE);
+}
+
+/*
+ * Range [key, end) (end NULL: key alone). Calls fn(arg, key, value, mod_revision) for each key.
+ * Returns 0, or -1 (logged).
+ */
+static int range(CURL *curl, const char *key, const char *end,
+                 void (*fn)(void *arg, const char *k, const char *v, int64_t mod), void *arg)
+{
+    char *k64 = b64(key), *e64 = end ? b64(end) : NULL;
+    char *body = e64 ? g_strdup_printf("{\"key\": \"%s\", \"range_end\": \"%s\"}", k64, e64)
+                     : g_strdup_printf("{\"key\": \"%s\"}", k64);
+    JsonParser *p = call(curl, "/v3/kv/range", body, NESSIE_LOG_WARN);
+    g_free(body), g_free(k64), g_free(e64);
+    if (!p)
+        return -1;
+    JsonObject *o = root(p);
+    if (json_object_has_member(o, "kvs")) {
+        JsonArray *kvs = json_object_get_array_member(o, "kvs");
+        for (guint i = 0; kvs && i < json_array_get_length(kvs); i++) {
+            JsonObject *kv = json_array_get_object_element(kvs, i);
+            char *k = kv ? jb64(kv, "key") : NULL, *v = kv ? jb64(kv, "value") : NULL;
+            if (k && v)
+                fn(arg, k, v, jint(kv, "mod_revision"));
+            g_free(k), g_free(v);
+        }
+    }
+    g_object_unref(p);
+    return 0;
+}
+
+static void on_member(void *arg, const char *k, const char *v, int64_t mod)
+{
+    (void)mod;
+    struct live *lv = arg;
+    const char *id = k + strlen(members.members_prefix);
+    char *end;
+    unsigned long n = strtoul(id, &end, 10);
+    uint64_t inc = strtoull(v, NULL, 10);
+    if (end != id && *end == '\0' && n < members.nodes && inc > 0)
+        lv->inc[n] = inc;
+    else
+        log_warn("members: ignoring %s = %s (not a member of this %u-node cluster)", k, v,
+                 members.nodes);
+}
+
+struct view_read {
+    bool found;
+    char *value;
+    int64_t mod;
+};
+
+static void on_view(void *arg, const char *k, const char *v, int64_t mod)
+{
+    (void)k;
+    struct view_read *vr = arg;
+    g_free(vr->value);
+    vr->value = g_strdup(v);
+    vr->mod = mod;
+    vr->found = true;
+}
+
+/* Install the view of epoch over lv into the engine (members that were live in an earlier view
+ * and are not now are listed as gone); log it once, when it is new here. */
+static void install(uint64_t epoch, const struct live *lv)
+{
+    struct nessie_view *v = g_new0(struct nessie_view, 1);
+    v->epoch = epoch;
+    GString *line = g_string_new(NULL), *gone = g_string_new(NULL);
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < members.nodes; i++) {
+        if (lv->inc[i]) {
+            members.seen[i] = true;
+            members.last_inc[i] = lv->inc[i];
+        } else if (!members.seen[i]) {
+            continue;
+        }
+        struct nessie_view_member *m = &v->members[v->nmembers++];
+        m->node = i;
+        m->incarnation = members.last_inc[i];
+        m->state = lv->inc[i] ? NESSIE_MEMBER_LIVE : NESSIE_MEMBER_GONE;
+        if (lv->inc[i]) {
+            g_string_append_printf(line, " %u (incarnation %" PRIu64 ")", i, lv->inc[i]);
+            live++;
+        } else {
+            g_string_append_printf(gone, " %u", i);
+        }
+    }
+    int rc = nessie_view_install(members.node, v);
+    if (rc == NESSIE_OK)
+        log_info("view %" PRIu64 ": members%s (%u live)%s%s", epoch, line->str, live,
+                 gone->len ? "; gone:" : "", gone->str);
+    else if (rc != NESSIE_EXISTS)
+        log_warn("members: view %" PRIu64 " not installed: %s", epoch, nessie_strerror(rc));
+    g_string_free(line, TRUE);
+    g_string_free(gone, TRUE);
+    g_free(v);
+}
+
+/*
+ * Read the members and the view; when the view's member set is not the members', write view
+ * epoch+1 with a transaction on the view key's mod_revision (of the daemons racing to write it,
+ * one wins; the others' comparisons fail and they read the winner's); install what etcd holds.
+ * Returns 0, or -1 when etcd could not be read (logged; the next beat tries again).
+ */
+static int reconcile(CURL *curl)
+{
+    struct live *now = g_new0(struct live, 1), *inview = g_new0(struct live, 1);
+    struct view_read vr = {0};
+    char *end = prefix_end(members.members_prefix);
+    int rc = -1;
+    for (int round = 0; round < 2; round++) {
+        memset(now, 0, sizeof(*now));
+        g_free(vr.value);
+        vr = (struct view_read){0};
+        if (range(curl, members.members_prefix, end, on_member, now) != 0 ||
+            range(curl, members.view_key, NULL, on_view, &vr) != 0)
+            goto out;
+        uint64_t epoch = 0;
+        if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
+            log_warn("members: %s = \"%s\" is not a view; writing a new one", members.view_key,
+                     vr.value);
+            memset(inview, 0, sizeof(*inview));
+            epoch = 0;
+            vr.found = false;
+        }
+        if (vr.found && memcmp(now, inview, sizeof(*now)) == 0) {
+            install(epoch, inview);
+            rc = 0;
+            goto out;
+        }
+        if (round == 1)
+            break; /* lost the race twice in a row: the next event or beat tries again */
+        /* Compare mod_revision: 0 for a view key that does not exist yet. */
+        char *val = view_format(epoch + 1, now);
+        char *k64 = b64(members.view_key), *v64 = b64(val);
+        char *body = g_strdup_printf(
+            "{\"compare\": [{\"key\": \"%s\", \"target\": \"MOD\", \"result\": \"EQUAL\", "
+            "\"mod_revision\": \"%" PRId64 "\"}], \"success\": [{\"request_put\": {\"key\": "
+            "\"%s\", \"value\": \"%s\"}}]}", k64, vr.found ? vr.mod : 0, k64, v64);
+        JsonParser *p = call(curl, "/v3/kv/txn", body, NESSIE_LOG_WARN);
+        if (p && json_object_has_member(root(p), "succeeded") &&
+            json_object_get_boolean_member(root(p), "succeeded"))
+            log_debug("members: wrote %s = %s", members.view_key, val);
+        if (p)
+            g_object_unref(p);
+        g_free(body), g_free(k64), g_free(v64), g_free(val);
+        /* Won or lost, read again and install what etcd holds. */
+    }
+    rc = 0;
+out:
+    g_free(vr.value);
+    g_free(end);
+    g_free(now);
+    g_free(inview);
+    return rc;
+}
+
+/* --- the threads -------------------------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Keep-alive every third of the lease (two beats may fail before it lapses), and reconcile on
+ * every beat and every event the watcher reports. */
+static void *agent_main(void *arg)
+{
+    (void)arg;
+    CURL *curl = curl_easy_init();
+    uint64_t beat_ms = members.lease_s * 1000ULL / 3, next = now_ms() + beat_ms;
+    pthread_mutex_lock(&members.lock);
+    while (!members.stop) {
+        if (!members.dirty && now_ms() < next) {
+            uint64_t wait = next - now_ms();
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (time_t)(wait / 1000);
+            ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&members.cond, &members.lock, &ts);
+            continue;
+        }
+        members.dirty = false;
+        pthread_mutex_unlock(&members.lock);
+        if (now_ms() >= next) {
+            keep_alive(curl);
+            next = now_ms() + beat_ms;
+        }
+        reconcile(curl);
+        pthread_mutex_lock(&members.lock);
+    }
+    pthread_mutex_unlock(&members.lock);
+    curl_easy_cleanup(curl);
+    return NULL;
+}
+
+/* Any bytes of the watch stream: something under the prefix changed (or the watch was just
+ * created, and anything may have changed before it): wake the agent. */
+static size_t on_watch_data(char *data, size_t size, size_t n, void *arg)
+{
+    (void)data, (void)arg;
+    pthread_mutex_lock(&members.lock);
+    members.dirty = true;
+    pthread_cond_signal(&members.cond);
+    pthread_mutex_unlock(&members.lock);
+    return size * n;
+}
+
+/* curl calls it about once a second, and more often while data flows: ends the watch on stop. */
+static int on_watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+    (void)arg, (void)a, (void)b, (void)c, (void)d;
+    return atomic_load(&members.stopping) ? 1 : 0;
+}
+
+static void *watcher_main(void *arg)
+{
+    (void)arg;
+    CURL *curl = curl_easy_init();
+    char *end = prefix_end(members.cluster_prefix);
+    char *k64 = b64(members.cluster_prefix), *e64 = b64(end);
+    char *body = g_strdup_printf("{\"create_request\": {\"key\": \"%s\", \"range_end\": \"%s\"}}",
+                                 k64, e64);
+    while (!atomic_load(&members.stopping)) {
+        guint i = atomic_load(&members.endpoint);
+        char *url = g_strconcat(members.endpoints[i], "/v3/watch", NULL);
+        curl_easy_reset(curl);
+        curl_easy_setopt(curl, CURLOPT_URL, url);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_watch_data);
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_watch_progress);
+        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MEMBERS_CONNECT_MS);
+        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        CURLcode rc = curl_easy_perform(curl);
+        g_free(url);
+        if (atomic_load(&members.stopping))
+            break;
+        log_debug("members: watch on %s ended (%s); watching again", members.endpoints[i],
+                  curl_easy_strerror(rc));
+        if (rc != CURLE_OK) /* this endpoint failed: the next one, as call() would */
+            atomic_compare_exchange_strong(&members.endpoint, &i, (i + 1) % members.nendpoints);
+        g_usleep(MEMBERS_REWATCH_MS * 1000);
+    }
+    g_free(body), g_free(k64), g_free(e64), g_free(end);
+    curl_easy_cleanup(curl);
+    return NULL;
+}
+
+/* --- start and stop ----------------------------------------------------------------------- */
+
+static void members_free(void)
+{
+    g_strfreev(members.endpoints);
+    g_free(members.members_prefix);
+    g_free(members.view_key);
+    g_free(members.cluster_prefix);
+    members.endpoints = NULL;
+    members.members_prefix = members.view_key = members.cluster_prefix = NULL;
+}
+
+int members_start(const struct recep_config *cfg, struct nessie_node *node)
+{
+    if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
+        return 0;
+    members.node = node;
+    members.self = cfg->engine.self;
+    members.nodes = cfg->engine.nodes;
+    members.lease_s = cfg->lease_s;
+    members.incarnation = nessie_node_incarnation(node);
+    members.endpoints = g_strsplit(cfg->etcd_endpoints, ",", -1);
+    guint n = 0;
+    for (guint i = 0; members.endpoints[i]; i++) {
+        g_strstrip(members.endpoints[i]);
+        if (members.endpoints[i][0]) /* keep the non-empty ones, in order */
+            members.endpoints[n++] = members.endpoints[i];
+        else
+            g_free(members.endpoints[i]);
+    }
+    members.endpoints[n] = NULL;
+    members.nendpoints = n;
+    atomic_init(&members.endpoint, 0);
+    atomic_init(&members.stopping, false);
+    members.members_prefix = g_strdup_printf("/nessie/%s/members/", cfg->cluster);
+    members.view_key = g_strdup_printf("/nessie/%s/view", cfg->cluster);
+    members.cluster_prefix = g_strdup_printf("/nessie/%s/", cfg->cluster);
+    if (n == 0) {
+        log_error("members: [membership] endpoints names no URL");
+        members_free();
+        return -1;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        log_error("members: curl_global_init failed");
+        members_free();
+        return -1;
+    }
+    CURL *curl = curl_easy_init();
+    /* At start every failure is an error: a daemon that cannot register must not serve as if
+     * it were a member. call() has logged each endpoint and what it said. */
+    if (!curl || register_self(curl, NESSIE_LOG_ERROR) != 0 || reconcile(curl) != 0) {
+        log_error("members: cannot join the cluster's view through etcd at %s",
+                  cfg->etcd_endpoints);
+        if (curl)
+            curl_easy_cleanup(curl);
+        curl_global_cleanup();
+        members_free();
+        return -1;
+    }
+    curl_easy_cleanup(curl);
+    pthread_mutex_init(&members.lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the agent's deadlines are monotonic */
+    pthread_cond_init(&members.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    members.stop = members.dirty = false;
+    int rc = pthread_create(&members.agent, NULL, agent_main, NULL);
+    if (rc == 0) {
+        rc = pthread_create(&members.watcher, NULL, watcher_main, NULL);
+        if (rc != 0) {
+            pthread_mutex_lock(&members.lock);
+            members.stop = true;
+            pthread_cond_signal(&members.cond);
+            pthread_mutex_unlock(&members.lock);
+            pthread_join(members.agent, NULL);
+        }
+    }
+    if (rc != 0) {
+        log_error("members: pthread_create: %s", strerror(rc));
+        pthread_cond_destroy(&members.cond);
+        pthread_mutex_destroy(&members.lock);
+        curl_global_cleanup();
+        members_free();
+        return -1;
+    }
+    members.running = true;
+    return 0;
+}
+
+void members_stop(void)
+{
+    if (!members.running)
+        return;
+    atomic_store(&members.stopping, true);
+    pthread_mutex_lock(&members.lock);
+    members.stop = true;
+    pthread_cond_signal(&members.cond);
+    pthread_mutex_unlock(&members.lock);
+    pthread_join(members.agent, NULL);
+    pthread_join(members.watcher, NULL);
+    /* Revoked, the lease takes this node's key with it now: the peers write the view without
+     * it at once. Failing that, the lease lapses on its own within its TTL. */
+    CURL *curl = curl_easy_init();
+    if (curl) {
+        char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
+        JsonParser *p = call(curl, "/v3/lease/revoke", body, NESSIE_LOG_WARN);
+        if (p) {
+            log_info("members: node %u left the view (lease revoked)", members.self);
+            g_object_unref(p);
+        }
+        g_free(body);
+        curl_easy_cleanup(curl);
+    }
+    pthread_cond_destroy(&members.cond);
+    pthread_mutex_destroy(&members.lock);
+    curl_global_cleanup();
+    members_free();
+    members.running = false;
+}

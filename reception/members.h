@@ -1,0 +1,34 @@
+/*
+ * members.h - the daemon's part in the cluster's view (issue 28): with [membership] mode = etcd
+ * it holds an etcd lease, registers this node's incarnation under it, watches the cluster's
+ * members, writes each change of the member set as a new view through an etcd transaction, and
+ * installs every view it reads into its engine (nessie_view_install). The view change is decided
+ * by etcd's own lease expiry and transaction, never by one peer's suspicion.
+ *
+ * Keys, under the cluster's [cluster] name so two clusters never meet in one etcd:
+ *   /nessie/<name>/members/<ID>  = this node's incarnation (decimal), under its lease
+ *   /nessie/<name>/view          = "<epoch> <ID>:<incarnation> ..." (live members, by ID)
+ *
+ * etcd is reached through its v3 JSON gateway (POST /v3/...) with libcurl; the engine never sees
+ * etcd. With mode = static nothing here runs (members_start returns at once, no curl call).
+ */
+#ifndef NESSIE_RECEPTION_MEMBERS_H
+#define NESSIE_RECEPTION_MEMBERS_H
+
+#include <nessie/nessie.h>
+#include "config.h"
+
+/*
+ * Join the cluster's membership as cfg says. mode = static: does nothing, returns 0. mode =
+ * etcd: grants a lease of cfg->lease_s, registers this node, writes and installs the first view
+ * (so the node serves with one), then starts the thread that keeps the lease alive and the one
+ * that watches. Returns 0, or -1 after logging an error that names every endpoint it could not
+ * reach (nothing left running, no lease held). Call once per process.
+ */
+int members_start(const struct recep_config *cfg, struct nessie_node *node);
+
+/* Leave: stop the threads, then revoke the lease, so the peers write a view without this node
+ * at once rather than after the lease's TTL. Does nothing after a static start. */
+void members_stop(void);
+
+#endif

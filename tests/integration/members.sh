@@ -1,0 +1,87 @@
+#!/bin/sh
+# tests/integration/members.sh: the cluster's view through etcd (issue 28, its first slice). A
+# 3-node local cluster started with `nessie-cluster --membership etcd` (a private etcd): all
+# three daemons must agree on one view epoch with 3 live members (their stats); node 2's daemon
+# is killed with SIGKILL and the two others must install a newer view without it within the
+# lease TTL plus a margin (etcd's own expiry removes it, never a peer); restarted with
+# `nessie-cluster start`, it must come back in a still newer view of 3 members, which all three
+# agree on; `stop` must leave no etcd running and nothing listening on its port.
+#
+# Environment: BUILD (build dir, default build), KEEP (keep the run directory).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+client="$BUILD/tests/wire-client"
+cluster="$here/tools/nessie-cluster"
+export NESSIE_RECEPTION="$BUILD/reception"
+LEASE_S=2
+# The lease, etcd's expiry check (~0.5 s), a keep-alive beat and a reconcile: 5 s is well past.
+WAIT_S=$((LEASE_S + 5))
+
+command -v etcd >/dev/null 2>&1 || { echo "members: SKIP: no etcd (tools/install-deps)"; exit 77; }
+
+dir=$(mktemp -d /tmp/nessie-members-XXXXXX)
+cleanup() {
+    "$cluster" stop --dir "$dir" --purge >/dev/null 2>&1 || true
+    [ -n "${KEEP:-}" ] || rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "members: FAIL: $*"; for n in 0 1 2; do tail -n 5 "$dir/node$n.log" 2>/dev/null; done; exit 1; }
+
+"$BUILD/reception" --print-config --set "cluster.name=members-$$" --set cluster.nodes=3 \
+    --set cluster.index_slots=1024 --set cluster.data_bytes=8388608 \
+    --set "membership.lease_s=$LEASE_S" --set reception.workers=1 >"$dir/nessie.conf"
+"$cluster" start --nodes 3 --dir "$dir" --config "$dir/nessie.conf" --membership etcd
+
+stat_of() { # node, stat name
+    "$client" -s "$dir/node$1.sock" stats 2>/dev/null | sed -n "s/^STAT $2 \([^[:space:]]*\).*/\1/p"
+}
+
+# Wait until each node of $1 reports a view with $2 live members, all of them the same epoch,
+# newer than $3; prints that epoch.
+agree() {
+    t=0
+    while :; do
+        epochs=""
+        ok=1
+        for n in $1; do
+            e=$(stat_of "$n" nessie_view_epoch)
+            m=$(stat_of "$n" nessie_view_members)
+            [ -n "$e" ] && [ "${m:-0}" = "$2" ] && [ "$e" -gt "$3" ] || ok=0
+            epochs="$epochs $e"
+        done
+        first=$(echo $epochs | cut -d' ' -f1)
+        for e in $epochs; do [ "$e" = "$first" ] || ok=0; done
+        [ $ok = 1 ] && { echo "$first"; return 0; }
+        t=$((t + 1))
+        [ $t -le $((WAIT_S * 10)) ] || { echo "epochs:$epochs" >&2; return 1; }
+        sleep 0.1
+    done
+}
+
+n1=$(agree "0 1 2" 3 0) || fail "the three daemons did not agree on a view of 3 members"
+echo "members: all three installed view $n1 with 3 members ($(stat_of 0 nessie_view))"
+grep -q "view $n1: members" "$dir/node0.log" || fail "node 0 did not log view $n1"
+
+victim=$(cat "$dir/node2.pid")
+kill -KILL "$victim"
+start=$(date +%s)
+n2=$(agree "0 1" 2 "$n1") || fail "no view without node 2 within $WAIT_S s of its SIGKILL"
+echo "members: nodes 0 and 1 installed view $n2 without node 2, $(( $(date +%s) - start )) s after" \
+     "its SIGKILL ($(stat_of 0 nessie_view))"
+case ",$(stat_of 0 nessie_view)," in *,2:*-,*) ;; *) fail "view $n2 does not show node 2 gone" ;; esac
+
+"$cluster" start --dir "$dir" >/dev/null
+n3=$(agree "0 1 2" 3 "$n2") || fail "node 2 restarted, but no newer view of 3 members"
+echo "members: node 2 restarted, all three installed view $n3 with 3 members ($(stat_of 2 nessie_view))"
+
+port=$(cut -d' ' -f1 "$dir/etcd/ports")
+epid=$(cat "$dir/etcd/etcd.pid")
+"$cluster" stop --dir "$dir" >/dev/null
+kill -0 "$epid" 2>/dev/null && fail "the private etcd (pid $epid) still runs after stop"
+if ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port "; then
+    fail "something still listens on the private etcd's port $port after stop"
+fi
+echo "members: stop left no etcd (pid $epid gone, port $port closed)"
+echo "members: passed"

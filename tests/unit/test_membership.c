@@ -1,0 +1,166 @@
+/*
+ * test_membership.c - the membership room (kvstore/membership/membership.h): epochs only
+ * increase (an older or equal view is refused and changes nothing), malformed views are
+ * refused, and a reader thread copying the view while a writer installs new ones never sees a
+ * torn view (half of one epoch's members, half of another's) nor an epoch going back.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "membership/membership.h"
+
+/* A view whose every field is derived from its epoch, so a reader can tell a torn copy: members
+ * 0..n-1 with n = epoch % 7 + 1, each with incarnation = epoch. */
+static struct nessie_view *view_of(uint64_t epoch)
+{
+    struct nessie_view *v = calloc(1, sizeof(*v));
+    v->epoch = epoch;
+    v->nmembers = (uint32_t)(epoch % 7) + 1;
+    for (uint32_t i = 0; i < v->nmembers; i++)
+        v->members[i] = (struct nessie_view_member){.node = i * 2, .state = NESSIE_MEMBER_LIVE,
+                                                    .incarnation = epoch};
+    return v;
+}
+
+static void test_epochs_only_increase(void **state)
+{
+    (void)state;
+    struct mship_state *st = calloc(1, sizeof(*st));
+    struct nessie_view *out = calloc(1, sizeof(*out));
+    assert_int_equal(mship_init(st), NESSIE_OK);
+    mship_get(st, out);
+    assert_int_equal(out->epoch, 0); /* no view yet: static membership */
+    assert_int_equal(out->nmembers, 0);
+
+    struct nessie_view *v5 = view_of(5), *v3 = view_of(3), *v9 = view_of(9);
+    assert_int_equal(mship_install(st, v5), NESSIE_OK);
+    assert_int_equal(mship_epoch(st), 5);
+    /* Older and equal epochs are refused and change nothing. */
+    assert_int_equal(mship_install(st, v3), NESSIE_EXISTS);
+    struct nessie_view *v5b = view_of(5);
+    v5b->members[0].incarnation = 77;
+    assert_int_equal(mship_install(st, v5b), NESSIE_EXISTS);
+    mship_get(st, out);
+    assert_int_equal(out->epoch, 5);
+    assert_int_equal(out->nmembers, v5->nmembers);
+    assert_int_equal(out->members[0].incarnation, 5);
+    /* Newer: installed, also after a gap. */
+    assert_int_equal(mship_install(st, v9), NESSIE_OK);
+    mship_get(st, out);
+    assert_int_equal(out->epoch, 9);
+    assert_int_equal(out->nmembers, v9->nmembers);
+    assert_memory_equal(out->members, v9->members, v9->nmembers * sizeof(v9->members[0]));
+    free(v3), free(v5), free(v5b), free(v9), free(out);
+    mship_destroy(st);
+    free(st);
+}
+
+static void test_malformed_refused(void **state)
+{
+    (void)state;
+    struct mship_state *st = calloc(1, sizeof(*st));
+    assert_int_equal(mship_init(st), NESSIE_OK);
+    struct nessie_view *v = view_of(4);
+    v->epoch = 0; /* epoch 0 is "no view" */
+    assert_int_equal(mship_install(st, v), NESSIE_INVALID);
+    v->epoch = 4;
+    v->members[1].node = v->members[0].node; /* not strictly increasing */
+    assert_int_equal(mship_install(st, v), NESSIE_INVALID);
+    v->members[1].node = 2;
+    v->members[0].state = (enum nessie_member_state)9;
+    assert_int_equal(mship_install(st, v), NESSIE_INVALID);
+    v->members[0].state = NESSIE_MEMBER_GONE;
+    v->nmembers = NESSIE_VIEW_MEMBERS_MAX + 1;
+    assert_int_equal(mship_install(st, v), NESSIE_INVALID);
+    assert_int_equal(mship_install(st, NULL), NESSIE_INVALID);
+    assert_int_equal(mship_epoch(st), 0); /* none of them changed anything */
+    v->nmembers = 5;
+    assert_int_equal(mship_install(st, v), NESSIE_OK);
+    assert_int_equal(mship_epoch(st), 4);
+    free(v);
+    mship_destroy(st);
+    free(st);
+}
+
+#define TORN_VIEWS 20000
+
+/* One per reader thread: its own counters, so the checks race with nothing. */
+struct reader {
+    struct mship_state *st;
+    atomic_bool *done;
+    uint64_t reads, torn, backwards, lockfree_ahead;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *r = arg;
+    struct nessie_view *out = calloc(1, sizeof(*out));
+    uint64_t last = 0;
+    while (!atomic_load(r->done)) {
+        /* The lock-free epoch read first: the copy after it must be that view or newer. */
+        uint64_t seen = mship_epoch(r->st);
+        mship_get(r->st, out);
+        r->reads++;
+        if (out->epoch < seen)
+            r->lockfree_ahead++;
+        if (out->epoch < last)
+            r->backwards++;
+        last = out->epoch;
+        if (out->epoch == 0)
+            continue;
+        bool ok = out->nmembers == (uint32_t)(out->epoch % 7) + 1;
+        for (uint32_t i = 0; ok && i < out->nmembers; i++)
+            ok = out->members[i].incarnation == out->epoch && out->members[i].node == i * 2;
+        if (!ok)
+            r->torn++;
+    }
+    free(out);
+    return NULL;
+}
+
+static void test_reader_never_torn(void **state)
+{
+    (void)state;
+    struct mship_state *st = calloc(1, sizeof(*st));
+    assert_int_equal(mship_init(st), NESSIE_OK);
+    atomic_bool done;
+    atomic_init(&done, false);
+    struct reader r[2] = {{.st = st, .done = &done}, {.st = st, .done = &done}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, reader_main, &r[i]), 0);
+    for (uint64_t e = 1; e <= TORN_VIEWS; e++) {
+        struct nessie_view *v = view_of(e);
+        assert_int_equal(mship_install(st, v), NESSIE_OK);
+        free(v);
+    }
+    atomic_store(&done, true);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(r[i].reads > 0);
+        assert_int_equal(r[i].torn, 0);
+        assert_int_equal(r[i].backwards, 0);
+        assert_int_equal(r[i].lockfree_ahead, 0);
+    }
+    assert_int_equal(mship_epoch(st), TORN_VIEWS);
+    mship_destroy(st);
+    free(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_epochs_only_increase),
+        cmocka_unit_test(test_malformed_refused),
+        cmocka_unit_test(test_reader_never_torn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
