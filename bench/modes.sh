@@ -137,7 +137,7 @@ END {
 # Where auto chose the shipped way (it must where that way is faster).
 [ ! -f "$OUT/auto_share.txt" ] ||
     awk '{ printf "%s%s %s of %s (%.4f %%)", (NR > 1 ? ", " : "auto shipped: "), $1, $2, $3,
-           $3 > 0 ? 100 * $2 / $3 : 0 } END { if (NR) print "" }' "$OUT/auto_share.txt" |
+           ($3 > 0 ? 100 * $2 / $3 : 0) } END { if (NR) print "" }' "$OUT/auto_share.txt" |
         tee -a "$OUT/summary.txt"
 
 plot modes <<EOF2

@@ -76,6 +76,9 @@ check modes modes.csv modes.png
 for r in contended_cd_vs_sd large_put_cd_vs_sd low_load_cpu_sd_vs_cd small_sd_vs_cd auto_vs_best mixed_auto_vs_best; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/modes.out" || { echo "bench-smoke: modes: no 'ratio $r' line"; fail=1; }
 done
+# Mode auto's shipped share, per scenario, as a percentage of its calls.
+grep -Eq '^auto shipped: small [0-9]+ of [0-9]+ \([0-9.]+ %\), base ' "$out/modes.out" ||
+    { echo "bench-smoke: modes: no 'auto shipped:' line per scenario"; fail=1; }
 run eviction BENCH_EVICT_DATA_BYTES=2097152 BENCH_EVICT_SECONDS=2
 check eviction eviction.csv eviction.png
 for r in fill_ops set_empty_ops full_vs_empty_sets zipf_hit uniform_hit get_full_vs_empty; do
