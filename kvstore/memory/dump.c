@@ -22,12 +22,10 @@ struct dump_walk {
  * is unreachable. As GET's forward pass (protocol/get.c): the first of the key's entries whose filter
  * bits match and whose entry holds the key decides; it is mine, or an uncommitted write on the
  * key whose previous version is mine (a GET reads that version until the write commits). */
-static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const unsigned char *key,
-                        uint32_t klen)
+static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const struct key_plan *kp)
 {
     struct nessie_node *nd = ctx->node;
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(nd, key, klen, pos);
+    const uint64_t *pos = kp->pos;
     for (uint32_t i = 0; i < nd->cfg.ways; i++) {
         uint64_t w;
         if (nessie_ite_read_pos(ctx->ep, nd, pos[i], &w) != NESSIE_OK)
@@ -38,19 +36,19 @@ static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const unsigned ch
             return 1;
         uint32_t cls = ite_class(w);
         if (cls >= nd->nclasses || ite_node(w) >= nd->cfg.nodes ||
-            DTE_HDR_SIZE + klen > nd->class_size[cls])
+            DTE_HDR_SIZE + kp->klen > nd->class_size[cls])
             continue; /* not an entry that can hold this key */
         unsigned char hk[DTE_HDR_SIZE + NESSIE_KEY_MAX];
         struct fab_wr rd = {.opcode = FAB_OP_READ, .node = ite_node(w), .region = FAB_REGION_DATA,
-                            .offset = ite_offset(w), .local = hk, .length = DTE_HDR_SIZE + klen};
+                            .offset = ite_offset(w), .local = hk, .length = DTE_HDR_SIZE + kp->klen};
         if (fab_exec(ctx->ep, &rd) != FAB_OK)
             return -1;
         struct dte_hdr h;
         memcpy(&h, hk, sizeof(h));
         /* Another life of that slot (the entry we read the index through is gone) or another
          * key that shares the filter bits: not this key's entry. */
-        if (dte_gen(h.state) != ite_gen(w) || h.key_len != klen ||
-            memcmp(hk + DTE_HDR_SIZE, key, klen) != 0)
+        if (dte_gen(h.state) != ite_gen(w) || h.key_len != kp->klen ||
+            memcmp(hk + DTE_HDR_SIZE, kp->key, kp->klen) != 0)
             continue;
         return !(h.state & DTE_COMMITTED) && ite_same_entry(h.prev_ite, mine);
     }
@@ -80,9 +78,10 @@ static bool dump_slot(void *arg, uint32_t cls, uint64_t off)
                                      __ATOMIC_ACQUIRE);
     if (state != h.state)
         return true;
-    uint64_t mine = ite_make(nd->cfg.self, cls, off, dte_gen(h.state),
-                             nessie_key_filter(nd, key, h.key_len));
-    int cur = dump_current(dw->ctx, mine, key, h.key_len);
+    struct key_plan kp;
+    key_plan_make(&kp, nd, key, h.key_len);
+    uint64_t mine = ite_make(nd->cfg.self, cls, off, dte_gen(h.state), kp.filter);
+    int cur = dump_current(dw->ctx, mine, &kp);
     if (cur < 0)
         dw->undecided = true;
     return cur <= 0 || dw->fn(dw->user, key, h.key_len);

@@ -192,9 +192,10 @@ static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candida
     uint32_t klen = c->h.key_len;
     if (fab_local_read(nd->fab, FAB_REGION_DATA, c->off + DTE_HDR_SIZE, key, klen) != FAB_OK)
         return NESSIE_INVALID;
-    uint64_t ite = ite_make(nd->cfg.self, cls, c->off, dte_gen(c->h.state),
-                            nessie_key_filter(nd, key, klen));
-    int rc = nessie_evict_entry(ctx, key, klen, ite);
+    struct key_plan kp;
+    key_plan_make(&kp, nd, key, klen);
+    uint64_t ite = ite_make(nd->cfg.self, cls, c->off, dte_gen(c->h.state), kp.filter);
+    int rc = nessie_evict_entry(ctx, &kp, ite);
     if (rc != NESSIE_OK) {
         CTR_ADD(ctx->ctr.evict_skipped, 1);
         return rc;

@@ -14,10 +14,10 @@
 
 #include "memory.h"
 
-/* Remove key if its first entry in the index is exactly ite: the DELETE path of A.1.5, as an
- * eviction (implemented by protocol/write.c). Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or
+/* Remove the key kp plans if its first entry in the index is exactly ite: the DELETE path of
+ * A.1.5, as an eviction (implemented by protocol/write.c). Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or
  * NESSIE_EXISTS (changed, or in use: no effect), NESSIE_TIMEOUT (unknown), or another error (no
  * effect). */
-int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite);
+int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite);
 
 #endif

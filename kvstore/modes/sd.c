@@ -875,8 +875,14 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         break;
     }
     case SD_OP_STORE:
-        rc = proto_store(ctx, &kp, (enum nessie_store_mode)q->sub, val, q->value_len, q->flags,
-                         q->exptime, q->arg, &rp->version);
+        /* A peer's request is checked as nessie_store checks a program's call. */
+        if (q->sub > NESSIE_PREPEND)
+            rc = NESSIE_INVALID;
+        else if (mc_item_size(q->key_len, q->value_len, q->flags) > nd->cfg.max_item_size)
+            rc = NESSIE_TOO_BIG;
+        else
+            rc = proto_store(ctx, &kp, (enum nessie_store_mode)q->sub, val, q->value_len,
+                             q->flags, q->exptime, q->arg, &rp->version);
         break;
     case SD_OP_DELETE:
         rc = proto_delete(ctx, &kp);

@@ -298,8 +298,8 @@ int proto_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size
  * answered NESSIE_BAD_KEY through done and the others go on. */
 int proto_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, const size_t *lens,
                     void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user);
-/* Returns NESSIE_INVALID for a mode outside enum nessie_store_mode, NESSIE_TOO_BIG for an item
- * larger than max_item_size, as nessie_store does. */
+/* mode must be one of enum nessie_store_mode and the item no larger than max_item_size: the
+ * caller refuses the others (NESSIE_INVALID, NESSIE_TOO_BIG), as nessie_store does. */
 int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                 const void *value, size_t value_len, uint32_t flags, int64_t exptime,
                 uint64_t cas, uint64_t *version_out);

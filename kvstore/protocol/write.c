@@ -831,16 +831,14 @@ void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user)
     nessie_evict_hook = fn;
 }
 
-int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t ite)
+int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite)
 {
     enum nessie_opkind saved = ctx->kind; /* a write that evicts on its own is under way */
     struct wreq w = {.mode = W_EVICT, .victim = ite};
     struct op op;
     if (nessie_evict_hook)
-        nessie_evict_hook(nessie_evict_hook_user, key, key_len, false, 0);
-    struct key_plan kp;
-    key_plan_make(&kp, ctx->node, key, key_len);
-    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, &kp);
+        nessie_evict_hook(nessie_evict_hook_user, kp->key, kp->klen, false, 0);
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, kp);
     int status = NESSIE_OK;
     for (unsigned attempt = 0;; attempt++) {
         op.attempt_start = nessie_mono_ns();
@@ -858,7 +856,7 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const void *key, size_t key_len, 
     status = write_end(&op, &w, status);
     ctx->kind = saved;
     if (nessie_evict_hook)
-        nessie_evict_hook(nessie_evict_hook_user, key, key_len, true, status);
+        nessie_evict_hook(nessie_evict_hook_user, kp->key, kp->klen, true, status);
     return status;
 }
 
@@ -870,10 +868,6 @@ int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_s
         [NESSIE_SET] = W_SET, [NESSIE_ADD] = W_ADD, [NESSIE_REPLACE] = W_REPLACE,
         [NESSIE_CAS] = W_CAS, [NESSIE_APPEND] = W_APPEND, [NESSIE_PREPEND] = W_PREPEND,
     };
-    if ((unsigned)mode > NESSIE_PREPEND)
-        return NESSIE_INVALID;
-    if (mc_item_size(kp->klen, value_len, flags) > ctx->node->cfg.max_item_size)
-        return NESSIE_TOO_BIG;
     struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
                      .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas};
     int rc = run_write(ctx, NESSIE_OPK_PUT, kp, &w);

@@ -993,7 +993,9 @@ static struct {
 
 static void evict_under_get(void)
 {
-    assert_int_equal(nessie_evict_entry(C.ctx[0], "key-0", 5, g_er.ite), NESSIE_OK);
+    struct key_plan kp;
+    key_plan_make(&kp, C.node[0], "key-0", 5);
+    assert_int_equal(nessie_evict_entry(C.ctx[0], &kp, g_er.ite), NESSIE_OK);
     if (!g_er.wait_reuse)
         return;
     /* The freed slot goes to the tail of its class's free list: new items of the same size
