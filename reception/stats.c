@@ -217,10 +217,11 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         stat_hist(out, opk_name[k], "served_fabric_bytes", c.sd_served_bytes_hist[k],
                   NESSIE_HIST_BYTES);
     }
-    uint64_t hits = 0, misses = 0;
+    uint64_t hits = 0, misses = 0, lost = 0;
     for (int k = 0; k < NESSIE_OPK_COUNT; k++) {
         hits += c.op[k].cache_hits;
         misses += c.op[k].cache_misses;
+        lost += c.op[k].lost_entries;
     }
     STAT_U("nessie_cache_hits", hits);
     STAT_U("nessie_cache_misses", misses);
@@ -231,6 +232,8 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_takeovers", c.takeovers);
     STAT_U("nessie_evict_skipped", c.evict_skipped);
     STAT_U("nessie_moves_undone", c.moves_undone);
+    /* Entries met whose value was on a node lost from the view (issue 28): read as absent. */
+    STAT_U("nessie_lost_entries", lost);
     /* Server-driven execution: what this node's clients shipped, and what it ran for peers. */
     /* The cluster's view (issue 28; epoch 0: static membership, no view): its epoch, its live
      * members' count, and each member as ID:incarnation, '-' after a gone one's. */

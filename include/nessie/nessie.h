@@ -148,6 +148,7 @@ struct nessie_op_counters {
     uint64_t local_dte_reads;     /* DTEs read from this node's own memory, not the fabric */
     uint64_t cache_hits, cache_misses;
     uint64_t prev_version_hits;
+    uint64_t lost_entries;        /* entries met whose value was on a node lost from the view */
     uint64_t aborts[NESSIE_ABORT_COUNT];
     uint64_t outcomes[NESSIE_STATUS_COUNT];
     uint64_t ops_hist[NESSIE_HIST_OPS];
@@ -366,8 +367,12 @@ uint64_t nessie_node_grace_ms(const struct nessie_node *node);
 /*
  * Membership (issue 28): the cluster's view, an epoch and its members, agreed outside the engine
  * (the daemon's reception/members.c, through etcd) and installed here. Epoch 0 is no view:
- * static membership, as before views. In this slice the engine keeps the view and reports it;
- * its calls do not use it yet (placement by view is the next slice).
+ * static membership, as before views. A member GONE in an installed view is fenced for the
+ * life of this node: its memory is never touched again, the index positions it held are drawn
+ * again on live nodes (only those move), and entries whose value lived there read as misses
+ * (their room is taken back by writes that need it). A node whose own view fences it serves
+ * nothing: its calls return NESSIE_FABRIC_ERROR. Readmitting a fenced node (rejoin) is not
+ * built yet: a view showing one LIVE again is refused.
  */
 #define NESSIE_VIEW_MEMBERS_MAX NESSIE_NODES_MAX
 enum nessie_member_state {
@@ -386,8 +391,9 @@ struct nessie_view {
 };
 /*
  * Install view (copied) as this node's current view, if it is well formed (epoch > 0, at most
- * NESSIE_VIEW_MEMBERS_MAX members in strictly increasing node order, known states) and newer
- * than the current one. Returns NESSIE_OK; NESSIE_INVALID (NULL or malformed) or NESSIE_EXISTS
+ * NESSIE_VIEW_MEMBERS_MAX members in strictly increasing node order, known states), newer
+ * than the current one, and shows no fenced member LIVE; fence its GONE members. Returns
+ * NESSIE_OK; NESSIE_INVALID (NULL, malformed, or reviving a fenced member) or NESSIE_EXISTS
  * (its epoch is not newer than the current view's: views only move forward), and then nothing
  * changed. Thread-safe; never touches the fabric and never blocks on anything but other threads'
  * reads of the view.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "membership/membership.h"
 
 static const struct fab_backend_ops *backend_ops(enum fab_backend backend)
 {
@@ -207,6 +208,8 @@ void fab_ep_destroy(struct fab_ep *ep)
     free(ep);
 }
 
+void fab_set_fence(struct fab *fab, const struct mship_state *fence) { fab->fence = fence; }
+
 void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user)
 {
     /* Other threads may be posting meanwhile (tests install and remove faults under a running
@@ -265,6 +268,8 @@ static int validate_wr(const struct fab *fab, const struct fab_wr *wr)
     }
     if (wr->node >= fab->cfg.nodes)
         return FAB_ERR_NODE;
+    if (fab->fence && mship_fenced(fab->fence, wr->node))
+        return FAB_ERR_UNREACH; /* out of the view: its memory is never touched again */
     if ((unsigned)wr->region >= FAB_REGION_COUNT)
         return FAB_ERR_REGION;
     if (!wr->local || wr->length == 0)

@@ -42,6 +42,7 @@ struct fab {
     void *priv; /* backend state */
     fab_fault_fn fault;     /* fab_set_fault() */
     void *fault_user;
+    const struct mship_state *fence; /* fab_set_fence() */
 };
 
 struct fab_ep {

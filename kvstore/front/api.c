@@ -13,6 +13,10 @@ static int api_plan(struct nessie_ctx *ctx, const void *key, size_t key_len, str
         return NESSIE_INVALID;
     if (key_check(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
+    /* This node lost from the view (issue 28): its peers no longer read its memory, so it must
+     * not serve from it either; it is out until it rejoins. */
+    if (mship_fenced(&ctx->node->view, ctx->node->cfg.self))
+        return NESSIE_FABRIC_ERROR;
     key_plan_make(kp, ctx->node, key, key_len);
     return NESSIE_OK;
 }
@@ -44,6 +48,8 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
 {
     if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
         return NESSIE_INVALID;
+    if (mship_fenced(&ctx->node->view, ctx->node->cfg.self))
+        return NESSIE_FABRIC_ERROR; /* out of the view: api_plan */
     /* Each key is checked and planned on its own: a bad one is answered through done. */
     return mode_get_multi(ctx, n, keys, lens, bufs, caps, done, user);
 }

@@ -194,13 +194,14 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     pthread_mutex_init(&nd->sweep_lock, NULL);
     pthread_mutex_init(&nd->evict_lock, NULL);
     pthread_mutex_init(&nd->evict_pool_lock, NULL);
-    if (mship_init(&nd->view) != NESSIE_OK) {
+    if (mship_init(&nd->view, nd->cfg.self) != NESSIE_OK) {
         log_error("engine: node %u: cannot make the view's lock", cfg->self);
         nd->view_ready = false;
         nessie_node_close(nd);
         return NESSIE_NO_MEMORY;
     }
     nd->view_ready = true;
+    fab_set_fence(nd->fab, &nd->view);
     if (sd_open(nd) != NESSIE_OK) {
         log_error("engine: node %u: out of memory for the request rings' state", cfg->self);
         nessie_node_close(nd);

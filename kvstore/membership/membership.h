@@ -4,14 +4,24 @@
  * Room: membership, the engine's lowest: a room every other room may use (tests/integration/
  * rooms.sh keeps the order membership -> fabric -> memory -> protocol -> modes -> front). It
  * owns the cluster's view (an epoch and its members, each with an incarnation and a state: issue
- * 28) and a node's current view, and, in the next slice, placement by view (which nodes a key's
- * positions fall on). It may call nothing of the engine: the view is agreed outside it (the
- * daemon's reception/members.c, through etcd) and only installed here, so the engine knows
- * views, never the service that agrees them.
+ * 28), a node's current view, and the fence the data path obeys (which nodes' memory is out of
+ * it: memory/keys.c draws positions around them, protocol/ takes entries naming their data for
+ * lost, the fabric refuses to touch them). It may call nothing of the engine: the view is agreed
+ * outside it (the daemon's reception/members.c, through etcd) and only installed here, so the
+ * engine knows views, never the service that agrees them.
  *
  * Installing: epochs only increase. A view whose epoch is not newer than the current one is
  * refused and changes nothing, so views that arrive late or twice (two watchers, a retried
  * read) can never move a node back. Epoch 0 is "no view yet": static membership.
+ *
+ * Fences: a member GONE in an installed view is fenced, and stays fenced for the life of this
+ * node: nothing of its memory is read or written again, its index positions are drawn again on
+ * live nodes, and entries naming its data are lost values. A later view that shows a fenced
+ * member LIVE is refused (NESSIE_INVALID): readmitting a node safely needs every entry that names
+ * its old data gone and every position it had moved back first (the rejoin, not built yet), and
+ * until then reviving it would let an older value be read. This node itself fenced means it is
+ * out of the cluster: its calls fail (nessie.h) instead of serving from a memory its peers no
+ * longer read.
  *
  * Reading: from any thread, consistently (a reader never sees half of one view and half of
  * another). The members are copied under a reader-writer lock: a view changes rarely (a node
@@ -28,6 +38,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <nessie/nessie.h>
@@ -37,11 +48,19 @@ struct mship_state {
     pthread_rwlock_t lock;   /* writers: install; readers: get */
     _Atomic uint64_t epoch;  /* view.epoch, readable without the lock (release / acquire) */
     struct nessie_view view; /* under lock */
+    uint32_t self;           /* this node's id (fixed at init) */
+    /* The fence: one bit per node, only ever set (by install, under the lock); read on every
+     * call's path without the lock, relaxed. A call that reads a bit late acts as one that
+     * started before the install, which the call bound already covers; nothing else is ordered
+     * by these words. nfenced (how many bits are set) lets a cluster with no fence, static
+     * membership's always, skip the bitmap with one load. */
+    _Atomic uint32_t nfenced;
+    _Atomic uint64_t fenced[NESSIE_NODES_MAX / 64];
 };
 
-/* Start with no view (epoch 0, no members). Returns NESSIE_OK, or NESSIE_NO_MEMORY when the lock
- * cannot be made. */
-int mship_init(struct mship_state *st);
+/* Start with no view (epoch 0, no members, no fence) for node self. Returns NESSIE_OK, or
+ * NESSIE_NO_MEMORY when the lock cannot be made. */
+int mship_init(struct mship_state *st, uint32_t self);
 void mship_destroy(struct mship_state *st);
 
 /* Check a view's shape: epoch > 0, at most NESSIE_VIEW_MEMBERS_MAX members, node ids below
@@ -49,9 +68,11 @@ void mship_destroy(struct mship_state *st);
  * NESSIE_INVALID. Reads only v. */
 int mship_view_check(const struct nessie_view *v);
 
-/* Install v (copied) if it is well formed and newer than the current view. Returns NESSIE_OK;
- * NESSIE_INVALID (a malformed view) or NESSIE_EXISTS (an epoch not newer than the current one),
- * and then the current view is unchanged. Never blocks on anything but readers' copies. */
+/* Install v (copied) if it is well formed, newer than the current view and revives no fenced
+ * member; fence its GONE members. Returns NESSIE_OK; NESSIE_INVALID (a malformed view, or one
+ * showing a fenced member LIVE) or NESSIE_EXISTS (an epoch not newer than the current one), and
+ * then the current view and the fence are unchanged. Never blocks on anything but readers'
+ * copies. */
 int mship_install(struct mship_state *st, const struct nessie_view *v);
 
 /* Copy the current view into *out (epoch 0 and no members before the first install). */
@@ -59,5 +80,21 @@ void mship_get(struct mship_state *st, struct nessie_view *out);
 
 /* The current view's epoch, without the lock. */
 uint64_t mship_epoch(const struct mship_state *st);
+
+/* Whether any node is fenced: one relaxed load (false for static membership, always). */
+static inline bool mship_any_fenced(const struct mship_state *st)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&st->nfenced, memory_order_relaxed) != 0;
+}
+
+/* Whether node's memory is out of the data path (see "Fences" above). Never blocks. */
+static inline bool mship_fenced(const struct mship_state *st, uint32_t node)
+{
+    if (!mship_any_fenced(st) || node >= NESSIE_NODES_MAX)
+        return false;
+    uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->fenced[node / 64],
+                                      memory_order_relaxed);
+    return (w >> (node % 64)) & 1;
+}
 
 #endif

@@ -6,10 +6,14 @@
 
 #include <string.h>
 
-int mship_init(struct mship_state *st)
+int mship_init(struct mship_state *st, uint32_t self)
 {
     memset(&st->view, 0, sizeof(st->view));
     atomic_init(&st->epoch, 0);
+    st->self = self;
+    atomic_init(&st->nfenced, 0);
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        atomic_init(&st->fenced[i], 0);
     return pthread_rwlock_init(&st->lock, NULL) == 0 ? NESSIE_OK : NESSIE_NO_MEMORY;
 }
 
@@ -42,6 +46,20 @@ int mship_install(struct mship_state *st, const struct nessie_view *v)
     if (v->epoch <= st->view.epoch) {
         pthread_rwlock_unlock(&st->lock);
         return NESSIE_EXISTS;
+    }
+    for (uint32_t i = 0; i < v->nmembers; i++) {
+        if (v->members[i].state == NESSIE_MEMBER_LIVE && mship_fenced(st, v->members[i].node)) {
+            pthread_rwlock_unlock(&st->lock); /* a fenced member revived: see membership.h */
+            return NESSIE_INVALID;
+        }
+    }
+    for (uint32_t i = 0; i < v->nmembers; i++) {
+        uint32_t node = v->members[i].node;
+        if (v->members[i].state != NESSIE_MEMBER_GONE || mship_fenced(st, node))
+            continue;
+        atomic_fetch_or_explicit(&st->fenced[node / 64], 1ULL << (node % 64),
+                                 memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->nfenced, 1, memory_order_relaxed);
     }
     st->view.epoch = v->epoch;
     st->view.nmembers = v->nmembers;

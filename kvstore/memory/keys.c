@@ -7,19 +7,32 @@
 /* Way i's position is drawn from the digest by a finalizer over digest + i x this odd constant
  * (the golden ratio's), so the ways are as independent as the finalizer's outputs; a position
  * that collides with an earlier way's takes the next draw, deterministically, so every node
- * agrees (the protocol reads each position once per pass, so the N must differ). */
+ * agrees (the protocol reads each position once per pass, so the N must differ).
+ *
+ * Placement from the view (issue 28): a draw that lands on a fenced node (membership.h) is
+ * drawn again the same way, so a node lost from the view moves only the positions it held, each
+ * to a live node, and every node with the same fence agrees where. A node that has not yet
+ * installed the view still draws the lost node's position; its calls there fail at the fabric
+ * (the node is dead) instead of finding another entry, so two placements never both act. */
 #define KEYS_WAY_STEP 0x9e3779b97f4a7c15ULL
+/* Draws per way before a fenced position is kept anyway (its calls then fail at the fabric): only
+ * a cluster with fewer live index slots than ways, or a broken hash, gets that far. */
+#define KEYS_DRAWS_MAX 4096
 
 static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64_t *pos)
 {
     uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
+    bool fence = mship_any_fenced(&nd->view);
     for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+        uint32_t draws = 0;
         for (uint64_t draw = i;; draw += NESSIE_WAYS_MAX) {
             uint64_t p = hash_mix(digest + draw * KEYS_WAY_STEP) % total;
             bool dup = false;
             for (uint32_t j = 0; j < i; j++)
                 dup = dup || pos[j] == p;
-            if (!dup || total <= i) {
+            bool out = fence && mship_fenced(&nd->view, (uint32_t)(p / nd->cfg.index_slots)) &&
+                       ++draws < KEYS_DRAWS_MAX;
+            if ((!dup || total <= i) && !out) {
                 pos[i] = p;
                 break;
             }

@@ -28,6 +28,10 @@ static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
      * rather than when the scan first sees it (a scan sooner). */
     uint64_t when = ite_node(ite) == ctx->node->cfg.self ? (nessie_mono_ms() + 1) << DTE_MARK_SHIFT
                                                          : 0;
+    /* On a node lost from the view (issue 28): its memory is out of the cluster, nothing of it
+     * is ours to recycle, and a mark would only fail at the fabric run after run. */
+    if (mship_fenced(&ctx->node->view, ite_node(ite)))
+        return true;
     for (int tries = 0; tries < 8; tries++) {
         uint64_t old = 0;
         if (nessie_state_cas(ctx->ep, ite, expect, expect | DTE_RECYCLED | when, &old) !=

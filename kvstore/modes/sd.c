@@ -854,6 +854,10 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         rp->status = NESSIE_BAD_KEY; /* req_take let it through: answered, never run */
         return 0;
     }
+    if (mship_fenced(&nd->view, nd->cfg.self)) {
+        rp->status = NESSIE_FABRIC_ERROR; /* lost from the view: serves nothing (front/api.c) */
+        return 0;
+    }
     key_plan_make(&kp, nd, key, q->key_len);
     /* Client-driven, here: a server runs what it is sent and never ships it on. */
     switch (q->op) {

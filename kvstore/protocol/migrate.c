@@ -56,6 +56,27 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         result = A_DONE;
         goto out;
     }
+    /* An entry whose value was on a node lost from the view (issue 28): the value is gone, and
+     * its key cannot be read to find where it could move. Its room is taken back in place, by
+     * CAS on the exact word as an eviction does (nothing to recycle: its memory is the lost
+     * node's). A miss for its key, which a cache may answer at any time. */
+    if (mship_fenced(&nd->view, ite_node(sv))) {
+        if (attempt_expired(op)) { /* Step 0, before a CAS */
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            goto out;
+        }
+        bool ok, clean;
+        if ((*status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean)) != NESSIE_OK) {
+            result = A_DONE;
+            goto out;
+        }
+        if (ok) {
+            CTR_ADD(OPC(ctx).lost_entries, 1);
+            *status = NESSIE_OK;
+            result = A_DONE;
+        }
+        goto out; /* not ok: changed meanwhile, the caller tries again */
+    }
     struct dte_view v;
     bool match;
     if ((*status = proto_dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {

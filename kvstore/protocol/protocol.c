@@ -190,13 +190,19 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
     struct nessie_node *nd = op->node;
     uint32_t cls = ite_class(ite);
     *match = false;
+    v->stale = false;
+    v->cached = NULL;
     if (cls >= nd->nclasses || ite_offset(ite) + nd->class_size[cls] > nd->cfg.data_bytes)
         return NESSIE_OK; /* not an entry this cluster could have written: no match */
+    /* Its value was on a node lost from the view (issue 28): a lost value, which holds no key
+     * for anyone; the entry is left for a write that needs its room (migrate.c). */
+    if (mship_fenced(&nd->view, ite_node(ite))) {
+        CTR_ADD(OPC(ctx).lost_entries, 1);
+        return NESSIE_OK;
+    }
     uint32_t slot = nd->class_size[cls];
     bool local = ite_node(ite) == nd->cfg.self;
     uint64_t expiry = ite_read_ns + (uint64_t)nd->cfg.expiration_ms * 1000000ULL;
-    v->stale = false;
-    v->cached = NULL;
 
     if (!local && ctx->cache) {
         uint32_t len;

@@ -2,7 +2,8 @@
  * test_membership.c - the membership room (kvstore/membership/membership.h): epochs only
  * increase (an older or equal view is refused and changes nothing), malformed views are
  * refused, and a reader thread copying the view while a writer installs new ones never sees a
- * torn view (half of one epoch's members, half of another's) nor an epoch going back.
+ * torn view (half of one epoch's members, half of another's) nor an epoch going back; a member
+ * GONE in a view stays fenced.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,7 +36,7 @@ static void test_epochs_only_increase(void **state)
     (void)state;
     struct mship_state *st = calloc(1, sizeof(*st));
     struct nessie_view *out = calloc(1, sizeof(*out));
-    assert_int_equal(mship_init(st), NESSIE_OK);
+    assert_int_equal(mship_init(st, NESSIE_NODES_MAX - 1), NESSIE_OK);
     mship_get(st, out);
     assert_int_equal(out->epoch, 0); /* no view yet: static membership */
     assert_int_equal(out->nmembers, 0);
@@ -67,7 +68,7 @@ static void test_malformed_refused(void **state)
 {
     (void)state;
     struct mship_state *st = calloc(1, sizeof(*st));
-    assert_int_equal(mship_init(st), NESSIE_OK);
+    assert_int_equal(mship_init(st, NESSIE_NODES_MAX - 1), NESSIE_OK);
     struct nessie_view *v = view_of(4);
     v->epoch = 0; /* epoch 0 is "no view" */
     assert_int_equal(mship_install(st, v), NESSIE_INVALID);
@@ -130,7 +131,7 @@ static void test_reader_never_torn(void **state)
 {
     (void)state;
     struct mship_state *st = calloc(1, sizeof(*st));
-    assert_int_equal(mship_init(st), NESSIE_OK);
+    assert_int_equal(mship_init(st, NESSIE_NODES_MAX - 1), NESSIE_OK);
     atomic_bool done;
     atomic_init(&done, false);
     struct reader r[2] = {{.st = st, .done = &done}, {.st = st, .done = &done}};
@@ -155,12 +156,60 @@ static void test_reader_never_torn(void **state)
     free(st);
 }
 
+static struct nessie_view *three(uint64_t epoch, int gone)
+{
+    struct nessie_view *v = calloc(1, sizeof(*v));
+    v->epoch = epoch;
+    v->nmembers = 3;
+    for (uint32_t i = 0; i < 3; i++)
+        v->members[i] = (struct nessie_view_member){
+            .node = i, .state = (int)i == gone ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE,
+            .incarnation = epoch};
+    return v;
+}
+
+/* A member GONE in a view is fenced for good: a later view that shows it LIVE again is refused
+ * and changes nothing (rejoin is not built: reviving it could let an older value be read), and a
+ * later view that no longer lists it keeps it fenced. */
+static void test_fence_holds(void **state)
+{
+    (void)state;
+    struct mship_state *st = calloc(1, sizeof(*st));
+    assert_int_equal(mship_init(st, 0), NESSIE_OK);
+    assert_false(mship_any_fenced(st));
+    struct nessie_view *v1 = three(1, -1), *v2 = three(2, 2), *v3 = three(3, -1);
+    assert_int_equal(mship_install(st, v1), NESSIE_OK);
+    assert_false(mship_any_fenced(st));
+    assert_int_equal(mship_install(st, v2), NESSIE_OK);
+    assert_true(mship_any_fenced(st));
+    assert_true(mship_fenced(st, 2));
+    assert_false(mship_fenced(st, 0));
+    assert_false(mship_fenced(st, 1));
+    assert_false(mship_fenced(st, NESSIE_NODES_MAX)); /* out of range: never fenced, no read */
+    /* Revived: refused, the view stays at 2. */
+    assert_int_equal(mship_install(st, v3), NESSIE_INVALID);
+    assert_int_equal(mship_epoch(st), 2);
+    assert_true(mship_fenced(st, 2));
+    /* Dropped from the list: installed, still fenced. */
+    v3->nmembers = 2;
+    assert_int_equal(mship_install(st, v3), NESSIE_OK);
+    assert_true(mship_fenced(st, 2));
+    /* GONE again: counted once. */
+    struct nessie_view *v4 = three(4, 2);
+    assert_int_equal(mship_install(st, v4), NESSIE_OK);
+    assert_int_equal(atomic_load(&st->nfenced), 1);
+    free(v1), free(v2), free(v3), free(v4);
+    mship_destroy(st);
+    free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epochs_only_increase),
         cmocka_unit_test(test_malformed_refused),
         cmocka_unit_test(test_reader_never_torn),
+        cmocka_unit_test(test_fence_holds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
