@@ -212,7 +212,8 @@ static int register_self(CURL *curl, enum nessie_log_level level)
 }
 
 /* Renew the lease; a lease that expired meanwhile (the daemon stalled past its TTL) is replaced
- * by a new one and the node registers again: the view removed it, and the next view adds it. */
+ * by a new one and the node registers again, but the view that removed it fenced it: it stays
+ * out, and serves nothing, until rejoin is built. */
 static void keep_alive(CURL *curl)
 {
     char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
@@ -227,19 +228,23 @@ static void keep_alive(CURL *curl)
     g_object_unref(p);
     if (ttl <= 0) {
         log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
-                 "registering again", (uint64_t)members.lease);
+                 "registering again (it stays fenced)", (uint64_t)members.lease);
         register_self(curl, NESSIE_LOG_WARN);
     }
 }
 
 /* --- views -------------------------------------------------------------------------------- */
 
-/* Live members: incarnation per node, 0 where absent (incarnations start at 1). */
+/* A member set: the live members' incarnations, and the fenced nodes. */
 struct live {
-    uint64_t inc[NESSIE_NODES_MAX];
+    uint64_t inc[NESSIE_NODES_MAX]; /* live: its incarnation (they start at 1); 0: not live */
+    /* Lost its lease in an earlier view: fenced, out of the view for good (the engine refuses a
+     * view that revives it: membership.h), registered again or not, until rejoin is built. */
+    bool gone[NESSIE_NODES_MAX];
 };
 
-/* Parse a view value "<epoch> <ID>:<inc> ..." into *epoch and *lv. Returns 0, or -1. */
+/* Parse a view value "<epoch> <ID>:<inc> ... <ID>:gone ..." into *epoch and *lv. Returns 0, or
+ * -1. */
 static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
 {
     memset(lv, 0, sizeof(*lv));
@@ -254,9 +259,14 @@ static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
         if (!*s)
             break;
         unsigned long id = strtoul(s, &end, 10);
-        if (end == s || *end != ':' || id >= NESSIE_NODES_MAX)
+        if (end == s || *end != ':' || id >= NESSIE_NODES_MAX || lv->inc[id] || lv->gone[id])
             return -1;
         s = end + 1;
+        if (strncmp(s, "gone", 4) == 0 && (s[4] == ' ' || s[4] == '\0')) {
+            lv->gone[id] = true;
+            s += 4;
+            continue;
+        }
         uint64_t inc = strtoull(s, &end, 10);
         if (end == s || inc == 0)
             return -1;
@@ -271,9 +281,12 @@ static char *view_format(uint64_t epoch, const struct live *lv)
 {
     GString *s = g_string_new(NULL);
     g_string_append_printf(s, "%" PRIu64, epoch);
-    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         if (lv->inc[i])
             g_string_append_printf(s, " %u:%" PRIu64, i, lv->inc[i]);
+        else if (lv->gone[i])
+            g_string_append_printf(s, " %u:gone", i);
+    }
     return g_string_free(s, FALSE);
 }
 
@@ -337,8 +350,8 @@ static void on_view(void *arg, const char *k, const char *v, int64_t mod)
     vr->found = true;
 }
 
-/* Install the view of epoch over lv into the engine (members that were live in an earlier view
- * and are not now are listed as gone); log it once, when it is new here. */
+/* Install the view of epoch over lv into the engine (its fenced nodes listed as gone, with the
+ * incarnation they had when last seen live); log it once, when it is new here. */
 static void install(uint64_t epoch, const struct live *lv)
 {
     struct nessie_view *v = g_new0(struct nessie_view, 1);
@@ -349,12 +362,12 @@ static void install(uint64_t epoch, const struct live *lv)
         if (lv->inc[i]) {
             members.seen[i] = true;
             members.last_inc[i] = lv->inc[i];
-        } else if (!members.seen[i]) {
+        } else if (!lv->gone[i]) {
             continue;
         }
         struct nessie_view_member *m = &v->members[v->nmembers++];
         m->node = i;
-        m->incarnation = members.last_inc[i];
+        m->incarnation = members.seen[i] ? members.last_inc[i] : 0;
         m->state = lv->inc[i] ? NESSIE_MEMBER_LIVE : NESSIE_MEMBER_GONE;
         if (lv->inc[i]) {
             g_string_append_printf(line, " %u (incarnation %" PRIu64 ")", i, lv->inc[i]);
@@ -364,25 +377,54 @@ static void install(uint64_t epoch, const struct live *lv)
         }
     }
     int rc = nessie_view_install(members.node, v);
-    if (rc == NESSIE_OK)
+    if (rc == NESSIE_OK) {
         log_info("view %" PRIu64 ": members%s (%u live)%s%s", epoch, line->str, live,
                  gone->len ? "; gone:" : "", gone->str);
-    else if (rc != NESSIE_EXISTS)
+        if (lv->gone[members.self])
+            log_error("members: node %u lost its lease and is out of the cluster (view %" PRIu64
+                      "): it serves nothing, its calls fail, until rejoin is built (issue 28); "
+                      "`nessie-cluster stop --purge` then `start` starts the cluster afresh",
+                      members.self, epoch);
+    } else if (rc != NESSIE_EXISTS) {
         log_warn("members: view %" PRIu64 " not installed: %s", epoch, nessie_strerror(rc));
+    }
     g_string_free(line, TRUE);
     g_string_free(gone, TRUE);
     g_free(v);
 }
 
+/* The member set the view should have, from the view's and the registrations: a live member
+ * whose registration is gone (its lease lapsed) is fenced; a fenced node stays fenced, even
+ * registered again (logged once); any other registered node is live. */
+static void view_want(const struct live *inview, const struct live *now, struct live *want)
+{
+    static bool told[NESSIE_NODES_MAX]; /* agent thread only: "registered again" logged */
+    memset(want, 0, sizeof(*want));
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
+        if (inview->gone[i] || (inview->inc[i] && !now->inc[i])) {
+            want->gone[i] = true;
+            if (inview->gone[i] && now->inc[i] && !told[i] && i != members.self)
+                log_warn("members: node %u registered again (incarnation %" PRIu64 ") but lost "
+                         "its lease earlier: it stays out of the view until rejoin is built",
+                         i, now->inc[i]);
+            told[i] = told[i] || (inview->gone[i] && now->inc[i]);
+        } else {
+            want->inc[i] = now->inc[i];
+        }
+    }
+}
+
 /*
- * Read the members and the view; when the view's member set is not the members', write view
- * epoch+1 with a transaction on the view key's mod_revision (of the daemons racing to write it,
+ * Read the members and the view; when the view's member set is not the one it should have
+ * (view_want: the registered members, less the fenced ones), write view epoch+1 with a
+ * transaction on the view key's mod_revision (of the daemons racing to write it,
  * one wins; the others' comparisons fail and they read the winner's); install what etcd holds.
  * Returns 0, or -1 when etcd could not be read (logged; the next beat tries again).
  */
 static int reconcile(CURL *curl)
 {
     struct live *now = g_new0(struct live, 1), *inview = g_new0(struct live, 1);
+    struct live *want = g_new0(struct live, 1);
     struct view_read vr = {0};
     char *end = prefix_end(members.members_prefix);
     int rc = -1;
@@ -401,7 +443,8 @@ static int reconcile(CURL *curl)
             epoch = 0;
             vr.found = false;
         }
-        if (vr.found && memcmp(now, inview, sizeof(*now)) == 0) {
+        view_want(inview, now, want);
+        if (vr.found && memcmp(want, inview, sizeof(*want)) == 0) {
             install(epoch, inview);
             rc = 0;
             goto out;
@@ -409,7 +452,7 @@ static int reconcile(CURL *curl)
         if (round == 1)
             break; /* lost the race twice in a row: the next event or beat tries again */
         /* Compare mod_revision: 0 for a view key that does not exist yet. */
-        char *val = view_format(epoch + 1, now);
+        char *val = view_format(epoch + 1, want);
         char *k64 = b64(members.view_key), *v64 = b64(val);
         char *body = g_strdup_printf(
             "{\"compare\": [{\"key\": \"%s\", \"target\": \"MOD\", \"result\": \"EQUAL\", "
@@ -430,6 +473,7 @@ out:
     g_free(end);
     g_free(now);
     g_free(inview);
+    g_free(want);
     return rc;
 }
 
@@ -632,19 +676,13 @@ void members_stop(void)
     pthread_mutex_unlock(&members.lock);
     pthread_join(members.agent, NULL);
     pthread_join(members.watcher, NULL);
-    /* Revoked, the lease takes this node's key with it now: the peers write the view without
-     * it at once. Failing that, the lease lapses on its own within its TTL. */
-    CURL *curl = curl_easy_init();
-    if (curl) {
-        char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
-        JsonParser *p = call(curl, "/v3/lease/revoke", body, NESSIE_LOG_WARN);
-        if (p) {
-            log_info("members: node %u left the view (lease revoked)", members.self);
-            g_object_unref(p);
-        }
-        g_free(body);
-        curl_easy_cleanup(curl);
-    }
+    /* The lease is left to lapse, not revoked. A node lost from a view is fenced for good (until
+     * rejoin is built), so a cluster stopped whole (nessie-cluster stop signals every daemon at
+     * once) would, with revocations, fence its own members one by one as they left and come
+     * back degraded; lapsing within the TTL, the leases outlive every daemon's exit and no view
+     * is written. A node that leaves alone is removed when its lease lapses, as a dead one. */
+    log_info("members: node %u leaves; its lease lapses within %u s", members.self,
+             members.lease_s);
     pthread_cond_destroy(&members.cond);
     pthread_mutex_destroy(&members.lock);
     curl_global_cleanup();

@@ -7,7 +7,12 @@
  *
  * Keys, under the cluster's [cluster] name so two clusters never meet in one etcd:
  *   /nessie/<name>/members/<ID>  = this node's incarnation (decimal), under its lease
- *   /nessie/<name>/view          = "<epoch> <ID>:<incarnation> ..." (live members, by ID)
+ *   /nessie/<name>/view          = "<epoch> <ID>:<incarnation> ... <ID>:gone ..." (live members,
+ *                                  and the fenced ones: lost their lease in an earlier view)
+ *
+ * A node lost from the view is fenced (kvstore/membership/membership.h) and stays listed gone,
+ * registered again or not, until rejoin is built; its own daemon, seeing itself gone, serves
+ * nothing.
  *
  * etcd is reached through its v3 JSON gateway (POST /v3/...) with libcurl; the engine never sees
  * etcd. With mode = static nothing here runs (members_start returns at once, no curl call).
@@ -27,8 +32,8 @@
  */
 int members_start(const struct recep_config *cfg, struct nessie_node *node);
 
-/* Leave: stop the threads, then revoke the lease, so the peers write a view without this node
- * at once rather than after the lease's TTL. Does nothing after a static start. */
+/* Leave: stop the threads; the lease lapses within its TTL (members.c says why it is not
+ * revoked). Does nothing after a static start. */
 void members_stop(void);
 
 #endif

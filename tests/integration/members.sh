@@ -1,11 +1,15 @@
 #!/bin/sh
-# tests/integration/members.sh: the cluster's view through etcd (issue 28, its first slice). A
-# 3-node local cluster started with `nessie-cluster --membership etcd` (a private etcd): all
-# three daemons must agree on one view epoch with 3 live members (their stats); node 2's daemon
-# is killed with SIGKILL and the two others must install a newer view without it within the
-# lease TTL plus a margin (etcd's own expiry removes it, never a peer); restarted with
-# `nessie-cluster start`, it must come back in a still newer view of 3 members, which all three
-# agree on; `stop` must leave no etcd running and nothing listening on its port.
+# tests/integration/members.sh: the cluster's view through etcd, and the data path under it
+# (issue 28). A 3-node local cluster started with `nessie-cluster --membership etcd` (a private
+# etcd): all three daemons must agree on one view epoch with 3 live members (their stats). Keys
+# are written through node 0 and through node 2. Node 2's daemon is killed with SIGKILL and the
+# two others must install a newer view that shows it gone within the lease TTL plus a margin
+# (etcd's own expiry removes it, never a peer). Then, on nodes 0 and 1, every call answers:
+# a GET is the value written or a miss (node 2's values are lost), never an error; every SET
+# succeeds, and each survivor reads what the other wrote. Restarted with `nessie-cluster start`,
+# node 2 registers again but stays out of the view (fenced: rejoin is not built yet), and serves
+# nothing; the survivors go on serving. `stop` must leave no etcd running and nothing listening
+# on its port.
 #
 # Environment: BUILD (build dir, default build), KEEP (keep the run directory).
 set -eu
@@ -64,6 +68,24 @@ n1=$(agree "0 1 2" 3 0) || fail "the three daemons did not agree on a view of 3 
 echo "members: all three installed view $n1 with 3 members ($(stat_of 0 nessie_view))"
 grep -q "view $n1: members" "$dir/node0.log" || fail "node 0 did not log view $n1"
 
+# A key's GET through node $1: prints the value, "MISS", or "ERROR <status>".
+get() {
+    if out=$("$client" -s "$dir/node$1.sock" get "$2" 2>&1); then
+        echo "$out"
+    elif [ "$out" = NOT_FOUND ]; then
+        echo MISS
+    else
+        echo "ERROR $out"
+    fi
+}
+KEYS=40
+i=0
+while [ $i -lt $KEYS ]; do
+    "$client" -s "$dir/node0.sock" set "a$i" "v1-a$i" || fail "SET a$i through node 0"
+    "$client" -s "$dir/node2.sock" set "b$i" "v1-b$i" || fail "SET b$i through node 2"
+    i=$((i + 1))
+done
+
 victim=$(cat "$dir/node2.pid")
 kill -KILL "$victim"
 start=$(date +%s)
@@ -72,9 +94,59 @@ echo "members: nodes 0 and 1 installed view $n2 without node 2, $(( $(date +%s) 
      "its SIGKILL ($(stat_of 0 nessie_view))"
 case ",$(stat_of 0 nessie_view)," in *,2:*-,*) ;; *) fail "view $n2 does not show node 2 gone" ;; esac
 
+# Every call of the survivors answers. Values written through node 2 lived in its memory: lost.
+hits=0
+for n in 0 1; do
+    i=0
+    while [ $i -lt $KEYS ]; do
+        for k in a b; do
+            r=$(get $n "$k$i")
+            case $r in
+                MISS) ;;
+                "v1-$k$i") [ $k = a ] || fail "node $n read b$i, whose value lived on the lost node 2"
+                           hits=$((hits + 1)) ;;
+                *) fail "node $n: GET $k$i: $r (want v1-$k$i or a miss)" ;;
+            esac
+        done
+        i=$((i + 1))
+    done
+done
+echo "members: every GET on nodes 0 and 1 answered ($hits of $((2 * KEYS)) node-0 values still read, every node-2 value a miss)"
+i=0
+while [ $i -lt $KEYS ]; do
+    for k in a b; do
+        "$client" -s "$dir/node$((i % 2)).sock" set "$k$i" "v2-$k$i" >/dev/null 2>&1 ||
+            fail "SET $k$i through node $((i % 2)) after node 2 was lost"
+    done
+    i=$((i + 1))
+done
+i=0
+while [ $i -lt $KEYS ]; do
+    for k in a b; do
+        r=$(get $(((i + 1) % 2)) "$k$i")
+        [ "$r" = "v2-$k$i" ] || fail "node $(((i + 1) % 2)): GET $k$i: $r, want v2-$k$i (written through the other survivor)"
+    done
+    i=$((i + 1))
+done
+lost=$(stat_of 0 nessie_lost_entries)
+echo "members: every SET on nodes 0 and 1 succeeded, each read the other's ($lost lost entries met on node 0)"
+
 "$cluster" start --dir "$dir" >/dev/null
-n3=$(agree "0 1 2" 3 "$n2") || fail "node 2 restarted, but no newer view of 3 members"
-echo "members: node 2 restarted, all three installed view $n3 with 3 members ($(stat_of 2 nessie_view))"
+t=0
+until grep -q "node 2 lost its lease and is out of the cluster" "$dir/node2.log" 2>/dev/null; do
+    t=$((t + 1))
+    [ $t -le $((WAIT_S * 10)) ] || fail "node 2 restarted but never logged that it is out"
+    sleep 0.1
+done
+[ "$(stat_of 2 nessie_view_epoch)" = "$n2" ] || fail "node 2 did not install view $n2"
+r=$(get 2 a1)
+case $r in ERROR*) ;; *) fail "node 2, out of the view, answered GET a1: $r" ;; esac
+[ "$(get 0 a1)" = v2-a1 ] || fail "node 0 stopped serving after node 2 came back"
+m=$(stat_of 0 nessie_view_members)
+[ "$m" = 2 ] || fail "node 2 came back into the view ($m live members): rejoin is not built"
+grep -q "node 2 registered again" "$dir/node0.log" "$dir/node1.log" ||
+    fail "no survivor logged node 2's return"
+echo "members: node 2 restarted, registered again, stays out of view $n2 and serves nothing ($r)"
 
 port=$(cut -d' ' -f1 "$dir/etcd/ports")
 epid=$(cat "$dir/etcd/etcd.pid")
