@@ -251,6 +251,8 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_view_members", live);
     STAT_S("nessie_view", vm->len ? vm->str : "none");
     STAT_U("nessie_incarnation", nessie_node_incarnation(st->node));
+    /* Calls that waited for a view: its lease's renewal, or one fencing a node they needed. */
+    STAT_U("nessie_view_waits", c.view_waits);
     g_string_free(vm, TRUE);
     g_free(view);
     STAT_S("nessie_mode", nessie_mode_name(cfg->mode));

@@ -105,6 +105,11 @@ struct nessie_config {
      * slots of its request ring there. Each slot holds a request and its reply inline, so the
      * MSG region costs 2 x nodes x sd_slots x (max item, at most 1 MiB) bytes per node. */
     uint32_t sd_slots;
+    /* With views (issue 28): how long a call that could not reach a node waits, at most, for the
+     * view that fences it, ms; it is then run again under that view (0, the default: no views
+     * will come, and such a call fails at once with NESSIE_FABRIC_ERROR). A daemon with
+     * [membership] mode = etcd derives it from its lease (reception/members.c). At most 600000. */
+    uint32_t view_wait_ms;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
@@ -159,6 +164,9 @@ struct nessie_counters {
     struct nessie_op_counters op[NESSIE_OPK_COUNT];
     uint64_t migrations, recursive_migrations;
     uint64_t takeovers;           /* orphaned entries completed by another operation */
+    uint64_t view_waits;          /* calls that waited for a view (issue 28): for their node's
+                                     view lease to be renewed, or for a view to fence a node
+                                     they could not reach */
     uint64_t staged, marked, freed; /* recycling pipeline */
     uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
     /* Eviction and reclamation, with memcached's meanings (stats): */
@@ -358,10 +366,11 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
 long nessie_sweep_leaks(struct nessie_ctx *ctx);
 /* The call bound, ms: the longest after its start that anything a call did can still take effect
  * (its budget, the wait for room a write may add, its last attempt, the fabric's longest request;
- * kvstore/front/engine.c derives it). */
+ * and with views, the wait for a view, view_wait_ms: kvstore/front/engine.c derives it). */
 uint64_t nessie_node_call_bound_ms(const struct nessie_node *node);
-/* The grace period, ms: the call bound plus one expiration period. An orphan is taken over, and
- * a leak recycled by a sweep, only that long after its creation. */
+/* The grace period, ms: the bound of one run of a call (the call bound less the wait for a view,
+ * after which a call runs again as a new operation) plus one expiration period. An orphan is
+ * taken over, and a leak recycled by a sweep, only that long after its creation. */
 uint64_t nessie_node_grace_ms(const struct nessie_node *node);
 
 /*
@@ -405,6 +414,16 @@ int nessie_view_install(struct nessie_node *node, const struct nessie_view *view
 int nessie_view_get(struct nessie_node *node, struct nessie_view *out);
 /* The current view's epoch (0: none), without a lock: one atomic load. */
 uint64_t nessie_view_epoch(const struct nessie_node *node);
+/*
+ * The view's lease: the installed view may be acted on until valid_until_ns (CLOCK_MONOTONIC),
+ * vouched for by whoever agrees views (the daemon renews it after every read of the service that
+ * found no newer view). Once given, a lease is in force for the node's life: a protocol attempt
+ * starts only if it ends (an expiration period and a fabric request later) before the lease
+ * does, and otherwise waits for a renewal, so a node cut off from the service stops acting on a
+ * view that may no longer be current (kvstore/membership/membership.h, "Acting on a view"). An
+ * end earlier than the current one changes nothing. Never blocks.
+ */
+void nessie_view_renew(struct nessie_node *node, uint64_t valid_until_ns);
 /* This node's incarnation: bumped every time its tables are opened, a restart included, so a
  * daemon's registration in a view names one life of the node. Never fails. */
 uint64_t nessie_node_incarnation(const struct nessie_node *node);

@@ -1,9 +1,13 @@
 /*
  * api.c - the engine's public calls on keys (nessie.h): each checks its arguments (bad input is
  * refused here and changes nothing), works out its key's plan once (memory/keys.h), and hands
- * the call to the dispatch (modes/dispatch.c), which decides who carries it out.
+ * the call to the dispatch (modes/dispatch.c), which decides who carries it out. With views, a
+ * call that could not reach a node waits for the view that fences it and runs again (below).
  */
 #include "front.h"
+
+#include <stdlib.h>
+#include <time.h>
 
 /* The checks every call on one key starts with, and its plan: NESSIE_OK with *kp worked out, or
  * NESSIE_INVALID (no context) or NESSIE_BAD_KEY, having touched nothing. */
@@ -21,6 +25,71 @@ static int api_plan(struct nessie_ctx *ctx, const void *key, size_t key_len, str
     return NESSIE_OK;
 }
 
+/*
+ * Waiting for a view (issue 28). A call that failed only because a node it needed could not be
+ * reached (NESSIE_FABRIC_ERROR: it had no effect, nessie.h) is run again, planned anew, as soon
+ * as a newer view is installed (one that fences the node has moved its positions to live nodes,
+ * and reads its values as lost) or after a back-off (the node may answer again), until
+ * cfg.view_wait_ms after its first failure: the detection time the daemon derives from its
+ * lease (reception/members.c). Without views (view_wait_ms 0, static membership) no view will
+ * come, and the error is the answer. A run that timed out is never repeated: its effect is
+ * unknown.
+ */
+/* The back-off between runs while no view comes: doubling from 1 ms to this. */
+#define API_WAIT_BACKOFF_MAX_MS 32
+
+struct api_wait {
+    uint64_t until_ns; /* 0 until the first failure */
+    uint64_t epoch;    /* the view the last run failed under */
+    unsigned tries;
+};
+
+/* Whether to run the call again after it returned rc; if so, waits first (see above). */
+static bool api_wait_again(struct nessie_ctx *ctx, struct api_wait *w, int rc)
+{
+    struct nessie_node *nd = ctx->node;
+    if (rc != NESSIE_FABRIC_ERROR || nd->cfg.view_wait_ms == 0 ||
+        mship_fenced(&nd->view, nd->cfg.self))
+        return false;
+    uint64_t now = nessie_mono_ns();
+    if (w->until_ns == 0) {
+        w->until_ns = now + (uint64_t)nd->cfg.view_wait_ms * 1000000ULL;
+        CTR_ADD(ctx->ctr.view_waits, 1);
+    } else if (now >= w->until_ns) {
+        return false;
+    }
+    uint64_t epoch = mship_epoch(&nd->view);
+    if (epoch == w->epoch) {
+        unsigned shift = w->tries < 5 ? w->tries : 5;
+        uint64_t pause = (1ULL << shift) * 1000000ULL;
+        if (pause > (uint64_t)API_WAIT_BACKOFF_MAX_MS * 1000000ULL)
+            pause = (uint64_t)API_WAIT_BACKOFF_MAX_MS * 1000000ULL;
+        uint64_t end = now + pause < w->until_ns ? now + pause : w->until_ns;
+        w->tries++;
+        while (nessie_mono_ns() < end && mship_epoch(&nd->view) == epoch) {
+            struct timespec ts = {0, 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    w->epoch = mship_epoch(&nd->view);
+    return true;
+}
+
+/* A call's plan and run, again while api_wait_again says so. */
+#define API_RUN(ctx, key, key_len, kp, run)                                     \
+    do {                                                                        \
+        struct api_wait w_ = {0};                                               \
+        int rc_;                                                                \
+        do {                                                                    \
+            if ((rc_ = api_plan((ctx), (key), (key_len), &(kp))) != NESSIE_OK)  \
+                return rc_;                                                     \
+            if (w_.until_ns == 0)                                               \
+                w_.epoch = mship_epoch(&(ctx)->node->view);                     \
+            rc_ = (run);                                                        \
+        } while (api_wait_again((ctx), &w_, rc_));                              \
+        return rc_;                                                             \
+    } while (0)
+
 int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct nessie_item *out)
 {
     return nessie_get_into(ctx, key, key_len, NULL, 0, out);
@@ -29,17 +98,35 @@ int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct n
 int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
                     size_t cap, struct nessie_item *out)
 {
-    if (!out || (cap && !buf))
+    if (!out || (!buf && cap))
         return NESSIE_INVALID;
     struct key_plan kp;
-    int rc = api_plan(ctx, key, key_len, &kp);
-    return rc != NESSIE_OK ? rc : mode_get(ctx, &kp, buf, cap, out);
+    API_RUN(ctx, key, key_len, kp, mode_get(ctx, &kp, buf, cap, out));
 }
 
 int nessie_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys,
                      const size_t *lens, nessie_multi_fn done, void *user)
 {
     return nessie_get_multi_into(ctx, n, keys, lens, NULL, NULL, done, user);
+}
+
+/* A multi-get's keys that could not reach a node, kept back from the caller's done to be read
+ * again one by one, waiting for a view (api_wait_again). */
+struct api_multi {
+    nessie_multi_fn done;
+    void *user;
+    size_t *failed;
+    size_t nfailed;
+};
+
+static void api_multi_done(void *arg, size_t i, int status, const struct nessie_item *it)
+{
+    struct api_multi *m = arg;
+    if (status == NESSIE_FABRIC_ERROR && m->failed) {
+        m->failed[m->nfailed++] = i;
+        return;
+    }
+    m->done(m->user, i, status, it);
 }
 
 int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *keys,
@@ -50,8 +137,21 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
         return NESSIE_INVALID;
     if (mship_fenced(&ctx->node->view, ctx->node->cfg.self))
         return NESSIE_FABRIC_ERROR; /* out of the view: api_plan */
-    /* Each key is checked and planned on its own: a bad one is answered through done. */
-    return mode_get_multi(ctx, n, keys, lens, bufs, caps, done, user);
+    if (ctx->node->cfg.view_wait_ms == 0 || n == 0)
+        /* Each key is checked and planned on its own: a bad one is answered through done. */
+        return mode_get_multi(ctx, n, keys, lens, bufs, caps, done, user);
+    struct api_multi m = {.done = done, .user = user, .failed = malloc(n * sizeof(size_t))};
+    int rc = mode_get_multi(ctx, n, keys, lens, bufs, caps, m.failed ? api_multi_done : done,
+                            m.failed ? (void *)&m : user);
+    for (size_t j = 0; j < m.nfailed; j++) {
+        size_t i = m.failed[j];
+        struct nessie_item it;
+        void *buf = bufs ? bufs[i] : NULL;
+        int st = nessie_get_into(ctx, keys[i], lens[i], buf, buf ? caps[i] : 0, &it);
+        done(user, i, st, st == NESSIE_OK ? &it : NULL);
+    }
+    free(m.failed);
+    return rc;
 }
 
 int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
@@ -60,33 +160,29 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
 {
     if ((unsigned)mode > NESSIE_PREPEND || (!value && value_len))
         return NESSIE_INVALID;
-    struct key_plan kp;
-    int rc = api_plan(ctx, key, key_len, &kp);
-    if (rc != NESSIE_OK)
-        return rc;
-    if (mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size)
+    if (ctx && mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size &&
+        key_check(key, key_len) == NESSIE_OK)
         return NESSIE_TOO_BIG;
-    return mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, version_out);
+    struct key_plan kp;
+    API_RUN(ctx, key, key_len, kp,
+            mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, version_out));
 }
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
 {
     struct key_plan kp;
-    int rc = api_plan(ctx, key, key_len, &kp);
-    return rc != NESSIE_OK ? rc : mode_delete(ctx, &kp);
+    API_RUN(ctx, key, key_len, kp, mode_delete(ctx, &kp));
 }
 
 int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
                  uint64_t delta, uint64_t *result, uint64_t *version_out)
 {
     struct key_plan kp;
-    int rc = api_plan(ctx, key, key_len, &kp);
-    return rc != NESSIE_OK ? rc : mode_arith(ctx, &kp, incr, delta, result, version_out);
+    API_RUN(ctx, key, key_len, kp, mode_arith(ctx, &kp, incr, delta, result, version_out));
 }
 
 int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime)
 {
     struct key_plan kp;
-    int rc = api_plan(ctx, key, key_len, &kp);
-    return rc != NESSIE_OK ? rc : mode_touch(ctx, &kp, exptime);
+    API_RUN(ctx, key, key_len, kp, mode_touch(ctx, &kp, exptime));
 }

@@ -86,6 +86,8 @@ static int check_config(const struct nessie_config *c)
         why = "sd_slots must be 1..64";
     else if ((unsigned)c->mode > NESSIE_MODE_AUTO)
         why = "unknown mode";
+    else if (c->view_wait_ms > 600000)
+        why = "view_wait_ms must be at most 600000";
     if (why)
         log_error("engine: bad configuration: %s", why);
     return why ? NESSIE_INVALID : NESSIE_OK;
@@ -112,7 +114,10 @@ static int check_config(const struct nessie_config *c)
  * The grace adds one period of margin for the few instructions between each Step 0 check and
  * its CAS, which no check can close. A shipped call (sd.c) runs at its home node as a call of its
  * own, under the same bound from the moment a server takes it up, and a server takes up nothing
- * whose requester's budget has run out.
+ * whose requester's budget has run out. A call that waits for a view (front/api.c, issue 28)
+ * runs again as a new operation (a creator id of its own) once the view came: each run is
+ * bounded by L, which is all the grace needs; the public call's life is at most view_wait_ms
+ * plus L (nessie_node_call_bound_ms says so, for whoever times a call from outside).
  *
  * A thread that is descheduled for longer than the grace (a stall) is indistinguishable from a
  * dead one: its entry is taken over. Whatever it does when it runs again is a CAS naming one life
@@ -134,7 +139,7 @@ static void bound_compute(const struct nessie_config *cfg, const struct fab *fab
 
 uint64_t nessie_node_call_bound_ms(const struct nessie_node *node)
 {
-    return node->bound.act_ns / 1000000ULL;
+    return node->bound.act_ns / 1000000ULL + node->cfg.view_wait_ms;
 }
 
 int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
@@ -258,6 +263,11 @@ int nessie_view_get(struct nessie_node *nd, struct nessie_view *out)
 uint64_t nessie_view_epoch(const struct nessie_node *nd)
 {
     return mship_epoch(&nd->view);
+}
+
+void nessie_view_renew(struct nessie_node *nd, uint64_t valid_until_ns)
+{
+    mship_renew(&nd->view, valid_until_ns);
 }
 
 uint64_t nessie_node_incarnation(const struct nessie_node *nd)

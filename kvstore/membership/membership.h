@@ -56,6 +56,9 @@ struct mship_state {
      * membership's always, skip the bitmap with one load. */
     _Atomic uint32_t nfenced;
     _Atomic uint64_t fenced[NESSIE_NODES_MAX / 64];
+    /* Until when (CLOCK_MONOTONIC ns) the installed view may be acted on: the view's lease (see
+     * "Acting on a view" above). 0: no lease in force (static membership, or none given yet). */
+    _Atomic uint64_t valid_until_ns;
 };
 
 /* Start with no view (epoch 0, no members, no fence) for node self. Returns NESSIE_OK, or
@@ -80,6 +83,17 @@ void mship_get(struct mship_state *st, struct nessie_view *out);
 
 /* The current view's epoch, without the lock. */
 uint64_t mship_epoch(const struct mship_state *st);
+
+/* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
+ * good. Never blocks. */
+void mship_renew(struct mship_state *st, uint64_t until_ns);
+
+/* The view lease's end (CLOCK_MONOTONIC ns), or 0 when no lease is in force. Acquire: pairs
+ * with the release of mship_renew, which follows the install of the view it vouches for. */
+static inline uint64_t mship_valid_until(const struct mship_state *st)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)&st->valid_until_ns, memory_order_acquire);
+}
 
 /* Whether any node is fenced: one relaxed load (false for static membership, always). */
 static inline bool mship_any_fenced(const struct mship_state *st)

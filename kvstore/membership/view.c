@@ -14,6 +14,7 @@ int mship_init(struct mship_state *st, uint32_t self)
     atomic_init(&st->nfenced, 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->fenced[i], 0);
+    atomic_init(&st->valid_until_ns, 0);
     return pthread_rwlock_init(&st->lock, NULL) == 0 ? NESSIE_OK : NESSIE_NO_MEMORY;
 }
 
@@ -85,4 +86,15 @@ uint64_t mship_epoch(const struct mship_state *st)
     /* Acquire pairs with install's release (membership.h). The cast drops const for C11's
      * atomic_load on a const object, which some libcs reject. */
     return atomic_load_explicit((_Atomic uint64_t *)&st->epoch, memory_order_acquire);
+}
+
+void mship_renew(struct mship_state *st, uint64_t until_ns)
+{
+    /* Release: an attempt that reads this lease (acquire) sees the view it was renewed for. A
+     * renewal older than the current end changes nothing (two readers of the service). */
+    uint64_t cur = atomic_load_explicit(&st->valid_until_ns, memory_order_relaxed);
+    while (until_ns > cur &&
+           !atomic_compare_exchange_weak_explicit(&st->valid_until_ns, &cur, until_ns,
+                                                  memory_order_release, memory_order_relaxed))
+        ;
 }

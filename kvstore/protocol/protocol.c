@@ -99,6 +99,30 @@ void proto_backoff(struct op *op, unsigned attempt)
         ;
 }
 
+/* Polling a view lease that ran out: renewals come every MEMBERS_REFRESH_MS (100 ms), so a
+ * millisecond costs a waiting call little and the daemon's CPU nothing that matters. */
+#define VIEW_GATE_POLL_US 1000
+
+bool proto_view_gate(struct op *op)
+{
+    const struct nessie_bound *b = &op->node->bound;
+    bool waited = false;
+    for (;;) {
+        uint64_t until = mship_valid_until(&op->node->view);
+        if (until == 0 || op->attempt_start + b->period_ns + b->fabric_ns <= until)
+            return true;
+        if (nessie_mono_ns() >= op->deadline)
+            return false;
+        if (!waited)
+            CTR_ADD(op->ctx->ctr.view_waits, 1);
+        waited = true;
+        op->pre_valid = false; /* a read-ahead from before the wait is no use to the attempt */
+        struct timespec ts = {0, VIEW_GATE_POLL_US * 1000L};
+        nanosleep(&ts, NULL);
+        op->attempt_start = nessie_mono_ns();
+    }
+}
+
 /* --- fabric access, counted ------------------------------------------------------------------ */
 
 /* CAS an ITE: returns NESSIE_OK and sets *ok when the swap happened. On NESSIE_FABRIC_ERROR

@@ -230,7 +230,16 @@ void proto_recycle_all(struct op *op);
 /* A.1.2 step 3: the key met nowhere; the reverse pass decides (the call ends with `absent`). */
 enum attempt proto_end_absent(struct op *op, int absent, int *status);
 
-/* Run attempts with back-off until one is final or the call's budget is spent. */
+/* "Acting on a view" (membership/membership.h): whether the attempt starting now (attempt_start)
+ * ends, one expiration period and the fabric's request bound later, before the view's lease
+ * does; if not, wait for a renewal (counted as a view wait) until the call's deadline, and then
+ * restart the attempt's timer. Returns false when the deadline came first: the attempt must not
+ * run. */
+bool proto_view_gate(struct op *op);
+
+/* Run attempts with back-off until one is final or the call's budget is spent; an attempt runs
+ * only under a current view (proto_view_gate): a call that cannot get one ends without its
+ * attempt, NESSIE_FABRIC_ERROR (no effect) or, with an entry of its own published, TIMEOUT. */
 #define RUN_ATTEMPTS(op, call)                                                   \
     do {                                                                         \
         for (unsigned attempt_no = 0;; attempt_no++) {                           \
@@ -239,6 +248,12 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
             if (attempt_no > 0)                                                  \
                 (op)->pre_valid = false;                                         \
             (op)->attempt_start = (op)->pre_valid ? (op)->pre_t : nessie_mono_ns(); \
+            /* The view's lease (membership.h): in force only with views. */     \
+            if (__builtin_expect(mship_valid_until(&(op)->node->view) != 0, 0) && \
+                !proto_view_gate(op)) {                                          \
+                status = (op)->mine ? NESSIE_TIMEOUT : NESSIE_FABRIC_ERROR;      \
+                break;                                                           \
+            }                                                                    \
             /* A shipped call run here with its budget spent acts not at all. */  \
             if (attempt_no == 0 && (op)->spent) {                                \
                 status = NESSIE_TIMEOUT;                                         \

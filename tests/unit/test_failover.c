@@ -10,6 +10,10 @@
  *     both survivors (each reads back what the other wrote), lost entries' room taken back;
  *   - nothing of node 2's memory is written after the fence (its index is unchanged);
  *   - node 2, once its own view fences it, serves nothing (NESSIE_FABRIC_ERROR).
+ * With views in force (view_wait_ms, as a daemon with etcd sets it), a call that cannot reach
+ * node 2 waits for the view that fences it and then succeeds, instead of failing; and no attempt
+ * runs on a view whose lease has run out (it waits for the renewal, or fails having done
+ * nothing).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +21,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +56,9 @@ static enum fab_fault dead_fault(void *user, struct fab_ep *ep, const struct fab
     return FAB_FAULT_DROP;
 }
 
+/* What the next setup gives every node (a setup variant sets them). */
+static uint32_t setup_view_wait_ms, setup_op_timeout_ms;
+
 static int setup(void **state)
 {
     (void)state;
@@ -65,11 +74,27 @@ static int setup(void **state)
         cfg.index_slots = 128; /* 150 keys: 0.39 of 3 nodes' slots, 0.59 of 2 nodes' */
         cfg.data_bytes = 4 << 20;
         cfg.max_item_size = 4096;
+        cfg.view_wait_ms = setup_view_wait_ms;
+        cfg.op_timeout_ms = setup_op_timeout_ms;
         assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
         assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
     }
     atomic_store(&to_dead, 0);
     return 0;
+}
+
+static int setup_waiting(void **state)
+{
+    setup_view_wait_ms = 5000;
+    setup_op_timeout_ms = 0;
+    return setup(state);
+}
+
+static int setup_short_budget(void **state)
+{
+    setup_view_wait_ms = 0;
+    setup_op_timeout_ms = 200;
+    return setup(state);
 }
 
 static int teardown(void **state)
@@ -80,7 +105,24 @@ static int teardown(void **state)
         nessie_node_close(C.node[i]);
         fab_unlink(FAB_BACKEND_SHM, C.name, i);
     }
+    setup_view_wait_ms = setup_op_timeout_ms = 0;
     return 0;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t view_waits(uint32_t n)
+{
+    struct nessie_counters *c = calloc(1, sizeof(*c));
+    nessie_node_counters(C.node[n], c);
+    uint64_t w = c->view_waits;
+    free(c);
+    return w;
 }
 
 static void key_of(int i, char *k) { snprintf(k, 32, "key-%03d", i); }
@@ -238,11 +280,98 @@ static void test_lost_node_serves_nothing(void **state)
     free(v);
 }
 
+static void install(uint32_t n, uint64_t epoch, bool dead_gone);
+
+/* The view service's part, late: after FENCE_LATE_MS, nodes 0 and 1 install the view that lost
+ * node 2. */
+#define FENCE_LATE_MS 300
+static void *fence_late(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, FENCE_LATE_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    for (uint32_t n = 0; n < DEAD; n++)
+        install(n, 2, true);
+    return NULL;
+}
+
+/* With views, a call that cannot reach node 2 waits for the view that fences it, then runs
+ * again under it: every write is acknowledged, every GET answers, none fails. */
+static void test_calls_wait_for_the_view(void **state)
+{
+    (void)state;
+    for (uint32_t n = 0; n < NODES; n++)
+        install(n, 1, false);
+    for (int i = 0; i < KEYS; i++)
+        assert_int_equal(put(i % 2 ? DEAD : 0, i, "v1"), NESSIE_OK);
+    for (uint32_t n = 0; n < DEAD; n++)
+        fab_set_fault(nessie_node_fabric(C.node[n]), dead_fault, NULL);
+    pthread_t th;
+    uint64_t t0 = mono_ms();
+    assert_int_equal(pthread_create(&th, NULL, fence_late, NULL), 0);
+    for (int i = 0; i < KEYS; i++) {
+        got(1, i, "v1"); /* the value or a miss (got fails the test on an error) */
+        assert_int_equal(put(0, i, "v2"), NESSIE_OK);
+    }
+    uint64_t took = mono_ms() - t0;
+    pthread_join(th, NULL);
+    for (int i = 0; i < KEYS; i++)
+        assert_int_equal(got(1, i, "v2"), 1);
+    uint64_t waits = view_waits(0) + view_waits(1);
+    print_message("%d GETs and %d SETs across the loss in %llu ms, %llu of them waited for the "
+                  "view\n", KEYS, KEYS, (unsigned long long)took, (unsigned long long)waits);
+    assert_true(waits > 0);
+    assert_true(took >= FENCE_LATE_MS - 20); /* they did wait for it */
+    for (uint32_t n = 0; n < DEAD; n++)
+        fab_set_fault(nessie_node_fabric(C.node[n]), NULL, NULL);
+}
+
+static void *renew_late(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, FENCE_LATE_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    nessie_view_renew(C.node[0], ((uint64_t)mono_ms() + 60000) * 1000000ULL);
+    return NULL;
+}
+
+/* No attempt runs on a view whose lease has run out: it waits for the renewal, and without one
+ * the call fails having changed nothing. */
+static void test_attempts_wait_for_the_view_lease(void **state)
+{
+    (void)state;
+    for (uint32_t n = 0; n < NODES; n++)
+        install(n, 1, false);
+    assert_int_equal(put(0, 1, "v1"), NESSIE_OK);
+    nessie_view_renew(C.node[0], 1); /* in force, and long over */
+    uint64_t t0 = mono_ms();
+    assert_int_equal(put(0, 1, "v2"), NESSIE_FABRIC_ERROR); /* the budget (200 ms) ran out */
+    assert_true(mono_ms() - t0 >= 150);
+    assert_int_equal(got(1, 1, "v1"), 1); /* changed nothing */
+    assert_true(view_waits(0) > 0);
+    /* Renewed while a call waits: it runs then. */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, renew_late, NULL), 0);
+    t0 = mono_ms();
+    int rc;
+    do /* the budget (200 ms) is shorter than the wait: a client tries again */
+        rc = put(0, 1, "v3");
+    while (rc == NESSIE_FABRIC_ERROR && mono_ms() - t0 < 5000);
+    assert_int_equal(rc, NESSIE_OK);
+    assert_true(mono_ms() - t0 >= FENCE_LATE_MS - 20);
+    pthread_join(th, NULL);
+    assert_int_equal(got(1, 1, "v3"), 1);
+    assert_int_equal(got(0, 1, "v3"), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_calls_answer_without_the_lost_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_node_serves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_wait_for_the_view, setup_waiting, teardown),
+        cmocka_unit_test_setup_teardown(test_attempts_wait_for_the_view_lease,
+                                        setup_short_budget, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
