@@ -184,6 +184,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     struct nessie_node *nd;
+    cfg.engine.view_wait_ms = members_view_wait_ms(&cfg); /* 0 unless views come (issue 28) */
     if (nessie_node_open(&cfg.engine, &nd) != NESSIE_OK)
         goto out_config;
     /* A node that comes back learns any flush_all it missed before it serves (nessie.h). */

@@ -38,6 +38,15 @@
 /* The watcher's pause before it re-opens a watch that ended (etcd restarting, endpoint gone):
  * short, since the agent's own reconcile covers the gap anyway. */
 #define MEMBERS_REWATCH_MS 200
+/* How often the agent reads the view even with no event (membership.h, "Acting on a view"):
+ * each read that finds no newer view renews the engine's view lease, so this bounds how long a
+ * node's calls pause when a view fences a node (from the last read before the new view was
+ * written to the first after) and how stale a view a node can act on. Two small range reads
+ * per node per period cost etcd nothing that matters. */
+#define MEMBERS_REFRESH_MS 100
+/* etcd removes an expired lease at its next check (the lessor's, every 500 ms) and then the
+ * watch and a reconcile see it: what the lease's lapse costs on top of its TTL, at most. */
+#define MEMBERS_EXPIRY_SLOP_MS 1000
 
 /*
  * The daemon's membership: file-static because a daemon plays one node of one cluster and has
@@ -63,6 +72,14 @@ static struct {
      * with the incarnation it had (agent thread only after start). */
     uint64_t last_inc[NESSIE_NODES_MAX];
     bool seen[NESSIE_NODES_MAX];
+    /* The view lease (membership.h): V = view_lease_ms; fenced[] what this daemon has installed
+     * as gone; a view that fences more waits V from when it was first read (pending_*) before it
+     * is installed. Agent thread only after start; `adopting` is false until the first view is
+     * in (a new process has no calls under an older view, so its first view needs no wait). */
+    uint64_t view_lease_ms;
+    bool fenced[NESSIE_NODES_MAX];
+    uint64_t pending_epoch, pending_since_ns;
+    bool adopting;
     pthread_t agent, watcher;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -351,8 +368,9 @@ static void on_view(void *arg, const char *k, const char *v, int64_t mod)
 }
 
 /* Install the view of epoch over lv into the engine (its fenced nodes listed as gone, with the
- * incarnation they had when last seen live); log it once, when it is new here. */
-static void install(uint64_t epoch, const struct live *lv)
+ * incarnation they had when last seen live); log it once, when it is new here. Returns whether
+ * the engine now holds it (installed, or already). */
+static bool install(uint64_t epoch, const struct live *lv)
 {
     struct nessie_view *v = g_new0(struct nessie_view, 1);
     v->epoch = epoch;
@@ -377,6 +395,9 @@ static void install(uint64_t epoch, const struct live *lv)
         }
     }
     int rc = nessie_view_install(members.node, v);
+    if (rc == NESSIE_OK || rc == NESSIE_EXISTS)
+        for (uint32_t i = 0; i < members.nodes; i++)
+            members.fenced[i] = members.fenced[i] || lv->gone[i];
     if (rc == NESSIE_OK) {
         log_info("view %" PRIu64 ": members%s (%u live)%s%s", epoch, line->str, live,
                  gone->len ? "; gone:" : "", gone->str);
@@ -391,6 +412,50 @@ static void install(uint64_t epoch, const struct live *lv)
     g_string_free(line, TRUE);
     g_string_free(gone, TRUE);
     g_free(v);
+    return rc == NESSIE_OK || rc == NESSIE_EXISTS;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Act on the view of epoch over lv, read from etcd by a request sent at read_ns (CLOCK_MONOTONIC):
+ * install it, and renew the engine's view lease to read_ns + V, since the view was current then
+ * (etcd answered after read_ns). A view that fences a node this daemon has not fenced yet is
+ * installed only V after it was first read, and meanwhile the lease is not renewed: calls here
+ * under the older view end before the lease does (read_ns of the last read that saw it, before
+ * the new view was written, plus V), and other nodes act on the new view only V after they read
+ * it, so the two placements never act at once (membership.h, "Acting on a view"). This node gone
+ * from the view: installed (it serves nothing then), never renewed.
+ */
+static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
+{
+    bool fences = false;
+    for (uint32_t i = 0; i < members.nodes; i++)
+        fences = fences || (lv->gone[i] && !members.fenced[i]);
+    uint64_t v_ns = members.view_lease_ms * 1000000ULL;
+    if (fences && members.adopting) {
+        if (members.pending_epoch != epoch) {
+            members.pending_epoch = epoch;
+            members.pending_since_ns = read_ns;
+            log_info("members: view %" PRIu64 " fences a node: acted on in %" PRIu64 " ms, once "
+                     "every member's calls under the older view are over", epoch,
+                     members.view_lease_ms);
+        }
+        if (mono_ns() < members.pending_since_ns + v_ns)
+            return;
+    }
+    /* A view the engine refuses (one reviving a fenced node: etcd's keys were reset under a
+     * running cluster) is not current here: no renewal, so this node's calls stop. */
+    if (!install(epoch, lv))
+        return;
+    members.adopting = true;
+    if (!lv->gone[members.self])
+        nessie_view_renew(members.node, read_ns + v_ns);
 }
 
 /* The member set the view should have, from the view's and the registrations: a live member
@@ -432,6 +497,7 @@ static int reconcile(CURL *curl)
         memset(now, 0, sizeof(*now));
         g_free(vr.value);
         vr = (struct view_read){0};
+        uint64_t read_ns = mono_ns(); /* before the requests: the view is current after it */
         if (range(curl, members.members_prefix, end, on_member, now) != 0 ||
             range(curl, members.view_key, NULL, on_view, &vr) != 0)
             goto out;
@@ -445,7 +511,7 @@ static int reconcile(CURL *curl)
         }
         view_want(inview, now, want);
         if (vr.found && memcmp(want, inview, sizeof(*want)) == 0) {
-            install(epoch, inview);
+            adopt(epoch, inview, read_ns);
             rc = 0;
             goto out;
         }
@@ -493,10 +559,12 @@ static void *agent_main(void *arg)
     (void)arg;
     CURL *curl = curl_easy_init();
     uint64_t beat_ms = members.lease_s * 1000ULL / 3, next = now_ms() + beat_ms;
+    uint64_t refresh = now_ms() + MEMBERS_REFRESH_MS;
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
-        if (!members.dirty && now_ms() < next) {
-            uint64_t wait = next - now_ms();
+        uint64_t due = next < refresh ? next : refresh;
+        if (!members.dirty && now_ms() < due) {
+            uint64_t wait = due - now_ms();
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += (time_t)(wait / 1000);
@@ -515,6 +583,7 @@ static void *agent_main(void *arg)
             next = now_ms() + beat_ms;
         }
         reconcile(curl);
+        refresh = now_ms() + MEMBERS_REFRESH_MS;
         pthread_mutex_lock(&members.lock);
     }
     pthread_mutex_unlock(&members.lock);
@@ -587,6 +656,19 @@ static void members_free(void)
     members.members_prefix = members.view_key = members.cluster_prefix = NULL;
 }
 
+uint64_t members_view_lease_ms(const struct recep_config *cfg)
+{
+    return cfg->lease_s * 1000ULL / 2;
+}
+
+uint32_t members_view_wait_ms(const struct recep_config *cfg)
+{
+    if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
+        return 0;
+    return (uint32_t)(cfg->lease_s * 1000ULL + MEMBERS_EXPIRY_SLOP_MS + members_view_lease_ms(cfg) +
+                      2 * MEMBERS_REFRESH_MS);
+}
+
 int members_start(const struct recep_config *cfg, struct nessie_node *node)
 {
     if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
@@ -595,6 +677,10 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     members.self = cfg->engine.self;
     members.nodes = cfg->engine.nodes;
     members.lease_s = cfg->lease_s;
+    members.view_lease_ms = members_view_lease_ms(cfg);
+    members.adopting = false;
+    members.pending_epoch = 0;
+    memset(members.fenced, 0, sizeof(members.fenced));
     members.incarnation = nessie_node_incarnation(node);
     members.endpoints = g_strsplit(cfg->etcd_endpoints, ",", -1);
     guint n = 0;

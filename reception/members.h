@@ -20,8 +20,24 @@
 #ifndef NESSIE_RECEPTION_MEMBERS_H
 #define NESSIE_RECEPTION_MEMBERS_H
 
+#include <stdint.h>
+
 #include <nessie/nessie.h>
 #include "config.h"
+
+/*
+ * The view lease V (membership.h, "Acting on a view"): half the etcd lease, so that a node cut off
+ * from etcd stops acting on its view well before its etcd lease lapses and the view that removes
+ * it can be written, while renewals (every MEMBERS_REFRESH_MS, 100 ms) come far more often.
+ */
+uint64_t members_view_lease_ms(const struct recep_config *cfg);
+/*
+ * What the engine's calls may wait for a view (nessie_config.view_wait_ms): the detection time of
+ * a lost node, from its last keep-alive to the view that fences it being acted on here: the
+ * lease's TTL, etcd's expiry check and the watch (MEMBERS_EXPIRY_SLOP_MS), V, and two refreshes.
+ * 0 with mode = static. Set it in the engine's configuration before the node is opened.
+ */
+uint32_t members_view_wait_ms(const struct recep_config *cfg);
 
 /*
  * Join the cluster's membership as cfg says. mode = static: does nothing, returns 0. mode =
