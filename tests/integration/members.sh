@@ -4,7 +4,9 @@
 # etcd): all three daemons must agree on one view epoch with 3 live members (their stats). Keys
 # are written through node 0 and through node 2. Node 2's daemon is killed with SIGKILL and the
 # two others must install a newer view that shows it gone within the lease TTL plus a margin
-# (etcd's own expiry removes it, never a peer). Then, on nodes 0 and 1, every call answers:
+# (etcd's own expiry removes it, never a peer). A checked load runs on nodes 0 and 1 across the
+# loss: no call may fail (calls that need node 2 wait for the view), none may read an older
+# value, none may take longer than the view wait. Then, on nodes 0 and 1, every call answers:
 # a GET is the value written or a miss (node 2's values are lost), never an error; every SET
 # succeeds, and each survivor reads what the other wrote. Restarted with `nessie-cluster start`,
 # node 2 registers again but stays out of the view (fenced: rejoin is not built yet), and serves
@@ -33,8 +35,10 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "members: FAIL: $*"; for n in 0 1 2; do tail -n 5 "$dir/node$n.log" 2>/dev/null; done; exit 1; }
 
+# No eviction: the checked load holds every acknowledged write to stay readable but for the
+# lost node's (evictions would be misses too; nessie-stress checks the evictor).
 "$BUILD/reception" --print-config --set "cluster.name=members-$$" --set cluster.nodes=3 \
-    --set cluster.index_slots=1024 --set cluster.data_bytes=8388608 \
+    --set cluster.index_slots=1024 --set cluster.data_bytes=33554432 --set cluster.evict=false \
     --set "membership.lease_s=$LEASE_S" --set reception.workers=1 >"$dir/nessie.conf"
 "$cluster" start --nodes 3 --dir "$dir" --config "$dir/nessie.conf" --membership etcd
 
@@ -86,6 +90,16 @@ while [ $i -lt $KEYS ]; do
     i=$((i + 1))
 done
 
+# Checked load on both survivors, running across the loss: every call must answer (a miss of a
+# value the lost node held is an answer a cache may give: --may-lose; an older value is not).
+LOAD_S=9
+for n in 0 1; do
+    "$client" -s "$dir/node$n.sock" load --id $n --keys 64 --ops 100000000 --seconds $LOAD_S \
+        --max-value 512 --seed $$ --may-lose >"$dir/load$n.out" 2>&1 &
+    eval "load$n=\$!"
+done
+sleep 1
+
 victim=$(cat "$dir/node2.pid")
 kill -KILL "$victim"
 start=$(date +%s)
@@ -93,6 +107,23 @@ n2=$(agree "0 1" 2 "$n1") || fail "no view without node 2 within $WAIT_S s of it
 echo "members: nodes 0 and 1 installed view $n2 without node 2, $(( $(date +%s) - start )) s after" \
      "its SIGKILL ($(stat_of 0 nessie_view))"
 case ",$(stat_of 0 nessie_view)," in *,2:*-,*) ;; *) fail "view $n2 does not show node 2 gone" ;; esac
+
+for n in 0 1; do
+    eval "wait \$load$n" || fail "node $n's checked load saw a violation: $(tail -n 3 "$dir/load$n.out")"
+    line=$(tail -n 1 "$dir/load$n.out")
+    case $line in *" errors=0 "*) ;; *) fail "node $n's load had calls fail across the loss: $line" ;; esac
+    echo "members: node $n's load across the loss: $line"
+done
+# No call waited longer than the engine lets it wait for the view (nessie_node_call_bound_ms).
+bound=$(( LEASE_S * 1000 + 1000 + LEASE_S * 500 + 200 ))
+for n in 0 1; do
+    max=$(tail -n 1 "$dir/load$n.out" | sed -n 's/.*max_ms=\([0-9]*\).*/\1/p')
+    [ "${max:-99999}" -le $((bound + 1000)) ] ||
+        fail "node $n: a call took $max ms, more than the view wait ($bound ms) and a second"
+done
+waits=$(stat_of 0 nessie_view_waits)
+echo "members: node 0 after the load: $(stat_of 0 curr_items) items, $(stat_of 0 evictions) evictions, $(stat_of 0 reclaimed) reclaimed"
+echo "members: slowest calls within the view wait of $bound ms; $waits calls on node 0 waited for the view"
 
 # Every call of the survivors answers. Values written through node 2 lived in its memory: lost.
 hits=0
