@@ -21,6 +21,15 @@
  *     ThreadSanitizer cannot check them.
  * Requests execute at post time and their completions are queued in the endpoint; an RDMA NIC
  * would finish them later, and the engine must not (and does not) tell the difference.
+ *
+ * A lost host (issue 28). A peer's memory stays mapped here after its daemon dies, so a dead
+ * node would go on answering; over verbs it would not. `nessie-cluster kill` emulates a lost host
+ * by removing a node's tables after killing it, and every peer checks, at most every
+ * SHM_LIVE_CHECK_MS, whether the peer's index object still has a name (fstat: st_nlink 0 once
+ * removed); from then on every request to it fails with FAB_ERR_UNREACH, as to an unreachable
+ * host, and its leftover memory is never read again. A node whose tables were removed is gone
+ * for this process (a node started again under that id makes new tables, which this process
+ * would have to map anew: the view keeps such a node out until rejoin is built).
  */
 #include "fabric_int.h"
 
@@ -47,7 +56,17 @@ struct shm_fab {
     /* Base of every (node, region) mapping, 0 until attached; indexed node * FAB_REGION_COUNT +
      * region. Written once under attach_lock with release, read with acquire. */
     _Atomic(uintptr_t) *peer;
+    /* Per node, the liveness check (above): its index object's descriptor, kept open once
+     * mapped (-1 before), when it was last checked (CLOCK_MONOTONIC_COARSE ms), and whether it
+     * is gone. Any thread may check; a CAS on the time lets one of them make the fstat. */
+    _Atomic int *live_fd;
+    _Atomic uint64_t *live_checked_ms;
+    _Atomic bool *gone;
 };
+
+/* How often a peer's tables are checked for removal: a lost host is noticed within this, for the
+ * price of a coarse clock read per request (a few ns) and an fstat per node per period. */
+#define SHM_LIVE_CHECK_MS 2
 
 struct shm_ep {
     struct fab_wc *ring; /* completions, in posting order */
@@ -144,10 +163,16 @@ static int shm_open_fab(struct fab *fab, bool *created)
     if (!s)
         return FAB_ERR_NOMEM;
     s->peer = calloc((size_t)fab->cfg.nodes * FAB_REGION_COUNT, sizeof(*s->peer));
-    if (!s->peer) {
+    s->live_fd = calloc(fab->cfg.nodes, sizeof(*s->live_fd));
+    s->live_checked_ms = calloc(fab->cfg.nodes, sizeof(*s->live_checked_ms));
+    s->gone = calloc(fab->cfg.nodes, sizeof(*s->gone));
+    if (!s->peer || !s->live_fd || !s->live_checked_ms || !s->gone) {
+        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
         free(s);
         return FAB_ERR_NOMEM;
     }
+    for (uint32_t n = 0; n < fab->cfg.nodes; n++)
+        atomic_init(&s->live_fd[n], -1);
     pthread_mutex_init(&s->attach_lock, NULL);
 
     bool made[FAB_REGION_COUNT] = {false};
@@ -171,7 +196,7 @@ static int shm_open_fab(struct fab *fab, bool *created)
             }
         }
         pthread_mutex_destroy(&s->attach_lock);
-        free(s->peer);
+        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
         free(s);
         return rc;
     }
@@ -193,8 +218,13 @@ static void shm_close_fab(struct fab *fab)
                 munmap((void *)base, fab->cfg.region_size[region]);
         }
     }
+    for (uint32_t node = 0; node < fab->cfg.nodes; node++) {
+        int fd = atomic_load_explicit(&s->live_fd[node], memory_order_relaxed);
+        if (fd >= 0)
+            close(fd);
+    }
     pthread_mutex_destroy(&s->attach_lock);
-    free(s->peer);
+    free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
     free(s);
 }
 
@@ -246,11 +276,46 @@ static unsigned char *peer_base(struct fab *fab, uint32_t node, int region)
                 log_warn("fabric shm: peer region %s has %lld bytes, expected %llu", name,
                          (long long)st.st_size, (unsigned long long)size);
             }
-            close(fd);
+            /* The index object's descriptor is kept: its name is the node's liveness. */
+            if (base && region == FAB_REGION_INDEX)
+                atomic_store_explicit(&s->live_fd[node], fd, memory_order_release);
+            else
+                close(fd);
         }
     }
     pthread_mutex_unlock(&s->attach_lock);
     return (unsigned char *)base;
+}
+
+static uint64_t coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether node's tables were removed (a lost host, see the top of this file). Never blocks. */
+static bool peer_gone(struct fab *fab, uint32_t node)
+{
+    struct shm_fab *s = fab->priv;
+    if (atomic_load_explicit(&s->gone[node], memory_order_relaxed))
+        return true;
+    int fd = atomic_load_explicit(&s->live_fd[node], memory_order_acquire);
+    if (fd < 0)
+        return false; /* not mapped yet: peer_base looks the tables up by name anyway */
+    uint64_t now = coarse_ms();
+    uint64_t last = atomic_load_explicit(&s->live_checked_ms[node], memory_order_relaxed);
+    if (now - last < SHM_LIVE_CHECK_MS ||
+        !atomic_compare_exchange_strong_explicit(&s->live_checked_ms[node], &last, now,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return false;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
+        if (!atomic_exchange_explicit(&s->gone[node], true, memory_order_relaxed))
+            log_warn("fabric shm: node %u's tables were removed: it is gone, as a lost host", node);
+        return true;
+    }
+    return false;
 }
 
 /*
@@ -322,6 +387,8 @@ void fab_copy_to_shared(unsigned char *dst, const void *src, size_t len)
 
 static enum fab_status execute(struct fab *fab, const struct fab_wr *wr)
 {
+    if (wr->node != fab->cfg.self && peer_gone(fab, wr->node))
+        return FAB_ERR_UNREACH;
     unsigned char *base = peer_base(fab, wr->node, wr->region);
     if (!base)
         return FAB_ERR_UNREACH;

@@ -2,8 +2,8 @@
 # tests/integration/members.sh: the cluster's view through etcd, and the data path under it
 # (issue 28). A 3-node local cluster started with `nessie-cluster --membership etcd` (a private
 # etcd): all three daemons must agree on one view epoch with 3 live members (their stats). Keys
-# are written through node 0 and through node 2. Node 2's daemon is killed with SIGKILL and the
-# two others must install a newer view that shows it gone within the lease TTL plus a margin
+# are written through node 0 and through node 2. Node 2 is lost (`nessie-cluster kill`: SIGKILL,
+# and its tables removed, as a dead host's memory is unreachable) and the two others must install a newer view that shows it gone within the lease TTL plus a margin
 # (etcd's own expiry removes it, never a peer). A checked load runs on nodes 0 and 1 across the
 # loss: no call may fail (calls that need node 2 wait for the view), none may read an older
 # value, none may take longer than the view wait. Then, on nodes 0 and 1, every call answers:
@@ -100,12 +100,12 @@ for n in 0 1; do
 done
 sleep 1
 
-victim=$(cat "$dir/node2.pid")
-kill -KILL "$victim"
+# A lost host: SIGKILL, and its tables removed, so its peers cannot reach its memory either.
+"$cluster" kill --node 2 --dir "$dir" || fail "nessie-cluster kill --node 2"
 start=$(date +%s)
-n2=$(agree "0 1" 2 "$n1") || fail "no view without node 2 within $WAIT_S s of its SIGKILL"
+n2=$(agree "0 1" 2 "$n1") || fail "no view without node 2 within $WAIT_S s of its loss"
 echo "members: nodes 0 and 1 installed view $n2 without node 2, $(( $(date +%s) - start )) s after" \
-     "its SIGKILL ($(stat_of 0 nessie_view))"
+     "its loss ($(stat_of 0 nessie_view))"
 case ",$(stat_of 0 nessie_view)," in *,2:*-,*) ;; *) fail "view $n2 does not show node 2 gone" ;; esac
 
 for n in 0 1; do
