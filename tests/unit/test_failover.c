@@ -180,19 +180,24 @@ static uint64_t dead_index_sum(void)
     return sum;
 }
 
+/* View 1 everywhere, KEYS values v1 written through node 0 (their data on node 0) and through
+ * node 2 (on node 2); then node 2 dies: nodes 0 and 1 can no longer reach it. */
+static void write_then_lose_node2(void)
+{
+    for (uint32_t n = 0; n < NODES; n++)
+        install(n, 1, false);
+    for (int i = 0; i < KEYS; i++)
+        assert_int_equal(put(i % 2 ? DEAD : 0, i, "v1"), NESSIE_OK);
+    for (uint32_t n = 0; n < DEAD; n++)
+        fab_set_fault(nessie_node_fabric(C.node[n]), dead_fault, NULL);
+}
+
 static void test_calls_answer_without_the_lost_node(void **state)
 {
     (void)state;
-    for (uint32_t n = 0; n < NODES; n++)
-        install(n, 1, false);
-    /* Values written through node 0 (their data on node 0) and through node 2 (on node 2). */
-    for (int i = 0; i < KEYS; i++)
-        assert_int_equal(put(i % 2 ? DEAD : 0, i, "v1"), NESSIE_OK);
-
-    /* Node 2 dies. Before any view says so, a call that needs it fails: not one of its keys'
+    write_then_lose_node2();
+    /* Before any view says node 2 is gone, a call that needs it fails: not one of its keys'
      * writes can be sure where the key's entry is. */
-    for (uint32_t n = 0; n < DEAD; n++)
-        fab_set_fault(nessie_node_fabric(C.node[n]), dead_fault, NULL);
     int failed = 0;
     for (int i = 0; i < KEYS; i++)
         failed += put(0, i, "v1") != NESSIE_OK;
@@ -280,8 +285,6 @@ static void test_lost_node_serves_nothing(void **state)
     free(v);
 }
 
-static void install(uint32_t n, uint64_t epoch, bool dead_gone);
-
 /* The view service's part, late: after FENCE_LATE_MS, nodes 0 and 1 install the view that lost
  * node 2. */
 #define FENCE_LATE_MS 300
@@ -300,12 +303,7 @@ static void *fence_late(void *arg)
 static void test_calls_wait_for_the_view(void **state)
 {
     (void)state;
-    for (uint32_t n = 0; n < NODES; n++)
-        install(n, 1, false);
-    for (int i = 0; i < KEYS; i++)
-        assert_int_equal(put(i % 2 ? DEAD : 0, i, "v1"), NESSIE_OK);
-    for (uint32_t n = 0; n < DEAD; n++)
-        fab_set_fault(nessie_node_fabric(C.node[n]), dead_fault, NULL);
+    write_then_lose_node2();
     pthread_t th;
     uint64_t t0 = mono_ms();
     assert_int_equal(pthread_create(&th, NULL, fence_late, NULL), 0);
