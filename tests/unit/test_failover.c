@@ -254,6 +254,11 @@ static void test_calls_answer_without_the_lost_node(void **state)
         lost += c->op[op].lost_entries;
     assert_true(lost > 0);
     free(c);
+    /* flush_all reaches the survivors (the fenced node is not asked). */
+    assert_int_equal(nessie_flush(C.ctx[0]), NESSIE_OK);
+    for (int i = 0; i < KEYS; i++)
+        assert_int_equal(got(1, i, "v2"), 0);
+    assert_true(dead_sum == dead_index_sum());
     for (uint32_t n = 0; n < DEAD; n++)
         fab_set_fault(nessie_node_fabric(C.node[n]), NULL, NULL);
 }
