@@ -27,9 +27,11 @@
  * outcome), with its latency from its own start. The CSV's last columns give the calls of the
  * measured window, and apart those issued between --window-from and --window-to (milliseconds
  * into the measured window: an outage, say), with their slowest call and p99; --timeline writes
- * the calls per --timeline-ms bin. --start-at has several loadgen processes start at one
- * wall-clock time, so their bins line up and a script can time events in the run (a kill, a
- * restart).
+ * the calls per --timeline-ms bin. Several servers (--servers A,B,C) make one memcached_st with
+ * all of them; --ketama, --failure-limit, --retry-timeout and --dead-timeout set libmemcached's
+ * distribution and its removal of failed servers (connect_client says what each one does).
+ * --start-at has several loadgen processes start at one wall-clock time, so their bins line up
+ * and a script can time events in the run (a kill, a restart).
  */
 #include <errno.h>
 #include <glib.h>
@@ -118,13 +120,16 @@ static struct {
     char *label;
     char **watch; /* NAME:PID */
     uint64_t seed;
+    gboolean ketama;
+    int failure_limit, retry_timeout, dead_timeout;
     int64_t window_from, window_to; /* ms into the measured window; equal: no window */
     char *timeline;                 /* per-bin CSV file */
     int timeline_ms;
     int64_t start_at;               /* CLOCK_REALTIME ns; 0: as soon as every thread is ready */
 } opt = {
     .key_size = 128, .value_size = 1024, .get_ratio = 0.9, .theta = 0.99, .keys = 10000,
-    .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42,
+    .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42, .retry_timeout = -1,
+    .dead_timeout = -1,
     .timeline_ms = 1000,
 };
 
@@ -302,6 +307,37 @@ static memcached_st *connect_client(void)
         memcached_behavior_set(m, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
     /* A benchmark client wants each request on the wire at once, as memslap does. */
     memcached_behavior_set(m, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+    /* Failover (bench/failover.sh). Ketama places keys on a continuum, so removing a server moves
+     * only its keys. libmemcached 1.1 (connect.cc, backoff_handling): a server that fails is put
+     * in timeout for RETRY_TIMEOUT seconds (its calls fail at once, TEMPORARILY DISABLED), and
+     * each timeout counts one failure; once SERVER_FAILURE_LIMIT failures are counted, with
+     * REMOVE_FAILED_SERVERS (which, in 1.1, no longer sets the limit itself) the distribution is
+     * rebuilt without it until its retry time. DEAD_TIMEOUT is then what brings it back: with 0,
+     * the default, a removed server whose retry time has passed is in the distribution again but
+     * every call on it fails (MARKED DEAD), forever; with S > 0 it is tried once more S seconds
+     * later. */
+    const char *refused = NULL;
+    if (opt.ketama && memcached_behavior_set(m, MEMCACHED_BEHAVIOR_KETAMA, 1) != MEMCACHED_SUCCESS)
+        refused = "KETAMA";
+    if (opt.failure_limit > 0 &&
+        (memcached_behavior_set(m, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1) !=
+             MEMCACHED_SUCCESS ||
+         memcached_behavior_set(m, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT,
+                                (uint64_t)opt.failure_limit) != MEMCACHED_SUCCESS))
+        refused = "REMOVE_FAILED_SERVERS or SERVER_FAILURE_LIMIT";
+    if (opt.retry_timeout >= 0 &&
+        memcached_behavior_set(m, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT,
+                               (uint64_t)opt.retry_timeout) != MEMCACHED_SUCCESS)
+        refused = "RETRY_TIMEOUT";
+    if (opt.dead_timeout >= 0 &&
+        memcached_behavior_set(m, MEMCACHED_BEHAVIOR_DEAD_TIMEOUT,
+                               (uint64_t)opt.dead_timeout) != MEMCACHED_SUCCESS)
+        refused = "DEAD_TIMEOUT";
+    if (refused) {
+        fprintf(stderr, "loadgen: libmemcached refused MEMCACHED_BEHAVIOR_%s\n", refused);
+        memcached_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -644,6 +680,17 @@ static GOptionEntry entries[] = {
      "write a line per second of the measured window to FILE: second,ops_per_s,get_hit_ratio",
      "FILE"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &opt.seed, "random seed (default 42)", "N"},
+    {"ketama", 0, 0, G_OPTION_ARG_NONE, &opt.ketama,
+     "ketama consistent hashing over the servers (MEMCACHED_BEHAVIOR_KETAMA)", NULL},
+    {"failure-limit", 0, 0, G_OPTION_ARG_INT, &opt.failure_limit,
+     "remove a server from the distribution after N failures (MEMCACHED_BEHAVIOR_REMOVE_FAILED_"
+     "SERVERS and SERVER_FAILURE_LIMIT = N; default: libmemcached's, no removal)", "N"},
+    {"retry-timeout", 0, 0, G_OPTION_ARG_INT, &opt.retry_timeout,
+     "seconds a failed server is left alone (MEMCACHED_BEHAVIOR_RETRY_TIMEOUT; default: "
+     "libmemcached's, 2)", "S"},
+    {"dead-timeout", 0, 0, G_OPTION_ARG_INT, &opt.dead_timeout,
+     "seconds before a removed server is tried again (MEMCACHED_BEHAVIOR_DEAD_TIMEOUT; default: "
+     "libmemcached's, 0: never, its calls fail once its retry timeout is over)", "S"},
     {"window-from", 0, 0, G_OPTION_ARG_INT64, &opt.window_from,
      "count the calls issued from MS into the measured window apart (the CSV's win_ columns)",
      "MS"},
@@ -705,6 +752,8 @@ int main(int argc, char **argv)
         bad = "--duration must be > 0; --warmup, --ops and --rate >= 0";
     else if (zipf && (opt.theta <= 0 || opt.theta >= 1))
         bad = "--theta must be in (0, 1)";
+    else if (opt.failure_limit < 0 || opt.retry_timeout < -1 || opt.dead_timeout < -1)
+        bad = "--failure-limit, --retry-timeout and --dead-timeout must be >= 0";
     else if (opt.window_from < 0 || opt.window_to < opt.window_from)
         bad = "--window-from must be >= 0 and --window-to >= it";
     else if (opt.timeline && (opt.timeline_ms < 1 || opt.ops > 0))
