@@ -353,7 +353,8 @@ report() {
 # The figure: answered calls/s and failed calls per bin over time, every system.
 kill_s=$(awk -v a="$KILL_MS" 'BEGIN { print a / 1000 }')
 back_s=$(awk -v a="$END_MS" 'BEGIN { print a / 1000 }')
-view_s=$([ -n "$DETECT_MS" ] && awk -v a="$KILL_MS" -v d="$DETECT_MS" 'BEGIN { print (a + d) / 1000 }' || echo "")
+view_s=$([ -n "$DETECT_MS" ] && awk -v a="$N_KILL_MS" -v d="$DETECT_MS" 'BEGIN { print (a + d) / 1000 }' || echo "")
+failed_all=$(awk -F, 'NR > 1 { f += $4 } END { print f + 0 }' "$OUT/timeline-nessie.csv")
 defaults_a=""
 defaults_f=""
 if [ "$DEFAULTS" = 1 ]; then
@@ -373,7 +374,7 @@ set label 2 'restart' at $back_s, graph 0.95 offset 0.5,0 tc rgb 'dark-green'
 set title 'answered calls per second'; set ylabel 'calls/s'; set yrange [0:*]
 plot '$OUT/timeline-nessie.csv' every ::1 using (\$1/1000):(\$3*1000/$BIN_MS) title 'nessie (live nodes 0+1)' lw 2 lc rgb '#1f77b4', \
      '$OUT/timeline-memcached-removal.csv' every ::1 using (\$1/1000):(\$3*1000/$BIN_MS) title 'memcached, ketama + removal' lw 2 lc rgb '#ff7f0e'$defaults_a
-set title 'failed calls per bin (none: no point)'; set ylabel 'failed calls'; set logscale y; set yrange [0.8:*]
+set title 'failed calls per bin (none: no point; nessie: $failed_all in all)'; set ylabel 'failed calls'; set logscale y; set yrange [0.8:*]
 plot '$OUT/timeline-nessie.csv' every ::1 using (\$1/1000):(\$4 > 0 ? \$4 : NaN) title 'nessie (live nodes 0+1)' with points pt 7 lc rgb '#1f77b4', \
      '$OUT/timeline-memcached-removal.csv' every ::1 using (\$1/1000):(\$4 > 0 ? \$4 : NaN) title 'memcached, ketama + removal' with points pt 5 lc rgb '#ff7f0e'$defaults_f
 unset multiplot
