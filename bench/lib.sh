@@ -128,6 +128,8 @@ mc_stop() {
 
 # A local Nessie cluster of $1 nodes on the shared-memory fabric. Further arguments are settings
 # of the config file as GROUP.KEY=VALUE, e.g. optimizations.cache=false (reception --set).
+# BENCH_MEMBERSHIP=etcd starts it with `nessie-cluster --membership etcd` (a private etcd, which
+# nessie_stop stops; bench/failover.sh); empty, the default: static membership.
 nessie_start() {
     n=$1
     shift
@@ -146,6 +148,7 @@ nessie_start() {
     "$BUILD/reception" --print-config "$@" >"$RUN/nessie.conf" ||
         bench_die "reception --print-config refused the settings above"
     "$BENCH_ROOT/tools/nessie-cluster" start --nodes "$n" --dir "$RUN" --config "$RUN/nessie.conf" \
+        ${BENCH_MEMBERSHIP:+--membership "$BENCH_MEMBERSHIP"} \
         >/dev/null || bench_die "the Nessie cluster did not start (see $RUN/node*.log)"
     NESSIE_DIR=$RUN
     NESSIE_PIDS=""

@@ -20,6 +20,18 @@
  * stderr, and with --progress a line per second on stderr. CPU seconds are measured over the
  * measured window only: the client threads' own (CLOCK_THREAD_CPUTIME_ID) and, for each
  * --watch-pid, the process's utime+stime from /proc (daemons, memcached).
+ *
+ * Calls (the failover benchmark, bench/failover.sh): besides operations (a GET, with its SET when
+ * --set-on-miss follows a miss with one, is one operation), every libmemcached call is counted on
+ * its own: answered (a GET's right value or NOTFOUND, a SET's SUCCESS) or failed (any other
+ * outcome), with its latency from its own start. The CSV's last columns give the calls of the
+ * measured window, and apart those issued between --window-from and --window-to (milliseconds
+ * into the measured window: an outage, say), with their slowest call and p99; --timeline writes
+ * the calls per --timeline-ms bin. Several servers (--servers A,B,C) make one memcached_st with
+ * all of them; --ketama, --failure-limit, --retry-timeout and --dead-timeout set libmemcached's
+ * distribution and its removal of failed servers (connect_client says what each one does).
+ * --start-at has several loadgen processes start at one wall-clock time, so their bins line up
+ * and a script can time events in the run (a kill, a restart).
  */
 #include <errno.h>
 #include <glib.h>
@@ -63,7 +75,17 @@ struct thread_result {
     uint64_t elapsed_ns;     /* --ops mode: the thread's measured time */
     uint64_t good_bytes;     /* value bytes of the ok GETs and SETs (goodput) */
     uint64_t hist[OP_KINDS][HIST_BINS];
+    /* libmemcached calls (a GET, a SET), each answered or failed (header comment) */
+    uint64_t calls, calls_failed, max_call_ns;
+    /* ... of them, those issued in --window-from..--window-to */
+    uint64_t win_calls, win_failed, win_sets, win_sets_ok, win_max_ns;
+    uint64_t win_hist[HIST_BINS];
     char first_error[160];
+};
+
+/* --timeline: one bin's calls, summed over every thread of every process (shared memory). */
+struct tl_bin {
+    _Atomic uint64_t calls, failed, sets, sets_ok, max_ns;
 };
 
 /* What the parent and every thread of every process share. */
@@ -75,6 +97,7 @@ struct shared {
     _Atomic uint64_t t_end;    /* measurement ends (duration mode) */
     _Atomic uint64_t progress_ops; /* ops completed in the measured window, for --progress */
     _Atomic uint64_t progress_gets, progress_hits; /* ... and GETs and hits, for --series */
+    _Atomic uint64_t progress_calls, progress_failed; /* ... and calls, failed ones, for --progress */
     struct thread_result res[];
 };
 
@@ -97,9 +120,17 @@ static struct {
     char *label;
     char **watch; /* NAME:PID */
     uint64_t seed;
+    gboolean ketama;
+    int failure_limit, retry_timeout, dead_timeout;
+    int64_t window_from, window_to; /* ms into the measured window; equal: no window */
+    char *timeline;                 /* per-bin CSV file */
+    int timeline_ms;
+    int64_t start_at;               /* CLOCK_REALTIME ns; 0: as soon as every thread is ready */
 } opt = {
     .key_size = 128, .value_size = 1024, .get_ratio = 0.9, .theta = 0.99, .keys = 10000,
-    .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42,
+    .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42, .retry_timeout = -1,
+    .dead_timeout = -1,
+    .timeline_ms = 1000,
 };
 
 static bool zipf;
@@ -111,6 +142,9 @@ static int value_len_of[MAX_VALUE_SIZES], n_value_lens = 1, max_value_len;
 /* The Zipf generator's constants (YCSB's ZipfianGenerator), computed once before forking. */
 static double zipf_zetan, zipf_alpha, zipf_eta, zipf_half_pow;
 static struct shared *sh;
+/* --timeline's bins (shared memory), tl_n of them, each opt.timeline_ms long. */
+static struct tl_bin *tl;
+static unsigned tl_n;
 
 static uint64_t thread_cpu_ns(void)
 {
@@ -273,6 +307,37 @@ static memcached_st *connect_client(void)
         memcached_behavior_set(m, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
     /* A benchmark client wants each request on the wire at once, as memslap does. */
     memcached_behavior_set(m, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+    /* Failover (bench/failover.sh). Ketama places keys on a continuum, so removing a server moves
+     * only its keys. libmemcached 1.1 (connect.cc, backoff_handling): a server that fails is put
+     * in timeout for RETRY_TIMEOUT seconds (its calls fail at once, TEMPORARILY DISABLED), and
+     * each timeout counts one failure; once SERVER_FAILURE_LIMIT failures are counted, with
+     * REMOVE_FAILED_SERVERS (which, in 1.1, no longer sets the limit itself) the distribution is
+     * rebuilt without it until its retry time. DEAD_TIMEOUT is then what brings it back: with 0,
+     * the default, a removed server whose retry time has passed is in the distribution again but
+     * every call on it fails (MARKED DEAD), forever; with S > 0 it is tried once more S seconds
+     * later. */
+    const char *refused = NULL;
+    if (opt.ketama && memcached_behavior_set(m, MEMCACHED_BEHAVIOR_KETAMA, 1) != MEMCACHED_SUCCESS)
+        refused = "KETAMA";
+    if (opt.failure_limit > 0 &&
+        (memcached_behavior_set(m, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1) !=
+             MEMCACHED_SUCCESS ||
+         memcached_behavior_set(m, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT,
+                                (uint64_t)opt.failure_limit) != MEMCACHED_SUCCESS))
+        refused = "REMOVE_FAILED_SERVERS or SERVER_FAILURE_LIMIT";
+    if (opt.retry_timeout >= 0 &&
+        memcached_behavior_set(m, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT,
+                               (uint64_t)opt.retry_timeout) != MEMCACHED_SUCCESS)
+        refused = "RETRY_TIMEOUT";
+    if (opt.dead_timeout >= 0 &&
+        memcached_behavior_set(m, MEMCACHED_BEHAVIOR_DEAD_TIMEOUT,
+                               (uint64_t)opt.dead_timeout) != MEMCACHED_SUCCESS)
+        refused = "DEAD_TIMEOUT";
+    if (refused) {
+        fprintf(stderr, "loadgen: libmemcached refused MEMCACHED_BEHAVIOR_%s\n", refused);
+        memcached_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -283,6 +348,67 @@ static void note_error(struct thread_result *r, const char *what, memcached_st *
     if (!r->first_error[0])
         snprintf(r->first_error, sizeof(r->first_error), "%s: %s", what,
                  memcached_strerror(m, rc));
+}
+
+/* A thread's calls in its current --timeline bin, added to the shared bin when it moves on. */
+struct tl_acc {
+    int64_t bin; /* -1: none yet */
+    uint64_t calls, failed, sets, sets_ok, max_ns;
+};
+
+static void tl_flush(struct tl_acc *a)
+{
+    if (a->bin < 0 || !tl)
+        return;
+    struct tl_bin *b = &tl[a->bin];
+    atomic_fetch_add_explicit(&b->calls, a->calls, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->failed, a->failed, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->sets, a->sets, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->sets_ok, a->sets_ok, memory_order_relaxed);
+    uint64_t m = atomic_load_explicit(&b->max_ns, memory_order_relaxed);
+    while (a->max_ns > m &&
+           !atomic_compare_exchange_weak_explicit(&b->max_ns, &m, a->max_ns, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+    a->bin = -1;
+    a->calls = a->failed = a->sets = a->sets_ok = a->max_ns = 0;
+}
+
+/* One libmemcached call of the measured window, issued at start and returned at end (ns,
+ * CLOCK_MONOTONIC), answered or not: the thread's totals, the outage window's, the timeline. */
+static void count_call(struct thread_result *r, struct tl_acc *a, uint64_t t_measure,
+                       uint64_t start, uint64_t end, bool is_set, bool answered)
+{
+    uint64_t lat = end - start, since = start - t_measure;
+    r->calls++;
+    r->calls_failed += !answered;
+    if (lat > r->max_call_ns)
+        r->max_call_ns = lat;
+    if (opt.window_to > opt.window_from && since >= (uint64_t)opt.window_from * 1000000ULL &&
+        since < (uint64_t)opt.window_to * 1000000ULL) {
+        r->win_calls++;
+        r->win_failed += !answered;
+        r->win_sets += is_set;
+        r->win_sets_ok += is_set && answered;
+        if (lat > r->win_max_ns)
+            r->win_max_ns = lat;
+        r->win_hist[hist_bin(lat)]++;
+    }
+    if (tl) {
+        int64_t bin = (int64_t)(since / ((uint64_t)opt.timeline_ms * 1000000ULL));
+        if (bin >= (int64_t)tl_n)
+            bin = (int64_t)tl_n - 1;
+        if (bin != a->bin) {
+            tl_flush(a);
+            a->bin = bin;
+        }
+        a->calls++;
+        a->failed += !answered;
+        a->sets += is_set;
+        a->sets_ok += is_set && answered;
+        if (lat > a->max_ns)
+            a->max_ns = lat;
+    }
 }
 
 struct thread_arg {
@@ -319,6 +445,8 @@ static void *client_thread(void *p)
     int64_t quota = opt.ops > 0 ? opt.ops / (int64_t)nthreads : -1;
     bool measuring = false;
     uint64_t cpu0 = 0, t0 = 0, progress_batch = 0, gets_batch = 0, hits_batch = 0;
+    uint64_t calls_batch = 0, failed_batch = 0;
+    struct tl_acc acc = {.bin = -1};
     for (;;) {
         uint64_t sched = 0, t = nessie_mono_ns();
         if (period > 0) {
@@ -345,7 +473,9 @@ static void *client_thread(void *p)
             size_t len = 0;
             uint32_t flags = 0;
             memcached_return_t rc;
+            uint64_t get_t = nessie_mono_ns();
             char *v = memcached_get(m, key, (size_t)opt.key_size, &len, &flags, &rc);
+            uint64_t got_t = nessie_mono_ns();
             if (v) {
                 uint64_t tag = 0;
                 if (len >= 8)
@@ -364,30 +494,47 @@ static void *client_thread(void *p)
             } else if (rc == MEMCACHED_NOTFOUND) {
                 if (measuring)
                     r->misses++;
-                if (opt.set_on_miss) {
-                    /* A cache's user: fetch the value elsewhere, then store it (the SET is part
-                     * of this operation's latency, counted as a SET as well). */
-                    tag_value(val, k);
-                    rc = memcached_set(m, key, (size_t)opt.key_size, val, vlen, 0, 0);
-                    if (measuring) {
-                        r->ops[OP_SET]++;
-                        if (rc == MEMCACHED_SUCCESS) {
-                            r->ok[OP_SET]++;
-                            r->good_bytes += vlen;
-                        } else
-                            note_error(r, "set", m, rc);
-                    }
-                }
             } else if (measuring) {
                 note_error(r, "get", m, rc);
             }
+            if (measuring) {
+                bool answered = ok || (!v && rc == MEMCACHED_NOTFOUND);
+                count_call(r, &acc, t_measure, get_t, got_t, false, answered);
+                calls_batch++;
+                failed_batch += !answered;
+            }
+            if (!v && rc == MEMCACHED_NOTFOUND && opt.set_on_miss) {
+                /* A cache's user: fetch the value elsewhere, then store it (the SET is part of
+                 * this operation's latency, counted as a SET as well). */
+                tag_value(val, k);
+                uint64_t set_t = nessie_mono_ns();
+                rc = memcached_set(m, key, (size_t)opt.key_size, val, vlen, 0, 0);
+                if (measuring) {
+                    bool stored = rc == MEMCACHED_SUCCESS;
+                    count_call(r, &acc, t_measure, set_t, nessie_mono_ns(), true, stored);
+                    calls_batch++;
+                    failed_batch += !stored;
+                    r->ops[OP_SET]++;
+                    if (stored) {
+                        r->ok[OP_SET]++;
+                        r->good_bytes += vlen;
+                    } else
+                        note_error(r, "set", m, rc);
+                }
+            }
         } else {
             tag_value(val, k);
+            uint64_t set_t = nessie_mono_ns();
             memcached_return_t rc = memcached_set(m, key, (size_t)opt.key_size, val, vlen, 0, 0);
             if (rc == MEMCACHED_SUCCESS)
                 ok = true;
             else if (measuring)
                 note_error(r, "set", m, rc);
+            if (measuring) {
+                count_call(r, &acc, t_measure, set_t, nessie_mono_ns(), true, ok);
+                calls_batch++;
+                failed_batch += !ok;
+            }
         }
         if (!measuring)
             continue;
@@ -411,10 +558,15 @@ static void *client_thread(void *p)
             atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
             atomic_fetch_add_explicit(&sh->progress_gets, gets_batch, memory_order_relaxed);
             atomic_fetch_add_explicit(&sh->progress_hits, hits_batch, memory_order_relaxed);
-            progress_batch = gets_batch = hits_batch = 0;
+            atomic_fetch_add_explicit(&sh->progress_calls, calls_batch, memory_order_relaxed);
+            atomic_fetch_add_explicit(&sh->progress_failed, failed_batch, memory_order_relaxed);
+            progress_batch = gets_batch = hits_batch = calls_batch = failed_batch = 0;
         }
     }
+    tl_flush(&acc);
     atomic_fetch_add_explicit(&sh->progress_ops, progress_batch, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->progress_calls, calls_batch, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->progress_failed, failed_batch, memory_order_relaxed);
     r->cpu_ns = thread_cpu_ns() - cpu0;
     r->elapsed_ns = nessie_mono_ns() - t0;
     memcached_free(m);
@@ -528,13 +680,38 @@ static GOptionEntry entries[] = {
      "write a line per second of the measured window to FILE: second,ops_per_s,get_hit_ratio",
      "FILE"},
     {"seed", 0, 0, G_OPTION_ARG_INT64, &opt.seed, "random seed (default 42)", "N"},
+    {"ketama", 0, 0, G_OPTION_ARG_NONE, &opt.ketama,
+     "ketama consistent hashing over the servers (MEMCACHED_BEHAVIOR_KETAMA)", NULL},
+    {"failure-limit", 0, 0, G_OPTION_ARG_INT, &opt.failure_limit,
+     "remove a server from the distribution after N failures (MEMCACHED_BEHAVIOR_REMOVE_FAILED_"
+     "SERVERS and SERVER_FAILURE_LIMIT = N; default: libmemcached's, no removal)", "N"},
+    {"retry-timeout", 0, 0, G_OPTION_ARG_INT, &opt.retry_timeout,
+     "seconds a failed server is left alone (MEMCACHED_BEHAVIOR_RETRY_TIMEOUT; default: "
+     "libmemcached's, 2)", "S"},
+    {"dead-timeout", 0, 0, G_OPTION_ARG_INT, &opt.dead_timeout,
+     "seconds before a removed server is tried again (MEMCACHED_BEHAVIOR_DEAD_TIMEOUT; default: "
+     "libmemcached's, 0: never, its calls fail once its retry timeout is over)", "S"},
+    {"window-from", 0, 0, G_OPTION_ARG_INT64, &opt.window_from,
+     "count the calls issued from MS into the measured window apart (the CSV's win_ columns)",
+     "MS"},
+    {"window-to", 0, 0, G_OPTION_ARG_INT64, &opt.window_to, "... until MS", "MS"},
+    {"timeline", 0, 0, G_OPTION_ARG_FILENAME, &opt.timeline,
+     "write the measured window's calls per bin to FILE: ms,calls,answered,failed,sets,sets_ok,"
+     "max_us (ms: the bin's start, into the measured window)", "FILE"},
+    {"timeline-ms", 0, 0, G_OPTION_ARG_INT, &opt.timeline_ms, "--timeline's bin (default 1000)",
+     "MS"},
+    {"start-at", 0, 0, G_OPTION_ARG_INT64, &opt.start_at,
+     "start the load (its warm-up) at this CLOCK_REALTIME time, ns since the epoch (date +%s%N), "
+     "not as soon as every thread is ready: loadgens started together share their bins", "NS"},
     {NULL, 0, 0, 0, NULL, NULL, NULL},
 };
 
 #define CSV_HEADER                                                                                \
     "label,value_size,key_size,get_ratio,dist,keys,procs,threads,offered_rate,seconds,ops,"      \
     "ops_per_s,gets,get_hits,misses,sets,errors,goodput_mb_s,p50_us,p99_us,p999_us,mean_us,"     \
-    "get_p50_us,get_p99_us,set_p50_us,set_p99_us,cpu_client_s,cpu_server_s,cpu_us_per_op,late"
+    "get_p50_us,get_p99_us,set_p50_us,set_p99_us,cpu_client_s,cpu_server_s,cpu_us_per_op,late,"  \
+    "calls,calls_failed,sets_ok,max_call_us,win_calls,win_failed,win_sets,win_sets_ok,"          \
+    "win_p99_us,win_max_us"
 
 int main(int argc, char **argv)
 {
@@ -575,6 +752,14 @@ int main(int argc, char **argv)
         bad = "--duration must be > 0; --warmup, --ops and --rate >= 0";
     else if (zipf && (opt.theta <= 0 || opt.theta >= 1))
         bad = "--theta must be in (0, 1)";
+    else if (opt.failure_limit < 0 || opt.retry_timeout < -1 || opt.dead_timeout < -1)
+        bad = "--failure-limit, --retry-timeout and --dead-timeout must be >= 0";
+    else if (opt.window_from < 0 || opt.window_to < opt.window_from)
+        bad = "--window-from must be >= 0 and --window-to >= it";
+    else if (opt.timeline && (opt.timeline_ms < 1 || opt.ops > 0))
+        bad = "--timeline needs --timeline-ms >= 1 and a duration (not --ops)";
+    else if (opt.start_at < 0)
+        bad = "--start-at must be a time in ns since the epoch";
     value_len_of[0] = max_value_len = opt.value_size;
     if (!bad && opt.value_sizes) {
         gchar **parts = g_strsplit(opt.value_sizes, ",", -1);
@@ -627,6 +812,17 @@ int main(int argc, char **argv)
         perror("loadgen: mmap");
         return 1;
     }
+    if (opt.timeline) {
+        tl_n = (unsigned)ceil(opt.duration * 1000.0 / opt.timeline_ms);
+        if (tl_n == 0)
+            tl_n = 1;
+        tl = mmap(NULL, tl_n * sizeof(*tl), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                  -1, 0);
+        if (tl == MAP_FAILED) {
+            perror("loadgen: mmap");
+            return 1;
+        }
+    }
     if (!opt.no_preload && preload() == opt.keys) {
         fprintf(stderr, "loadgen: every preload SET failed: is the server there?\n");
         return 1;
@@ -648,6 +844,16 @@ int main(int argc, char **argv)
     while (atomic_load(&sh->ready) + atomic_load(&sh->failed) < nthreads)
         usleep(1000);
     uint64_t t_start = nessie_mono_ns() + 20000000ULL;
+    if (opt.start_at > 0) {
+        /* The wall-clock time on the monotonic clock (both run at one rate; the run is short). */
+        uint64_t real = nessie_real_ns(), mono = nessie_mono_ns();
+        if ((uint64_t)opt.start_at > real)
+            t_start = mono + ((uint64_t)opt.start_at - real);
+        else
+            fprintf(stderr, "loadgen: %s: --start-at passed %.3f s ago (preload too slow?): "
+                    "starting now\n", opt.label ? opt.label : "loadgen",
+                    (double)(real - (uint64_t)opt.start_at) / 1e9);
+    }
     uint64_t t_measure = t_start + (uint64_t)(opt.warmup * 1e9);
     uint64_t t_end = t_measure + (uint64_t)(opt.duration * 1e9);
     atomic_store(&sh->t_measure, t_measure);
@@ -663,6 +869,7 @@ int main(int argc, char **argv)
      * t_end; in --ops mode it is when the children exit. */
     int alive = opt.procs;
     uint64_t last_ops = 0, last_gets = 0, last_hits = 0, last_t = nessie_mono_ns();
+    uint64_t last_calls = 0, last_failed = 0;
     uint64_t t_next = t_measure + 1000000000ULL;
     FILE *series = NULL;
     if (opt.series) {
@@ -690,17 +897,23 @@ int main(int argc, char **argv)
         }
         if ((opt.progress || series) && t >= t_next) {
             uint64_t o = atomic_load(&sh->progress_ops), g = atomic_load(&sh->progress_gets),
-                     h = atomic_load(&sh->progress_hits);
+                     h = atomic_load(&sh->progress_hits), c = atomic_load(&sh->progress_calls),
+                     f = atomic_load(&sh->progress_failed);
             double ops_s = (double)(o - last_ops) * 1e9 / (double)(t - last_t);
             double hit = g > last_gets ? (double)(h - last_hits) / (double)(g - last_gets) : 0;
             if (opt.progress)
-                fprintf(stderr, "loadgen: %s %4.0f s  %10.0f ops/s  GET hits %5.1f%%\n", opt.label,
-                        (double)(t - t_measure) / 1e9, ops_s, 100 * hit);
+                fprintf(stderr,
+                        "loadgen: %s %4.0f s  %10.0f ops/s  GET hits %5.1f%%  calls answered %" PRIu64
+                        " failed %" PRIu64 "\n",
+                        opt.label, (double)(t - t_measure) / 1e9, ops_s, 100 * hit,
+                        (c - last_calls) - (f - last_failed), f - last_failed);
             if (series)
                 fprintf(series, "%.0f,%.0f,%.4f\n", (double)(t - t_measure) / 1e9, ops_s, hit);
             last_ops = o;
             last_gets = g;
             last_hits = h;
+            last_calls = c;
+            last_failed = f;
             last_t = t;
             t_next += 1000000000ULL;
         }
@@ -712,6 +925,23 @@ int main(int argc, char **argv)
 
     if (series)
         fclose(series);
+    if (tl) {
+        FILE *f = fopen(opt.timeline, "w");
+        if (!f) {
+            fprintf(stderr, "loadgen: %s: %s (no timeline written)\n", opt.timeline,
+                    strerror(errno));
+        } else {
+            fprintf(f, "ms,calls,answered,failed,sets,sets_ok,max_us\n");
+            for (unsigned b = 0; b < tl_n; b++) {
+                uint64_t c = atomic_load(&tl[b].calls), fl = atomic_load(&tl[b].failed);
+                fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+                        ",%.0f\n", (uint64_t)b * (uint64_t)opt.timeline_ms, c, c - fl, fl,
+                        (uint64_t)atomic_load(&tl[b].sets), (uint64_t)atomic_load(&tl[b].sets_ok),
+                        (double)atomic_load(&tl[b].max_ns) / 1e3);
+            }
+            fclose(f);
+        }
+    }
 
     /* Sum the threads. */
     static struct thread_result tot;
@@ -734,6 +964,16 @@ int main(int argc, char **argv)
         tot.bad_values += r->bad_values;
         tot.late += r->late;
         tot.good_bytes += r->good_bytes;
+        tot.calls += r->calls;
+        tot.calls_failed += r->calls_failed;
+        tot.max_call_ns = r->max_call_ns > tot.max_call_ns ? r->max_call_ns : tot.max_call_ns;
+        tot.win_calls += r->win_calls;
+        tot.win_failed += r->win_failed;
+        tot.win_sets += r->win_sets;
+        tot.win_sets_ok += r->win_sets_ok;
+        tot.win_max_ns = r->win_max_ns > tot.win_max_ns ? r->win_max_ns : tot.win_max_ns;
+        for (int b = 0; b < HIST_BINS; b++)
+            tot.win_hist[b] += r->win_hist[b];
         cpu_client += (double)r->cpu_ns / 1e9;
         if (r->elapsed_ns > max_elapsed)
             max_elapsed = r->elapsed_ns;
@@ -758,14 +998,18 @@ int main(int argc, char **argv)
     if (opt.csv_header)
         printf("%s\n", CSV_HEADER);
     printf("%s,%d,%d,%.2f,%s,%" PRId64 ",%d,%d,%.0f,%.3f,%" PRIu64 ",%.0f,%" PRIu64 ",%" PRIu64
-           ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%" PRIu64 "\n",
+           ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%" PRIu64
+           ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.1f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+           ",%.1f,%.1f\n",
            opt.label, opt.value_size, opt.key_size, opt.get_ratio, opt.dist, opt.keys, opt.procs,
            opt.threads, opt.rate, seconds, ops, ops_s, tot.ops[OP_GET], tot.ok[OP_GET], tot.misses,
            tot.ops[OP_SET], tot.errors, goodput, hist_quantile(all_hist, 0.5),
            hist_quantile(all_hist, 0.99), hist_quantile(all_hist, 0.999), hist_mean(all_hist),
            hist_quantile(tot.hist[OP_GET], 0.5), hist_quantile(tot.hist[OP_GET], 0.99),
            hist_quantile(tot.hist[OP_SET], 0.5), hist_quantile(tot.hist[OP_SET], 0.99), cpu_client,
-           cpu_server, cpu_per_op, tot.late);
+           cpu_server, cpu_per_op, tot.late, tot.calls, tot.calls_failed, tot.ok[OP_SET],
+           (double)tot.max_call_ns / 1e3, tot.win_calls, tot.win_failed, tot.win_sets,
+           tot.win_sets_ok, hist_quantile(tot.win_hist, 0.99), (double)tot.win_max_ns / 1e3);
     fflush(stdout);
     fprintf(stderr,
             "loadgen: %s: %" PRIu64 " ops in %.2f s = %.0f ops/s, goodput %.1f MB/s, p50 %.2f us, "
@@ -774,6 +1018,24 @@ int main(int argc, char **argv)
             opt.label, ops, seconds, ops_s, goodput, hist_quantile(all_hist, 0.5),
             hist_quantile(all_hist, 0.99), hist_quantile(all_hist, 0.999), tot.misses, tot.errors,
             cpu_client, cpu_server);
+    if (tot.calls_failed || opt.window_to > opt.window_from || tl)
+        fprintf(stderr,
+                "loadgen: %s: calls %" PRIu64 ", answered %.4f%%, failed %" PRIu64
+                ", SETs acknowledged %" PRIu64 " of %" PRIu64 ", slowest call %.3f ms\n",
+                opt.label, tot.calls,
+                tot.calls ? 100.0 * (double)(tot.calls - tot.calls_failed) / (double)tot.calls : 0,
+                tot.calls_failed, tot.ok[OP_SET], tot.ops[OP_SET], (double)tot.max_call_ns / 1e6);
+    if (opt.window_to > opt.window_from)
+        fprintf(stderr,
+                "loadgen: %s: window %" PRId64 "..%" PRId64 " ms: calls %" PRIu64
+                ", answered %.4f%%, failed %" PRIu64 ", SETs acknowledged %" PRIu64 " of %" PRIu64
+                ", p99 %.3f ms, slowest call %.3f ms\n",
+                opt.label, opt.window_from, opt.window_to, tot.win_calls,
+                tot.win_calls ? 100.0 * (double)(tot.win_calls - tot.win_failed) /
+                                    (double)tot.win_calls
+                              : 0,
+                tot.win_failed, tot.win_sets_ok, tot.win_sets, hist_quantile(tot.win_hist, 0.99) / 1e3,
+                (double)tot.win_max_ns / 1e6);
     if (first_error)
         fprintf(stderr, "loadgen: first error: %s\n", first_error);
     if (atomic_load(&sh->failed))
