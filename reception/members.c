@@ -426,11 +426,12 @@ static uint64_t mono_ns(void)
  * Act on the view of epoch over lv, read from etcd by a request sent at read_ns (CLOCK_MONOTONIC):
  * install it, and renew the engine's view lease to read_ns + V, since the view was current then
  * (etcd answered after read_ns). A view that fences a node this daemon has not fenced yet is
- * installed only V after it was first read, and meanwhile the lease is not renewed: calls here
- * under the older view end before the lease does (read_ns of the last read that saw it, before
- * the new view was written, plus V), and other nodes act on the new view only V after they read
- * it, so the two placements never act at once (membership.h, "Acting on a view"). This node gone
- * from the view: installed (it serves nothing then), never renewed.
+ * installed only V after it was first read; from that first read the nodes it fences are
+ * suspended (nothing of their memory touched: calls that need them wait for the view), and the
+ * lease is renewed as before for the calls that do not need them, which act the same under both
+ * views; other nodes act on the new view only V after they read it, so the two placements never
+ * act at once on what they disagree about (membership.h, "Acting on a view"). This node gone from
+ * the view: installed (it serves nothing then), never renewed.
  */
 static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
 {
@@ -442,12 +443,18 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
         if (members.pending_epoch != epoch) {
             members.pending_epoch = epoch;
             members.pending_since_ns = read_ns;
-            log_info("members: view %" PRIu64 " fences a node: acted on in %" PRIu64 " ms, once "
-                     "every member's calls under the older view are over", epoch,
-                     members.view_lease_ms);
+            for (uint32_t i = 0; i < members.nodes; i++)
+                if (lv->gone[i] && !members.fenced[i] && i != members.self)
+                    nessie_view_suspend(members.node, i);
+            log_info("members: view %" PRIu64 " fences a node: not touched from now on, the view "
+                     "acted on in %" PRIu64 " ms, once every member's calls under the older view "
+                     "are over", epoch, members.view_lease_ms);
         }
-        if (mono_ns() < members.pending_since_ns + v_ns)
+        if (mono_ns() < members.pending_since_ns + v_ns) {
+            if (!lv->gone[members.self])
+                nessie_view_renew(members.node, read_ns + v_ns); /* for calls clear of it */
             return;
+        }
     }
     /* A view the engine refuses (one reviving a fenced node: etcd's keys were reset under a
      * running cluster) is not current here: no renewal, so this node's calls stop. */

@@ -424,6 +424,14 @@ uint64_t nessie_view_epoch(const struct nessie_node *node);
  * end earlier than the current one changes nothing. Never blocks.
  */
 void nessie_view_renew(struct nessie_node *node, uint64_t valid_until_ns);
+/*
+ * A view that fences member has been read but is not acted on yet (it is installed a view lease
+ * later: kvstore/membership/membership.h): from now on this node touches nothing of member's
+ * memory, so its calls that need member fail with NESSIE_FABRIC_ERROR (and, with view_wait_ms,
+ * wait for the view), while the others go on under the current view. Returns NESSIE_OK, or
+ * NESSIE_INVALID for a member id out of range. Never blocks.
+ */
+int nessie_view_suspend(struct nessie_node *node, uint32_t member);
 /* This node's incarnation: bumped every time its tables are opened, a restart included, so a
  * daemon's registration in a view names one life of the node. Never fails. */
 uint64_t nessie_node_incarnation(const struct nessie_node *node);

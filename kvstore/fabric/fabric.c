@@ -268,8 +268,8 @@ static int validate_wr(const struct fab *fab, const struct fab_wr *wr)
     }
     if (wr->node >= fab->cfg.nodes)
         return FAB_ERR_NODE;
-    if (fab->fence && mship_fenced(fab->fence, wr->node))
-        return FAB_ERR_UNREACH; /* out of the view: its memory is never touched again */
+    if (fab->fence && mship_unreachable(fab->fence, wr->node))
+        return FAB_ERR_UNREACH; /* out of the view (or about to be): its memory is not touched */
     if ((unsigned)wr->region >= FAB_REGION_COUNT)
         return FAB_ERR_REGION;
     if (!wr->local || wr->length == 0)

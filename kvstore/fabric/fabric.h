@@ -220,8 +220,8 @@ void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user);
 uint64_t fab_ep_injected(const struct fab_ep *ep);
 
 /*
- * The fence (membership/membership.h, issue 28): once set, a request to a node the view fenced is
- * refused at post with FAB_ERR_UNREACH and never touches the node's memory, whatever the backend
+ * The fence (membership/membership.h, issue 28): once set, a request to a node the view fenced
+ * (or suspended: a fence on its way) is refused at post with FAB_ERR_UNREACH and never touches the node's memory, whatever the backend
  * (on shm a lost peer's tables may still be mapped here: its leftover memory must not be read or
  * written). Set once, before endpoints are busy; fence must outlive fab. NULL: no fence.
  */

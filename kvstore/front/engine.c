@@ -270,6 +270,14 @@ void nessie_view_renew(struct nessie_node *nd, uint64_t valid_until_ns)
     mship_renew(&nd->view, valid_until_ns);
 }
 
+int nessie_view_suspend(struct nessie_node *nd, uint32_t member)
+{
+    if (!nd || member >= NESSIE_NODES_MAX)
+        return NESSIE_INVALID;
+    mship_suspend(&nd->view, member);
+    return NESSIE_OK;
+}
+
 uint64_t nessie_node_incarnation(const struct nessie_node *nd)
 {
     return nd->incarnation;

@@ -23,15 +23,33 @@
  * out of the cluster: its calls fail (nessie.h) instead of serving from a memory its peers no
  * longer read.
  *
+ * Acting on a view: a view may be acted on only while it is known current. The daemon renews
+ * this node's view lease V after every read of the service that found no newer view (every
+ * MEMBERS_REFRESH_MS, reception/members.c); V is shorter than a member's etcd lease. A protocol
+ * attempt starts only if it ends (one expiration period plus the fabric's request bound later)
+ * before the lease does, and otherwise waits for a renewal (protocol.h, RUN_ATTEMPTS). A view
+ * that fences a node X is installed V after it was first read; from that first read on, X is
+ * suspended here (mship_suspend): nothing of its memory is touched any more, so a call that
+ * needs X fails (and waits for the view: front/api.c), while calls that do not need X go on
+ * under the old view, and renewals go on. The two placements differ only for keys with a
+ * position on X, and an entry naming X's data is met only by touching X: a call that touches
+ * nothing of X acts the same under both. So: no attempt under the old view touches X later than
+ * the new view's write plus a refresh and an attempt's span (each node suspends X at its first
+ * read of it), no attempt under the new view starts before that write plus V, and V is longer,
+ * so the two placements never act at once on what they disagree about. A node cut off from the
+ * service gets no renewals and stops acting before its own etcd lease lapses, so the view that
+ * removes it is written after it stopped.
+ *
  * Reading: from any thread, consistently (a reader never sees half of one view and half of
  * another). The members are copied under a reader-writer lock: a view changes rarely (a node
- * lost or returning) and is read rarely in this slice (stats), so a lock costs nothing that
- * matters, and it keeps the copy free of data races (a seqlock's racy copy of 16 KiB is
- * undefined in C11 and what ThreadSanitizer reports). The epoch alone is also kept in an atomic
- * word, stored with release after the members are written and loaded with acquire, so a call
- * that only needs to know whether the view changed (the next slice's data path, once per call)
- * reads one word and takes no lock: a reader that loads epoch N and then copies under the lock
- * gets view N or a newer one, never an older one.
+ * lost or returning) and is read rarely (stats), so a lock costs nothing that matters, and it
+ * keeps the copy free of data races (a seqlock's racy copy of 16 KiB is undefined in C11 and
+ * what ThreadSanitizer reports). The epoch alone is also kept in an atomic word, stored with
+ * release after the members are written and loaded with acquire, so a call that only needs to
+ * know whether the view changed (front/api.c, waiting for a view) reads one word and takes no
+ * lock: a reader that loads epoch N and then copies under the lock gets view N or a newer one,
+ * never an older one. The fence, the suspensions and the lease are words of their own, read on
+ * every call's path without the lock.
  */
 #ifndef NESSIE_KVSTORE_MEMBERSHIP_H
 #define NESSIE_KVSTORE_MEMBERSHIP_H
@@ -56,6 +74,9 @@ struct mship_state {
      * membership's always, skip the bitmap with one load. */
     _Atomic uint32_t nfenced;
     _Atomic uint64_t fenced[NESSIE_NODES_MAX / 64];
+    /* Suspended nodes (a fencing view read, not acted on yet: "Acting on a view"): their
+     * memory is not touched, their placement unchanged. Only ever set; relaxed, as fenced. */
+    _Atomic uint64_t suspended[NESSIE_NODES_MAX / 64];
     /* Until when (CLOCK_MONOTONIC ns) the installed view may be acted on: the view's lease (see
      * "Acting on a view" above). 0: no lease in force (static membership, or none given yet). */
     _Atomic uint64_t valid_until_ns;
@@ -84,6 +105,10 @@ void mship_get(struct mship_state *st, struct nessie_view *out);
 /* The current view's epoch, without the lock. */
 uint64_t mship_epoch(const struct mship_state *st);
 
+/* Suspend node: from now on nothing of its memory is touched (the fabric refuses it), its
+ * placement unchanged (see "Acting on a view"). Never blocks; idempotent. */
+void mship_suspend(struct mship_state *st, uint32_t node);
+
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
  * good. Never blocks. */
 void mship_renew(struct mship_state *st, uint64_t until_ns);
@@ -109,6 +134,16 @@ static inline bool mship_fenced(const struct mship_state *st, uint32_t node)
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->fenced[node / 64],
                                       memory_order_relaxed);
     return (w >> (node % 64)) & 1;
+}
+
+/* Whether node's memory must not be touched: fenced, or suspended. Never blocks. */
+static inline bool mship_unreachable(const struct mship_state *st, uint32_t node)
+{
+    if (node >= NESSIE_NODES_MAX)
+        return false;
+    uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->suspended[node / 64],
+                                      memory_order_relaxed);
+    return ((w >> (node % 64)) & 1) || mship_fenced(st, node);
 }
 
 #endif

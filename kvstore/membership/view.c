@@ -14,6 +14,8 @@ int mship_init(struct mship_state *st, uint32_t self)
     atomic_init(&st->nfenced, 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->fenced[i], 0);
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        atomic_init(&st->suspended[i], 0);
     atomic_init(&st->valid_until_ns, 0);
     return pthread_rwlock_init(&st->lock, NULL) == 0 ? NESSIE_OK : NESSIE_NO_MEMORY;
 }
@@ -97,4 +99,11 @@ void mship_renew(struct mship_state *st, uint64_t until_ns)
            !atomic_compare_exchange_weak_explicit(&st->valid_until_ns, &cur, until_ns,
                                                   memory_order_release, memory_order_relaxed))
         ;
+}
+
+void mship_suspend(struct mship_state *st, uint32_t node)
+{
+    if (node < NESSIE_NODES_MAX)
+        atomic_fetch_or_explicit(&st->suspended[node / 64], 1ULL << (node % 64),
+                                 memory_order_relaxed);
 }

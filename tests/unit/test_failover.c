@@ -290,6 +290,49 @@ static void test_lost_node_serves_nothing(void **state)
     free(v);
 }
 
+/* Suspended (a fencing view read, not acted on yet): nothing of node 2 is touched; a call that
+ * needs it fails with nothing done (and would wait for the view), the others go on under the
+ * current view; once the view is installed, every call answers. */
+static void test_suspended_node_is_not_touched(void **state)
+{
+    (void)state;
+    for (uint32_t n = 0; n < NODES; n++)
+        install(n, 1, false);
+    for (int i = 0; i < KEYS; i++)
+        assert_int_equal(put(i % 2 ? DEAD : 0, i, "v1"), NESSIE_OK);
+    assert_int_equal(nessie_view_suspend(C.node[0], DEAD), NESSIE_OK);
+    assert_int_equal(nessie_view_suspend(C.node[0], NESSIE_NODES_MAX), NESSIE_INVALID);
+    uint64_t dead_sum = dead_index_sum();
+    int answered = 0, refused = 0, written = 0;
+    bool v2[KEYS] = {false};
+    for (int i = 0; i < KEYS; i++) {
+        char k[32];
+        key_of(i, k);
+        struct nessie_item it;
+        int rc = nessie_get(C.ctx[0], k, strlen(k), &it);
+        if (rc == NESSIE_FABRIC_ERROR) {
+            refused++;
+        } else {
+            assert_int_equal(rc, NESSIE_OK); /* nothing is lost yet */
+            assert_true(i % 2 == 0);         /* values on node 2 cannot be read */
+            answered++;
+        }
+        /* A write reads all of its key's positions: one clear of node 2 takes it. */
+        rc = put(0, i, "v2");
+        assert_true(rc == NESSIE_OK || rc == NESSIE_FABRIC_ERROR);
+        v2[i] = rc == NESSIE_OK;
+        written += v2[i];
+    }
+    print_message("suspended: %d of %d GETs and %d SETs answered, %d GETs need node 2\n", answered,
+                  KEYS, written, refused);
+    assert_true(answered > 0 && written > 0 && refused > KEYS / 2);
+    assert_true(dead_sum == dead_index_sum());
+    install(0, 2, true);
+    install(1, 2, true);
+    for (int i = 0; i < KEYS; i++)
+        got(0, i, v2[i] ? "v2" : "v1"), got(1, i, v2[i] ? "v2" : "v1");
+}
+
 /* The view service's part, late: after FENCE_LATE_MS, nodes 0 and 1 install the view that lost
  * node 2. */
 #define FENCE_LATE_MS 300
@@ -372,6 +415,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_calls_answer_without_the_lost_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_node_serves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_suspended_node_is_not_touched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_calls_wait_for_the_view, setup_waiting, teardown),
         cmocka_unit_test_setup_teardown(test_attempts_wait_for_the_view_lease,
                                         setup_short_budget, teardown),
