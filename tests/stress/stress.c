@@ -590,6 +590,9 @@ struct viewer {
 static bool view_poll(struct viewer *vw)
 {
     struct views *vs = &sh->views;
+    /* The lease runs from the read, as the daemon's does (read_ns + V): the view was current
+     * then, not necessarily at the install. */
+    uint64_t read_ns = nessie_mono_ns();
     uint64_t epoch = atomic_load_explicit(&vs->epoch, memory_order_acquire);
     if (epoch > vw->have) {
         memset(vw->v, 0, sizeof(*vw->v));
@@ -611,7 +614,7 @@ static bool view_poll(struct viewer *vw)
             atomic_fetch_add(&vs->changes[vw->id], 1);
         vw->have = epoch;
     }
-    nessie_view_renew(vw->node, nessie_mono_ns() + VIEW_LEASE_MS * 1000000ULL);
+    nessie_view_renew(vw->node, read_ns + VIEW_LEASE_MS * 1000000ULL);
     return true;
 }
 
