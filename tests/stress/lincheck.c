@@ -19,8 +19,9 @@ const char *lc_op_name(enum lc_op op)
 const char *lc_outcome_name(enum lc_outcome o)
 {
     static const char *const names[] = {"ok", "not-found", "not-stored", "exists",
-                                        "cas-not-found", "non-numeric", "failed", "unknown"};
-    return (unsigned)o <= LC_UNKNOWN ? names[o] : "?";
+                                        "cas-not-found", "non-numeric", "failed", "unknown",
+                                        "maybe"};
+    return (unsigned)o <= LC_MAYBE ? names[o] : "?";
 }
 
 /* A value of the model, interned: its hash is computed once. */
@@ -54,6 +55,7 @@ struct op {
 
 struct frame {
     uint32_t op;
+    uint32_t choice;    /* which of the op's effects was applied (an LC_MAYBE op has two) */
     struct state saved;
 };
 
@@ -172,16 +174,23 @@ static void put_value(struct checker *c, struct state *s, const struct lc_event 
     s->v = intern(c, bytes, len);
     s->flags = flags;
     s->version = e->version_out;
-    s->vknown = e->outcome != LC_UNKNOWN;
+    s->vknown = e->outcome != LC_UNKNOWN && e->outcome != LC_MAYBE;
 }
+
+/* How many effects e may have had: an LC_MAYBE op took effect (choice 0) or not (choice 1);
+ * the search tries both wherever it linearizes it. */
+static uint32_t choices(const struct lc_event *e) { return e->outcome == LC_MAYBE ? 2 : 1; }
 
 /*
  * Apply e to s. Returns true (and the new state in s) if e's outcome and outputs are what the
- * model gives in state s. For an LC_UNKNOWN op, "what the model gives" is whatever happens.
+ * model gives in state s. For an LC_UNKNOWN op, "what the model gives" is whatever happens; an
+ * LC_MAYBE op's choice 0 is the same, its choice 1 is no effect at all.
  */
-static bool apply(struct checker *c, const struct lc_event *e, struct state *s)
+static bool apply(struct checker *c, const struct lc_event *e, uint32_t choice, struct state *s)
 {
-    bool unknown = e->outcome == LC_UNKNOWN;
+    if (e->outcome == LC_MAYBE && choice == 1)
+        return true;
+    bool unknown = e->outcome == LC_UNKNOWN || e->outcome == LC_MAYBE;
     switch (e->op) {
     case LC_GET:
         if (e->outcome == LC_NOT_FOUND)
@@ -373,7 +382,8 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
         const struct lc_event *e = &ev[i];
         if (e->outcome == LC_FAILED)
             continue;
-        if (e->outcome == LC_UNKNOWN && (e->op == LC_GET || e->op == LC_TOUCH))
+        if ((e->outcome == LC_UNKNOWN || e->outcome == LC_MAYBE) &&
+            (e->op == LC_GET || e->op == LC_TOUCH))
             continue;
         struct op *o = &c.ops[c.nops];
         o->e = e;
@@ -443,6 +453,7 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
     struct state best_state = {0};
     int result;
     struct entry *cur = head.next;
+    uint32_t first_choice = 0; /* of the op at cur: 1 when backtracking from its choice 0 */
 
     for (;;) {
         if (returns == 0) {
@@ -451,32 +462,40 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
         }
         if (cur && cur->is_call) {
             struct op *o = &c.ops[cur->op];
-            struct state next = s;
-            if (apply(&c, o->e, &next)) {
-                struct memo_key key = {set_hash ^ o->zobrist, state_hash(&next)};
-                if (memo_add(&c, key)) {
-                    if (++explored > budget) {
-                        result = -1;
-                        break;
-                    }
-                    struct frame f = {.op = cur->op, .saved = s};
-                    g_array_append_val(stack, f);
-                    s = next;
-                    set_hash ^= o->zobrist;
-                    lift(&o->call);
-                    if (o->has_ret) {
-                        lift(&o->ret);
-                        returns--;
-                    }
-                    if (stack->len > best_depth) {
-                        best_depth = stack->len;
-                        best_blocker = NULL;
-                    }
-                    cur = head.next;
+            uint32_t choice = first_choice;
+            first_choice = 0;
+            bool pushed = false, over = false;
+            for (; choice < choices(o->e) && !pushed; choice++) {
+                struct state next = s;
+                if (!apply(&c, o->e, choice, &next))
                     continue;
+                struct memo_key key = {set_hash ^ o->zobrist, state_hash(&next)};
+                if (!memo_add(&c, key))
+                    continue;
+                if (++explored > budget) {
+                    over = true;
+                    break;
                 }
+                struct frame f = {.op = cur->op, .choice = choice, .saved = s};
+                g_array_append_val(stack, f);
+                s = next;
+                set_hash ^= o->zobrist;
+                lift(&o->call);
+                if (o->has_ret) {
+                    lift(&o->ret);
+                    returns--;
+                }
+                if (stack->len > best_depth) {
+                    best_depth = stack->len;
+                    best_blocker = NULL;
+                }
+                pushed = true;
             }
-            cur = cur->next;
+            if (over) {
+                result = -1;
+                break;
+            }
+            cur = pushed ? head.next : cur->next;
             continue;
         }
         /* cur is the first return entry (or the end): nothing before it fits. Backtrack. */
@@ -502,7 +521,14 @@ int lc_check_key(const struct lc_event *ev, size_t n, uint64_t budget, char *why
         unlift(&o->call);
         set_hash ^= o->zobrist;
         s = f.saved;
-        cur = o->call.next;
+        /* An op with another effect left to try is tried again at the same place with it;
+         * otherwise the search goes on with the entries after it. */
+        if (f.choice + 1 < choices(o->e)) {
+            cur = &o->call;
+            first_choice = f.choice + 1;
+        } else {
+            cur = o->call.next;
+        }
     }
 
     if (result == 1)

@@ -24,9 +24,13 @@ enum lc_outcome {
     LC_CAS_NOT_FOUND, /* cas: key absent */
     LC_NON_NUMERIC,   /* incr/decr: value not a number (no effect) */
     LC_FAILED,        /* definitely no effect (out of memory, index full, too big) */
-    LC_UNKNOWN        /* timed out or never returned: took effect at most once, at any time after
+    LC_UNKNOWN,       /* timed out or never returned: took effect at most once, at any time after
                          its call (even after it returned: the engine may complete it later), or
                          not at all */
+    LC_MAYBE          /* took effect at most once, between its call and its return, or not at
+                         all: what a run knows of an event nobody called, such as a node's loss
+                         (every key's value may vanish between the kill and the view that fences
+                         the node, and not later) */
 };
 
 struct lc_event {

@@ -159,6 +159,49 @@ static void test_unknown_outcomes(void **state)
     assert_int_equal(check(f, 2), 0);
 }
 
+/* A possible loss (nessie-stress --lose-node-at): a DELETE that took effect within its interval
+ * or not at all, never after it returned. */
+static void test_maybe_outcomes(void **state)
+{
+    (void)state;
+    struct lc_event h[] = {
+        E(1, 2, LC_SET, LC_OK, "a", NULL, 1),
+        E(3, 10, LC_DELETE, LC_MAYBE, NULL, NULL, 0),
+        E(4, 5, LC_GET, LC_OK, NULL, "a", 1),
+        E(6, 7, LC_GET, LC_NOT_FOUND, NULL, NULL, 0),
+        E(11, 12, LC_GET, LC_NOT_FOUND, NULL, NULL, 0),
+    };
+    /* lost between the two reads, and it stays lost */
+    assert_int_equal(check(h, 5), 0);
+    /* a loss does not bring the value back */
+    h[4] = E(11, 12, LC_GET, LC_OK, NULL, "a", 1);
+    assert_int_equal(check(h, 5), 1);
+    /* it may not have happened at all */
+    h[3] = E(6, 7, LC_GET, LC_OK, NULL, "a", 1);
+    assert_int_equal(check(h, 5), 0);
+    /* a write after the loss's window stays: a miss after it is no loss's doing */
+    struct lc_event w[] = {
+        E(1, 2, LC_SET, LC_OK, "a", NULL, 1),
+        E(3, 10, LC_DELETE, LC_MAYBE, NULL, NULL, 0),
+        E(11, 12, LC_SET, LC_OK, "b", NULL, 2),
+        E(13, 14, LC_GET, LC_NOT_FOUND, NULL, NULL, 0),
+    };
+    assert_int_equal(check(w, 4), 1);
+    w[1].outcome = LC_UNKNOWN; /* (an unknown DELETE could take effect that late) */
+    w[1].ret_ns = UINT64_MAX;
+    assert_int_equal(check(w, 4), 0);
+    /* nor does it let an older value be read: the newest acknowledged one, or a miss */
+    struct lc_event o[] = {
+        E(1, 2, LC_SET, LC_OK, "a", NULL, 1),
+        E(3, 4, LC_SET, LC_OK, "b", NULL, 2),
+        E(5, 10, LC_DELETE, LC_MAYBE, NULL, NULL, 0),
+        E(6, 7, LC_GET, LC_OK, NULL, "a", 1),
+    };
+    assert_int_equal(check(o, 4), 1);
+    o[3] = E(6, 7, LC_GET, LC_NOT_FOUND, NULL, NULL, 0);
+    assert_int_equal(check(o, 4), 0);
+}
+
 /* A long random history produced by a sequential model (so linearizable), with every interval
  * stretched to overlap its neighbours, is accepted; the same history with one read's answer
  * corrupted is rejected. 12 clients, 5000 operations. */
@@ -223,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_cas_and_add),
         cmocka_unit_test(test_incr_decr),
         cmocka_unit_test(test_unknown_outcomes),
+        cmocka_unit_test(test_maybe_outcomes),
         cmocka_unit_test(test_random_long_history),
     };
     return cmocka_run_group_tests_name("lincheck", tests, NULL, NULL);
