@@ -7,6 +7,9 @@
 #            peers' requests fail and reconnect, and nothing is lost, stuck or leaked
 #   dead     a node killed for good for 4 s while the others run checked: what they answered
 #            and how fast they failed meanwhile (the dead-node: line), then it comes back
+#   lost     a node lost for good (issue 28): killed 1.5 s in, fenced by a view 2 s later (the
+#            parent plays the coordination service); the others' calls that need it wait for the
+#            view instead of failing (the lost-node: line), and no GET reads an older value
 #   evict    nessie-stress --check with more keys than the data regions hold: the evictions
 #            (DELETEs over verbs; a few hundred in 20000 operations) are in the checked history,
 #            and the readers' access records are posted WRITEs nobody waits for
@@ -19,8 +22,8 @@
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
-# EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), RXE_STEPS (default "fabric stress crash
-# dead evict sd shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# LOST_OPS (default 20000), EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), RXE_STEPS (default "fabric stress crash
+# dead lost evict sd shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -79,6 +82,12 @@ dead() {
         --kill-node-at 1500 --dead-for 4000 --check --quiet
 }
 
+lost() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7540 --nodes 3 --threads 2 \
+        --keys 64 --index-slots 32 --ops "${LOST_OPS:-20000}" --expiration-ms 100 \
+        --lose-node-at 1500 --detect-ms 2000 --check --quiet
+}
+
 evict() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7460 --nodes 3 --threads 2 \
         --keys 8000 --index-slots 4000 --data-bytes 262144 --ops "${EVICT_OPS:-20000}" \
@@ -131,7 +140,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead evict sd shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"
