@@ -439,6 +439,9 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
     for (uint32_t i = 0; i < members.nodes; i++)
         fences = fences || (lv->gone[i] && !members.fenced[i]);
     uint64_t v_ns = members.view_lease_ms * 1000000ULL;
+    /* Acted on V + F after its first read: F, the fabric's request bound, for what the calls under
+     * the older view posted to land (membership.h). */
+    uint64_t delay_ns = v_ns + nessie_node_request_bound_ms(members.node) * 1000000ULL;
     if (fences && members.adopting) {
         if (members.pending_epoch != epoch) {
             members.pending_epoch = epoch;
@@ -448,9 +451,9 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
                     nessie_view_suspend(members.node, i);
             log_info("members: view %" PRIu64 " fences a node: not touched from now on, the view "
                      "acted on in %" PRIu64 " ms, once every member's calls under the older view "
-                     "are over", epoch, members.view_lease_ms);
+                     "are over", epoch, (uint64_t)(delay_ns / 1000000ULL));
         }
-        if (mono_ns() < members.pending_since_ns + v_ns) {
+        if (mono_ns() < members.pending_since_ns + delay_ns) {
             if (!lv->gone[members.self])
                 nessie_view_renew(members.node, read_ns + v_ns); /* for calls clear of it */
             return;

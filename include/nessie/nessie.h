@@ -372,6 +372,10 @@ uint64_t nessie_node_call_bound_ms(const struct nessie_node *node);
  * after which a call runs again as a new operation) plus one expiration period. An orphan is
  * taken over, and a leak recycled by a sweep, only that long after its creation. */
 uint64_t nessie_node_grace_ms(const struct nessie_node *node);
+/* The fabric's request bound, ms: how long after its post a request may still land (0 on shm;
+ * the NIC's retry limit over verbs). Whoever agrees views delays acting on a fencing view by it
+ * (kvstore/membership/membership.h, "Acting on a view"). */
+uint64_t nessie_node_request_bound_ms(const struct nessie_node *node);
 
 /*
  * Membership (issue 28): the cluster's view, an epoch and its members, agreed outside the engine
@@ -418,7 +422,7 @@ uint64_t nessie_view_epoch(const struct nessie_node *node);
  * The view's lease: the installed view may be acted on until valid_until_ns (CLOCK_MONOTONIC),
  * vouched for by whoever agrees views (the daemon renews it after every read of the service that
  * found no newer view). Once given, a lease is in force for the node's life: a protocol attempt
- * starts only if it ends (an expiration period and a fabric request later) before the lease
+ * starts only if it posts its last request (an expiration period later) before the lease
  * does, and otherwise waits for a renewal, so a node cut off from the service stops acting on a
  * view that may no longer be current (kvstore/membership/membership.h, "Acting on a view"). An
  * end earlier than the current one changes nothing. Never blocks.

@@ -30,8 +30,9 @@ static int api_plan(struct nessie_ctx *ctx, const void *key, size_t key_len, str
  * reached (NESSIE_FABRIC_ERROR: it had no effect, nessie.h) is run again, planned anew, as soon
  * as a newer view is installed (one that fences the node has moved its positions to live nodes,
  * and reads its values as lost) or after a back-off (the node may answer again), until
- * cfg.view_wait_ms after its first failure: the detection time the daemon derives from its
- * lease (reception/members.c). Without views (view_wait_ms 0, static membership) no view will
+ * cfg.view_wait_ms after its first failure (the detection time the daemon derives from its
+ * lease: reception/members.c) plus the fabric's request bound (by which acting on a fencing
+ * view is delayed: membership.h). Without views (view_wait_ms 0, static membership) no view will
  * come, and the error is the answer. A run that timed out is never repeated: its effect is
  * unknown.
  */
@@ -53,7 +54,8 @@ static bool api_wait_again(struct nessie_ctx *ctx, struct api_wait *w, int rc)
         return false;
     uint64_t now = nessie_mono_ns();
     if (w->until_ns == 0) {
-        w->until_ns = now + (uint64_t)nd->cfg.view_wait_ms * 1000000ULL;
+        /* The fabric's bound on top: a fencing view is acted on that much later (membership.h). */
+        w->until_ns = now + (uint64_t)nd->cfg.view_wait_ms * 1000000ULL + nd->bound.fabric_ns;
         CTR_ADD(ctx->ctr.view_waits, 1);
     } else if (now >= w->until_ns) {
         return false;

@@ -139,7 +139,9 @@ static void bound_compute(const struct nessie_config *cfg, const struct fab *fab
 
 uint64_t nessie_node_call_bound_ms(const struct nessie_node *node)
 {
-    return node->bound.act_ns / 1000000ULL + node->cfg.view_wait_ms;
+    return node->bound.act_ns / 1000000ULL +
+           (node->cfg.view_wait_ms ? node->cfg.view_wait_ms + node->bound.fabric_ns / 1000000ULL
+                                   : 0);
 }
 
 int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
@@ -300,6 +302,11 @@ int nessie_node_unlink(const struct nessie_config *cfg)
 uint64_t nessie_node_grace_ms(const struct nessie_node *node)
 {
     return node->bound.grace_ns / 1000000ULL;
+}
+
+uint64_t nessie_node_request_bound_ms(const struct nessie_node *node)
+{
+    return (node->bound.fabric_ns + 999999ULL) / 1000000ULL;
 }
 
 const struct nessie_config *nessie_node_config(const struct nessie_node *node)

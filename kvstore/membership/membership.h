@@ -26,19 +26,21 @@
  * Acting on a view: a view may be acted on only while it is known current. The daemon renews
  * this node's view lease V after every read of the service that found no newer view (every
  * MEMBERS_REFRESH_MS, reception/members.c); V is shorter than a member's etcd lease. A protocol
- * attempt starts only if it ends (one expiration period plus the fabric's request bound later)
- * before the lease does, and otherwise waits for a renewal (protocol.h, RUN_ATTEMPTS). A view
- * that fences a node X is installed V after it was first read; from that first read on, X is
- * suspended here (mship_suspend): nothing of its memory is touched any more, so a call that
- * needs X fails (and waits for the view: front/api.c), while calls that do not need X go on
- * under the old view, and renewals go on. The two placements differ only for keys with a
- * position on X, and an entry naming X's data is met only by touching X: a call that touches
- * nothing of X acts the same under both. So: no attempt under the old view touches X later than
- * the new view's write plus a refresh and an attempt's span (each node suspends X at its first
- * read of it), no attempt under the new view starts before that write plus V, and V is longer,
- * so the two placements never act at once on what they disagree about. A node cut off from the
- * service gets no renewals and stops acting before its own etcd lease lapses, so the view that
- * removes it is written after it stopped.
+ * attempt starts only if it posts its last request (one expiration period later: its Step 0
+ * checks) before the lease ends, and otherwise waits for a renewal (protocol.h, RUN_ATTEMPTS);
+ * what it posted lands within the fabric's request bound F after that. A view that fences a
+ * node X is installed V + F after it was first read; from that first read on, X is suspended
+ * here (mship_suspend): nothing more of its memory is touched, so a call that needs X fails (and
+ * waits for the view: front/api.c), while calls that do not need X go on under the old view,
+ * and renewals go on. The two placements differ only for keys with a position on X, and an
+ * entry naming X's data is met only by touching X: a call that touches nothing of X acts the
+ * same under both. So: no request under the old view touching X lands later than the new
+ * view's write plus a refresh, an attempt's span and F (each node suspends X at its first read
+ * of it), no attempt under the new view starts before that write plus V + F, and V is longer
+ * than a refresh and a span, so the two placements never act at once on what they disagree
+ * about. A node cut off from the service gets no renewals and stops posting before its own etcd
+ * lease lapses (its last requests land F later), so the view that removes it, written after
+ * the lapse and acted on V + F after, comes after its last effect.
  *
  * Reading: from any thread, consistently (a reader never sees half of one view and half of
  * another). The members are copied under a reader-writer lock: a view changes rarely (a node

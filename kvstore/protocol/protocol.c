@@ -109,7 +109,7 @@ bool proto_view_gate(struct op *op)
     bool waited = false;
     for (;;) {
         uint64_t until = mship_valid_until(&op->node->view);
-        if (until == 0 || op->attempt_start + b->period_ns + b->fabric_ns <= until)
+        if (until == 0 || op->attempt_start + b->period_ns <= until)
             return true;
         if (nessie_mono_ns() >= op->deadline)
             return false;
