@@ -19,7 +19,7 @@ static int api_plan(struct nessie_ctx *ctx, const void *key, size_t key_len, str
         return NESSIE_BAD_KEY;
     /* This node lost from the view (issue 28): its peers no longer read its memory, so it must
      * not serve from it either; it is out until it rejoins. */
-    if (mship_fenced(&ctx->node->view, ctx->node->cfg.self))
+    if (mship_self_fenced(&ctx->node->view))
         return NESSIE_FABRIC_ERROR;
     key_plan_make(kp, ctx->node, key, key_len);
     return NESSIE_OK;
@@ -50,7 +50,7 @@ static bool api_wait_again(struct nessie_ctx *ctx, struct api_wait *w, int rc)
 {
     struct nessie_node *nd = ctx->node;
     if (rc != NESSIE_FABRIC_ERROR || nd->cfg.view_wait_ms == 0 ||
-        mship_fenced(&nd->view, nd->cfg.self))
+        mship_self_fenced(&nd->view))
         return false;
     uint64_t now = nessie_mono_ns();
     if (w->until_ns == 0) {
@@ -62,10 +62,10 @@ static bool api_wait_again(struct nessie_ctx *ctx, struct api_wait *w, int rc)
     }
     uint64_t epoch = mship_epoch(&nd->view);
     if (epoch == w->epoch) {
-        unsigned shift = w->tries < 5 ? w->tries : 5;
-        uint64_t pause = (1ULL << shift) * 1000000ULL;
-        if (pause > (uint64_t)API_WAIT_BACKOFF_MAX_MS * 1000000ULL)
-            pause = (uint64_t)API_WAIT_BACKOFF_MAX_MS * 1000000ULL;
+        uint64_t pause_ms = w->tries < 6 ? 1ULL << w->tries : API_WAIT_BACKOFF_MAX_MS;
+        if (pause_ms > API_WAIT_BACKOFF_MAX_MS)
+            pause_ms = API_WAIT_BACKOFF_MAX_MS;
+        uint64_t pause = pause_ms * 1000000ULL;
         uint64_t end = now + pause < w->until_ns ? now + pause : w->until_ns;
         w->tries++;
         while (nessie_mono_ns() < end && mship_epoch(&nd->view) == epoch) {
@@ -100,7 +100,7 @@ int nessie_get(struct nessie_ctx *ctx, const void *key, size_t key_len, struct n
 int nessie_get_into(struct nessie_ctx *ctx, const void *key, size_t key_len, void *buf,
                     size_t cap, struct nessie_item *out)
 {
-    if (!out || (!buf && cap))
+    if (!out || (cap && !buf))
         return NESSIE_INVALID;
     struct key_plan kp;
     API_RUN(ctx, key, key_len, kp, mode_get(ctx, &kp, buf, cap, out));
@@ -137,7 +137,7 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
 {
     if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
         return NESSIE_INVALID;
-    if (mship_fenced(&ctx->node->view, ctx->node->cfg.self))
+    if (mship_self_fenced(&ctx->node->view))
         return NESSIE_FABRIC_ERROR; /* out of the view: api_plan */
     if (ctx->node->cfg.view_wait_ms == 0 || n == 0)
         /* Each key is checked and planned on its own: a bad one is answered through done. */
@@ -162,12 +162,11 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
 {
     if ((unsigned)mode > NESSIE_PREPEND || (!value && value_len))
         return NESSIE_INVALID;
-    if (ctx && mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size &&
-        key_check(key, key_len) == NESSIE_OK)
-        return NESSIE_TOO_BIG;
     struct key_plan kp;
     API_RUN(ctx, key, key_len, kp,
-            mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, version_out));
+            mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size
+                ? NESSIE_TOO_BIG
+                : mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, version_out));
 }
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)

@@ -138,6 +138,12 @@ static inline bool mship_fenced(const struct mship_state *st, uint32_t node)
     return (w >> (node % 64)) & 1;
 }
 
+/* Whether this node itself is fenced: out of the cluster, it serves nothing. Never blocks. */
+static inline bool mship_self_fenced(const struct mship_state *st)
+{
+    return mship_fenced(st, st->self);
+}
+
 /* Whether node's memory must not be touched: fenced, or suspended. Never blocks. */
 static inline bool mship_unreachable(const struct mship_state *st, uint32_t node)
 {

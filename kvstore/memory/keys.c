@@ -12,8 +12,9 @@
  * Placement from the view (issue 28): a draw that lands on a fenced node (membership.h) is
  * drawn again the same way, so a node lost from the view moves only the positions it held, each
  * to a live node, and every node with the same fence agrees where. A node that has not yet
- * installed the view still draws the lost node's position; its calls there fail at the fabric
- * (the node is dead) instead of finding another entry, so two placements never both act. */
+ * installed the view still draws the lost node's position, but from its first read of that view
+ * it touches nothing of the lost node (suspended), so its calls there fail and wait instead of
+ * acting under the old placement (membership.h, "Acting on a view"). */
 #define KEYS_WAY_STEP 0x9e3779b97f4a7c15ULL
 /* Draws per way before a fenced position is kept anyway (its calls then fail at the fabric): only
  * a cluster with fewer live index slots than ways, or a broken hash, gets that far. */

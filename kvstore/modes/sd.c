@@ -854,7 +854,7 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         rp->status = NESSIE_BAD_KEY; /* req_take let it through: answered, never run */
         return 0;
     }
-    if (mship_fenced(&nd->view, nd->cfg.self)) {
+    if (mship_self_fenced(&nd->view)) {
         rp->status = NESSIE_FABRIC_ERROR; /* lost from the view: serves nothing (front/api.c) */
         return 0;
     }

@@ -232,9 +232,9 @@ enum attempt proto_end_absent(struct op *op, int absent, int *status);
 
 /* "Acting on a view" (membership/membership.h): whether the attempt starting now (attempt_start)
  * posts its last request, one expiration period later, before the view's lease ends (what it
- * posts lands within the fabric's bound after: the daemon's delays allow for it); if not, wait for a renewal (counted as a view wait) until the call's deadline, and then
- * restart the attempt's timer. Returns false when the deadline came first: the attempt must not
- * run. */
+ * posts lands within the fabric's bound after: the daemon's delays allow for it); if not, wait
+ * for a renewal (counted as a view wait) until the call's deadline, and then restart the
+ * attempt's timer. Returns false when the deadline came first: the attempt must not run. */
 bool proto_view_gate(struct op *op);
 
 /* Run attempts with back-off until one is final or the call's budget is spent; an attempt runs
