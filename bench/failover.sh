@@ -231,14 +231,7 @@ mc3_one() { # index
 mc3_start() {
     MC3_PORTS=$(free_ports 3)
     for i in 0 1 2; do mc3_one $i; done
-    for port in $MC3_PORTS; do
-        t=0
-        until memcstat --servers=127.0.0.1:"$port" >/dev/null 2>&1; do
-            t=$((t + 1))
-            [ $t -lt 100 ] || bench_die "memcached did not start on port $port (see $OUT/memcached*.log)"
-            sleep 0.1
-        done
-    done
+    for port in $MC3_PORTS; do mc_wait "$port" "$OUT/memcached*.log"; done
     MC3_SERVERS=$(for port in $MC3_PORTS; do printf '127.0.0.1:%s,' "$port"; done | sed 's/,$//')
 }
 mc3_stop() {

@@ -110,10 +110,16 @@ mc_start() {
     memcached -u "$user" -l 127.0.0.1 -p "$MC_PORT" -U 0 -m "$BENCH_MC_MB" -I 2m \
         ${MC_THREADS:+-t $MC_THREADS} >"$OUT/memcached.log" 2>&1 &
     MC_PID=$!
+    mc_wait "$MC_PORT" "$OUT/memcached.log"
+}
+
+# mc_wait PORT LOG: until the memcached on 127.0.0.1:PORT answers (10 s at most; then the run
+# dies pointing at LOG).
+mc_wait() {
     i=0
-    until memcstat --servers=127.0.0.1:"$MC_PORT" >/dev/null 2>&1; do
+    until memcstat --servers=127.0.0.1:"$1" >/dev/null 2>&1; do
         i=$((i + 1))
-        [ $i -lt 100 ] || bench_die "memcached did not start (see $OUT/memcached.log)"
+        [ $i -lt 100 ] || bench_die "memcached did not start on port $1 (see $2)"
         sleep 0.1
     done
 }
