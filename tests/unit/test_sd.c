@@ -735,7 +735,9 @@ static void test_taken_get_without_reply_runs_here(void **state)
  * as `nessie-cluster stop --purge` did while it left the MSG regions behind) counts its requests
  * from 1 again, while its home node's ring still holds the old life's higher count. Its requests
  * must be served, not dropped as replays: they were, when a life was the data header's
- * incarnation, which starts over with the tables (bench/modes.sh hung on its first SET). */
+ * incarnation, which starts over with the tables (bench/modes.sh hung on its first SET).
+ * A purge stops every daemon, so node 1 starts again too, on its own tables and ring: a peer
+ * that stayed up would take node 0's removed tables for a lost host (fabric_shm.c), for good. */
 static void test_requester_on_new_tables_is_served(void **state)
 {
     (void)state;
@@ -746,20 +748,25 @@ static void test_requester_on_new_tables_is_served(void **state)
     for (int i = 0; i < 20; i++)
         assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), "old", 3, 0, 0, 0, NULL),
                          NESSIE_OK);
-    /* Node 0 goes away with its tables; its MSG region stays. */
-    server_stop(0);
-    nessie_ctx_destroy(C.ctx[0]);
-    struct nessie_config cfg = *nessie_node_config(C.node[0]);
-    cfg.cluster = C.name;
-    nessie_node_close(C.node[0]);
+    /* Both nodes stop; node 0's tables go, its MSG region and all of node 1's regions stay. */
+    struct nessie_config cfg[2];
+    for (uint32_t n = 0; n < 2; n++) {
+        server_stop(n);
+        nessie_ctx_destroy(C.ctx[n]);
+        cfg[n] = *nessie_node_config(C.node[n]);
+        cfg[n].cluster = C.name;
+        nessie_node_close(C.node[n]);
+    }
     char name[128];
     snprintf(name, sizeof(name), "/nessie.%s.n0.index", C.name);
     assert_int_equal(shm_unlink(name), 0);
     snprintf(name, sizeof(name), "/nessie.%s.n0.data", C.name);
     assert_int_equal(shm_unlink(name), 0);
-    assert_int_equal(nessie_node_open(&cfg, &C.node[0]), NESSIE_OK);
-    assert_int_equal(nessie_ctx_create(C.node[0], &C.ctx[0]), NESSIE_OK);
-    server_start(0);
+    for (uint32_t n = 0; n < 2; n++) {
+        assert_int_equal(nessie_node_open(&cfg[n], &C.node[n]), NESSIE_OK);
+        assert_int_equal(nessie_ctx_create(C.node[n], &C.ctx[n]), NESSIE_OK);
+        server_start(n);
+    }
     nessie_ctx_set_mode(C.ctx[0], NESSIE_MODE_SD);
     assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), "new", 3, 0, 0, 0, NULL),
                      NESSIE_OK);
