@@ -353,13 +353,15 @@ bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
  * still in its life, unrecycled. If the source is still linked, the item is there (the copy is a
  * move that never happened); if it was recycled, something else took it out (a DELETE or a write
  * that ran before the copy was linked), and committing the copy would bring a removed item back.
- * Sets *undo. Returns NESSIE_OK or NESSIE_FABRIC_ERROR.
+ * A source whose value was on a node lost from the view (issue 28) cannot be asked: its value is
+ * lost, as every value of that node's is, and the copy is undone. Sets *undo. Returns NESSIE_OK
+ * or NESSIE_FABRIC_ERROR.
  */
 static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
 {
     uint64_t src = v->h.prev_ite, st;
     *undo = true;
-    if (ite_empty(src))
+    if (ite_empty(src) || mship_fenced(&op->node->view, ite_node(src)))
         return NESSIE_OK;
     int rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st));
     if (rc != NESSIE_OK)
@@ -417,8 +419,13 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
     if (state & DTE_ABANDONED) {
         /* Its writer set its previous version to one it unlinked itself before abandoning it
          * (write.c, abandon_mine), so linking that again undoes exactly what the writer did. The
-         * CAS names the abandoned entry's life. */
-        rc = ite_cas(op, pos, ite, (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite, &ok);
+         * CAS names the abandoned entry's life. A previous version whose value was on a node
+         * lost from the view is not linked again: it is lost, and an index entry naming a lost
+         * node's data must never appear after the fence (a scrub clears them for good). */
+        uint64_t back = (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite;
+        if (!ite_empty(back) && mship_fenced(&op->node->view, ite_node(back)))
+            back = 0;
+        rc = ite_cas(op, pos, ite, back, &ok);
         if (rc == NESSIE_OK && ok) {
             nessie_recycle(ctx, ite);
             CTR_ADD(ctx->ctr.takeovers, 1);

@@ -419,12 +419,15 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
     }
     if (!abandoned)
         return NESSIE_FABRIC_ERROR;
-    /* Step 3. A CAS that did not run leaves e linked: try again, a few times. */
+    /* Step 3. A CAS that did not run leaves e linked: try again, a few times. A previous
+     * version whose value was on a node lost from the view since is lost: the slot is emptied
+     * instead of linking it again (proto_takeover says why). */
     bool ok = false, clean;
     uint64_t pos = op->pos[op->mine_pos], now = e;
+    uint64_t relink = !ite_empty(back) && mship_fenced(&op->node->view, ite_node(back)) ? 0 : back;
     int rc = NESSIE_OK;
     for (int tries = 0; tries < 4 && rc == NESSIE_OK && !ok && now == e; tries++) {
-        rc = proto_ite_cas_resolve(op, pos, e, back, &ok, &clean);
+        rc = proto_ite_cas_resolve(op, pos, e, relink, &ok, &clean);
         if (rc == NESSIE_OK && !ok && ite_read(op, pos, &now) != NESSIE_OK)
             rc = NESSIE_FABRIC_ERROR;
     }

@@ -1185,18 +1185,23 @@ static void get_victim(void)
 /* Make a key z all of whose positions are taken, so a PUT of z must MIGRATE: I_1 by the victim
  * (g_victim, value "victim"), I_2 and I_3 by keys a and b (values "a", "b"). Skips the test if a
  * filler key landed elsewhere. */
-static void fill_positions_of_z(uint64_t slots, char *a, char *b)
+static void fill_positions_of_z_by(uint64_t slots, char *a, char *b, struct nessie_ctx *writer)
 {
     uint64_t zp[8];
     nessie_key_positions(C.node[0], "z", 1, zp);
     key_at(zp[0], "v", g_victim, sizeof(g_victim));
     key_at(zp[1], "a", a, 32);
     key_at(zp[2], "b", b, 32);
-    assert_int_equal(set(C.ctx[0], g_victim, "victim"), NESSIE_OK);
+    assert_int_equal(set(writer, g_victim, "victim"), NESSIE_OK);
     assert_int_equal(set(C.ctx[0], a, "a"), NESSIE_OK);
     assert_int_equal(set(C.ctx[0], b, "b"), NESSIE_OK);
     if (ite_at(zp[0], slots) == 0 || ite_at(zp[1], slots) == 0 || ite_at(zp[2], slots) == 0)
         skip();
+}
+
+static void fill_positions_of_z(uint64_t slots, char *a, char *b)
+{
+    fill_positions_of_z_by(slots, a, b, C.ctx[0]);
 }
 
 /* A.1.4 step 6, GET conflict: while a MIGRATE has pointed its destination at an invalid copy
@@ -1292,6 +1297,64 @@ static void test_orphan_copy_of_deleted_source_undone(void **state)
     check_value(C.ctx[0], g_victim, NULL);
     if (z_rc == NESSIE_OK)
         check_value(C.ctx[0], "z", "zzz");
+}
+
+/* Node 2 is lost (issue 28): nodes 0 and 1 drop every request to it and install a view that
+ * fences it. */
+static enum fab_fault drop_node2(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user;
+    (void)ep;
+    return wr->node == 2 ? FAB_FAULT_DROP : FAB_FAULT_NONE;
+}
+
+static void lose_node2(void)
+{
+    struct nessie_view *v = calloc(1, sizeof(*v));
+    v->epoch = 1;
+    v->nmembers = 3;
+    for (uint32_t i = 0; i < 3; i++)
+        v->members[i] = (struct nessie_view_member){
+            .node = i, .incarnation = nessie_node_incarnation(C.node[i]),
+            .state = i == 2 ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE};
+    for (uint32_t n = 0; n < 2; n++) {
+        fab_set_fault(nessie_node_fabric(C.node[n]), drop_node2, NULL);
+        assert_int_equal(nessie_view_install(C.node[n], v), NESSIE_OK);
+    }
+    free(v);
+}
+
+static void lose_node2_then_get_victim_past_grace(void)
+{
+    lose_node2();
+    sleep_past_grace();
+    nessie_recycle_run(C.ctx2[1], 0); /* the copy's owner publishes its clock */
+    seen_rc = nessie_get(C.ctx2[0], g_victim, strlen(g_victim), &seen_item);
+}
+
+/* A migration that copied an item whose value lives on node 2 stalls past the grace with its
+ * copy linked, and node 2 is lost meanwhile. The GET that meets the orphaned copy cannot ask the
+ * source (its DTE is on node 2) whether the migration emptied it: the value lived on the lost
+ * node, so the copy is undone and the key misses, as every value of node 2's does. Before, the
+ * takeover read the fenced source and the key failed with NESSIE_FABRIC_ERROR for good. */
+static void test_orphan_copy_of_lost_source_undone(void **state)
+{
+    (void)state;
+    const uint64_t slots = 64;
+    cluster_open(3, slots, 4 << 20, fast_grace);
+    char a[32], b[32];
+    fill_positions_of_z_by(slots, a, b, C.ctx[2]);
+    uint64_t vp[8];
+    nessie_key_positions(C.node[0], g_victim, strlen(g_victim), vp);
+    if (vp[1] / slots == 2 && vp[2] / slots == 2)
+        skip(); /* the copy could only land on node 2 */
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, lose_node2_then_get_victim_past_grace);
+    seen_rc = -1;
+    (void)set(C.ctx[1], "z", "zzz"); /* any outcome: its budget went on the pause */
+    assert_true(S.fired);
+    assert_int_equal(seen_rc, NESSIE_NOT_FOUND);
+    check_value(C.ctx[0], g_victim, NULL);
+    check_value(C.ctx[1], g_victim, NULL);
 }
 
 static void wait_past_grace_then_get(void)
@@ -2537,6 +2600,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
         cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
+        cmocka_unit_test_teardown(test_orphan_copy_of_lost_source_undone, teardown),
         cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
         cmocka_unit_test_teardown(test_migration_past_grace_keeps_item, teardown),
