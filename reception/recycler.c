@@ -23,6 +23,10 @@
  * removes many counts as a backlog, so the next starts at once. */
 #define EVICT_PER_RUN 256
 #define TRICKLE_NAP_MS 10
+/* Index slots one run of the scrub looks at (only after a node was lost from the view, one pass
+ * over the index: nessie_scrub_run): a local read each, a few microseconds a run, so a pass over
+ * a million slots takes a few hundred runs and no writer notices it. */
+#define SCRUB_PER_RUN 4096
 /* The scan finds peers' marks on this node's entries (its own marks are queued and need no
  * scan): a mark's quarantine starts when the scan first sees it, and the slot is freed when
  * the scan sees it again after the period. One pass per SCAN_PASSES_PER_PERIOD-th of an
@@ -132,6 +136,9 @@ static void *recycler_main(void *arg)
         if (budget > 0)
             last_scan_ms = now;
         size_t done = nessie_recycle_run(t->ctx, (size_t)budget);
+        /* Entries naming a lost node's data: their index slots taken back (issue 28). */
+        if (t->index == 0)
+            done += nessie_scrub_run(t->ctx, SCRUB_PER_RUN);
         /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
          * evicted goes on at once: a node that needs room needs it at the writers' pace, and
          * a nap would cap evictions at a few per nap while the writers wait for them. */

@@ -353,6 +353,16 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx);
 size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
 
 /*
+ * Take entries whose values were on a node lost from the view (fenced: issue 28) out of this
+ * node's index, looking at up to scan_slots index slots from where the last run stopped; each is
+ * emptied by CAS on the word read, so one a call changed meanwhile stays. One pass over the index
+ * per fence: without a fence, or once the pass is over, it returns at once. The daemon's
+ * recycler calls it. Never waits for a view (a run under an expired view lease stops where it
+ * is). Returns how many entries it emptied.
+ */
+size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots);
+
+/*
  * Find this node's DTEs that nothing references any more and that nobody will recycle: their
  * writer died before publishing them, or the operation that unlinked them died with its staged
  * recycling (a daemon killed mid-operation), or a takeover completed an operation whose

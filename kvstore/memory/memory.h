@@ -103,6 +103,11 @@ struct nessie_node {
     nessie_pressure_fn pressure_fn;
     void *pressure_arg;
     _Atomic uint64_t pressure_last_ns;
+    /* The scrub (protocol/scrub.c): its cursor over this node's index (slots looked at, ever),
+     * where the pass it owes ends, and the fence that pass is for (nfenced when it started): a
+     * new fence starts a new pass; a finished pass makes runs free until the next fence. */
+    _Atomic uint64_t scrub_cursor, scrub_end;
+    _Atomic uint32_t scrub_fenced;
 
     /* Server-driven execution's state (modes/sd.c): the ring slots' counts, on both sides. */
     struct sd_state *sd;

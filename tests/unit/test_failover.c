@@ -410,6 +410,68 @@ static void test_attempts_wait_for_the_view_lease(void **state)
     assert_int_equal(got(0, 1, "v3"), 1);
 }
 
+/* Entries of node n's own index that name node DEAD's data, read from n's memory. */
+static uint64_t naming_dead(uint32_t n)
+{
+    struct nessie_node *nd = C.node[n];
+    uint64_t count = 0, w;
+    for (uint64_t s = 0; s < nd->cfg.index_slots; s++) {
+        assert_int_equal(fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, 8), FAB_OK);
+        count += w != 0 && ite_node(w) == DEAD;
+    }
+    return count;
+}
+
+/* The scrub (protocol/scrub.c) takes the lost node's entries out of the survivors' indexes:
+ * none before a view fences it, none while the view's lease is over, all of them after; the
+ * values of the live nodes stay, and node 2's memory is not touched. */
+static void test_scrub_takes_lost_entries_out(void **state)
+{
+    (void)state;
+    write_then_lose_node2();
+    const size_t all = (size_t)C.node[0]->cfg.index_slots;
+    uint64_t before = naming_dead(0) + naming_dead(1);
+    assert_true(before > 0);
+    assert_int_equal(nessie_scrub_run(C.ctx[0], all), 0); /* no fence: nothing is lost */
+    assert_int_equal(naming_dead(0) + naming_dead(1), before);
+    for (uint32_t n = 0; n < DEAD; n++)
+        install(n, 2, true);
+    int live_hits = 0; /* node 0's values whose entries were on live positions */
+    for (int i = 0; i < KEYS; i += 2)
+        live_hits += got(0, i, "v1");
+    uint64_t dead_sum = dead_index_sum();
+    atomic_store(&to_dead, 0);
+    nessie_view_renew(C.node[0], 1); /* a lease in force and over: the scrub waits for none */
+    assert_int_equal(nessie_scrub_run(C.ctx[0], all), 0);
+    assert_int_equal(naming_dead(0) + naming_dead(1), before);
+    nessie_view_renew(C.node[0], ((uint64_t)mono_ms() + 60000) * 1000000ULL);
+
+    size_t cleared = 0;
+    for (uint32_t n = 0; n < DEAD; n++)
+        for (int r = 0; r < 4; r++) /* four runs of a quarter each: the cursor goes on */
+            cleared += nessie_scrub_run(C.ctx[n], all / 4 + 1);
+    assert_int_equal(cleared, before);
+    assert_int_equal(naming_dead(0) + naming_dead(1), 0);
+    /* The pass is over: a run costs nothing until the next fence. */
+    assert_int_equal(nessie_scrub_run(C.ctx[0], all), 0);
+    assert_int_equal(C.node[0]->scrub_cursor, C.node[0]->scrub_end);
+    print_message("scrub: %zu entries naming the lost node's data taken out\n", cleared);
+    /* Node 0's values read as before, on both survivors; node 2's are misses. */
+    for (uint32_t n = 0; n < DEAD; n++) {
+        int hits = 0;
+        for (int i = 0; i < KEYS; i += 2)
+            hits += got(n, i, "v1");
+        assert_int_equal(hits, live_hits);
+    }
+    assert_true(live_hits > 0);
+    for (int i = 1; i < KEYS; i += 2)
+        assert_int_equal(got(1, i, "v1"), 0);
+    assert_true(dead_sum == dead_index_sum());
+    assert_int_equal(atomic_load(&to_dead), 0);
+    for (uint32_t n = 0; n < DEAD; n++)
+        fab_set_fault(nessie_node_fabric(C.node[n]), NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +481,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_calls_wait_for_the_view, setup_waiting, teardown),
         cmocka_unit_test_setup_teardown(test_attempts_wait_for_the_view_lease,
                                         setup_short_budget, teardown),
+        cmocka_unit_test_setup_teardown(test_scrub_takes_lost_entries_out, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
