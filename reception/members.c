@@ -758,6 +758,34 @@ uint64_t members_view_lease_ms(const struct recep_config *cfg)
     return cfg->lease_s * 1000ULL / 2;
 }
 
+/*
+ * The bound: an attempt starts only if it ends, one expiration period E after its start, before
+ * the view lease does (proto_view_gate). The agent renews the lease to V past a read's start, and
+ * renews it again only a refresh and the next reads later, so the most an attempt may count on
+ * at any moment is about V less a refresh and the reads (the second refresh: the reads, and the
+ * agent's scheduling on a busy host). At V <= E no attempt ever starts; within two refreshes of
+ * E, calls wait for a renewal most of the time and time out on a busy host. Neither is a setting
+ * to run with, so the daemon refuses it at start.
+ */
+int members_config_check(const struct recep_config *cfg, const char *where)
+{
+    if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
+        return 0;
+    uint64_t v = members_view_lease_ms(cfg), e = cfg->engine.expiration_ms;
+    uint64_t need = e + 2 * MEMBERS_REFRESH_MS;
+    if (v > need)
+        return 0;
+    /* The smallest lease_s that would do with this expiration_ms (V is half the lease). */
+    uint64_t lease_min = need * 2 / 1000 + 1;
+    log_error("config %s: [membership] lease_s = %u gives a view lease of %" PRIu64 " ms (half "
+              "the lease), which must be longer than [cluster] expiration_ms = %" PRIu64 " plus "
+              "two refreshes of %u ms, %" PRIu64 " ms, or calls wait for renewals instead of "
+              "running: raise lease_s to %" PRIu64 " or more, or lower expiration_ms below %" PRIu64,
+              where, cfg->lease_s, v, e, (unsigned)MEMBERS_REFRESH_MS, need, lease_min,
+              v > 2 * MEMBERS_REFRESH_MS ? v - 2 * MEMBERS_REFRESH_MS : (uint64_t)1);
+    return -1;
+}
+
 uint32_t members_lease_ages(int32_t *age, uint32_t cap)
 {
     pthread_mutex_lock(&ages.lock);

@@ -39,6 +39,16 @@ uint64_t members_view_lease_ms(const struct recep_config *cfg);
  */
 uint32_t members_view_wait_ms(const struct recep_config *cfg);
 
+/*
+ * Whether cfg's membership settings can work together: with mode = etcd, the view lease V
+ * (members_view_lease_ms, from [membership] lease_s) must be longer than one attempt ([cluster]
+ * expiration_ms) plus two refreshes (members.c says why), or calls wait for renewals that never
+ * let them start. Returns 0 (always with mode = static), or -1 after logging an error that names
+ * where (the file, or --set), both settings and the bound. Reads only cfg: call it before
+ * anything is opened, so that a refused configuration changes nothing.
+ */
+int members_config_check(const struct recep_config *cfg, const char *where);
+
 /* What members_lease_ages gives for a node instead of an age. */
 #define MEMBERS_AGE_NONE (-1)    /* no registration: no key, or etcd no longer has its lease */
 #define MEMBERS_AGE_UNKNOWN (-2) /* etcd could not be asked */
