@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "members.h"
 #include <nessie/wire.h>
 
 /* How a key's value is written and where it goes in struct recep_config. */
@@ -183,7 +184,8 @@ static const struct cfg_key schema[] = {
      "etcd only: this daemon's lease, seconds: a daemon that stops renewing it (killed, stalled,\n"
      "cut off) is removed from the view about this long after (plus etcd's expiry check, ~0.5 s).\n"
      "2 s lets a daemon its service manager restarts after 1 s come back within it; etcd itself\n"
-     "raises a TTL below its minimum (1.5 s at its default election timeout)."},
+     "raises a TTL below its minimum (1.5 s at its default election timeout). Half of it (the view\n"
+     "lease) must exceed [cluster] expiration_ms plus 200 ms, or the daemon refuses to start."},
 };
 #define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
 
@@ -447,7 +449,8 @@ static int check_whole(struct recep_config *cfg, const char *where)
                   where);
         return -1;
     }
-    return 0;
+    /* The view lease against the attempt's span: members.c has the bound and why. */
+    return members_config_check(cfg, where);
 }
 
 int recep_config_load(struct recep_config *cfg, const char *path, const char *const *sets)

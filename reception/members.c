@@ -10,7 +10,9 @@
  * agent on any event. Streaming rather than polling: a change is seen within a round trip, and
  * an idle cluster sends nothing. The watcher does not parse the events: any of them only means
  * "read again", so a missed or garbled message costs nothing, and the agent also reconciles at
- * every keep-alive, which bounds how long a lost watch could hide a change.
+ * every keep-alive, which bounds how long a lost watch could hide a change. About once a second
+ * the agent also asks etcd how long ago each member's lease was renewed, for the stats
+ * (members_lease_ages), which read its last answers and never wait for etcd.
  */
 #include "members.h"
 
@@ -47,6 +49,10 @@
 /* etcd removes an expired lease at its next check (the lessor's, every 500 ms) and then the
  * watch and a reconcile see it: what the lease's lapse costs on top of its TTL, at most. */
 #define MEMBERS_EXPIRY_SLOP_MS 1000
+/* How often the agent asks etcd how long ago each member's lease was renewed (members_lease_ages):
+ * a figure for people and tools, so once a second is plenty. It costs one request per registered
+ * member: a cluster of N nodes asks etcd N x N times a second. */
+#define MEMBERS_AGES_MS 1000
 
 /*
  * The daemon's membership: file-static because a daemon plays one node of one cluster and has
@@ -80,12 +86,26 @@ static struct {
     bool fenced[NESSIE_NODES_MAX];
     uint64_t pending_epoch, pending_since_ns;
     bool adopting;
+    /* The etcd lease each member's key was under at the last reconcile's read (0: no key), and
+     * whether that read went through (agent thread only after start): what ages_refresh asks
+     * etcd about. */
+    int64_t reg_lease[NESSIE_NODES_MAX];
+    bool reg_read;
     pthread_t agent, watcher;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stop, dirty;          /* under lock */
     atomic_bool stopping;      /* the watcher's curl progress callback reads it without the lock */
 } members;
+
+/* The members' lease ages as the agent last published them (members_lease_ages): apart from the
+ * rest so that stats copy them under a lock of their own, which the agent holds only to copy its
+ * answers in, never across a request to etcd. n is 0 when no membership runs. */
+static struct {
+    pthread_mutex_t lock;
+    uint32_t n;
+    int32_t age[NESSIE_NODES_MAX]; /* seconds, or MEMBERS_AGE_NONE / MEMBERS_AGE_UNKNOWN */
+} ages = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* --- the gateway -------------------------------------------------------------------------- */
 
@@ -308,11 +328,12 @@ static char *view_format(uint64_t epoch, const struct live *lv)
 }
 
 /*
- * Range [key, end) (end NULL: key alone). Calls fn(arg, key, value, mod_revision) for each key.
- * Returns 0, or -1 (logged).
+ * Range [key, end) (end NULL: key alone). Calls fn(arg, key, value, mod_revision, lease) for each
+ * key (lease: the ID of the etcd lease it is under, 0 for none). Returns 0, or -1 (logged).
  */
 static int range(CURL *curl, const char *key, const char *end,
-                 void (*fn)(void *arg, const char *k, const char *v, int64_t mod), void *arg)
+                 void (*fn)(void *arg, const char *k, const char *v, int64_t mod, int64_t lease),
+                 void *arg)
 {
     char *k64 = b64(key), *e64 = end ? b64(end) : NULL;
     char *body = e64 ? g_strdup_printf("{\"key\": \"%s\", \"range_end\": \"%s\"}", k64, e64)
@@ -328,7 +349,7 @@ static int range(CURL *curl, const char *key, const char *end,
             JsonObject *kv = json_array_get_object_element(kvs, i);
             char *k = kv ? jb64(kv, "key") : NULL, *v = kv ? jb64(kv, "value") : NULL;
             if (k && v)
-                fn(arg, k, v, jint(kv, "mod_revision"));
+                fn(arg, k, v, jint(kv, "mod_revision"), jint(kv, "lease"));
             g_free(k), g_free(v);
         }
     }
@@ -336,19 +357,28 @@ static int range(CURL *curl, const char *key, const char *end,
     return 0;
 }
 
-static void on_member(void *arg, const char *k, const char *v, int64_t mod)
+/* The registrations as a range read them: each member's incarnation (no node gone: a struct
+ * live of registered members only), and the etcd lease its key is under. */
+struct regs {
+    struct live lv;
+    int64_t lease[NESSIE_NODES_MAX];
+};
+
+static void on_member(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
 {
     (void)mod;
-    struct live *lv = arg;
+    struct regs *rg = arg;
     const char *id = k + strlen(members.members_prefix);
     char *end;
     unsigned long n = strtoul(id, &end, 10);
     uint64_t inc = strtoull(v, NULL, 10);
-    if (end != id && *end == '\0' && n < members.nodes && inc > 0)
-        lv->inc[n] = inc;
-    else
+    if (end != id && *end == '\0' && n < members.nodes && inc > 0) {
+        rg->lv.inc[n] = inc;
+        rg->lease[n] = lease;
+    } else {
         log_warn("members: ignoring %s = %s (not a member of this %u-node cluster)", k, v,
                  members.nodes);
+    }
 }
 
 struct view_read {
@@ -357,9 +387,9 @@ struct view_read {
     int64_t mod;
 };
 
-static void on_view(void *arg, const char *k, const char *v, int64_t mod)
+static void on_view(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
 {
-    (void)k;
+    (void)k, (void)lease;
     struct view_read *vr = arg;
     g_free(vr->value);
     vr->value = g_strdup(v);
@@ -498,18 +528,23 @@ static void view_want(const struct live *inview, const struct live *now, struct 
  */
 static int reconcile(CURL *curl)
 {
-    struct live *now = g_new0(struct live, 1), *inview = g_new0(struct live, 1);
+    struct regs *reg = g_new0(struct regs, 1);
+    struct live *now = &reg->lv, *inview = g_new0(struct live, 1);
     struct live *want = g_new0(struct live, 1);
     struct view_read vr = {0};
     char *end = prefix_end(members.members_prefix);
     int rc = -1;
+    members.reg_read = false;
     for (int round = 0; round < 2; round++) {
-        memset(now, 0, sizeof(*now));
+        memset(reg, 0, sizeof(*reg));
         g_free(vr.value);
         vr = (struct view_read){0};
         uint64_t read_ns = mono_ns(); /* before the requests: the view is current after it */
-        if (range(curl, members.members_prefix, end, on_member, now) != 0 ||
-            range(curl, members.view_key, NULL, on_view, &vr) != 0)
+        if (range(curl, members.members_prefix, end, on_member, reg) != 0)
+            goto out;
+        memcpy(members.reg_lease, reg->lease, sizeof(members.reg_lease));
+        members.reg_read = true;
+        if (range(curl, members.view_key, NULL, on_view, &vr) != 0)
             goto out;
         uint64_t epoch = 0;
         if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
@@ -547,10 +582,57 @@ static int reconcile(CURL *curl)
 out:
     g_free(vr.value);
     g_free(end);
-    g_free(now);
+    g_free(reg);
     g_free(inview);
     g_free(want);
     return rc;
+}
+
+/* --- lease ages --------------------------------------------------------------------------- */
+
+/*
+ * Ask etcd how long ago each registered member's lease was renewed, its granted TTL less what
+ * remains of it (POST /v3/lease/timetolive, with the lease the last reconcile read the member's
+ * key under), and publish the answers for members_lease_ages. etcd tells what remains in whole
+ * seconds, rounded down, so an age is whole seconds rounded up. A member with no key, or whose
+ * lease etcd no longer has, is MEMBERS_AGE_NONE; MEMBERS_AGE_UNKNOWN when the registrations could
+ * not be read, or etcd not asked. Stops asking at the first request that fails (and logs it at
+ * debug only: the reconcile's own reads warn of an etcd that does not answer), since this thread
+ * also keeps the leases and the view alive and one dead endpoint must not cost it a timeout per
+ * member.
+ */
+static void ages_refresh(CURL *curl)
+{
+    int32_t *age = g_new(int32_t, members.nodes);
+    bool asking = members.reg_read;
+    for (uint32_t i = 0; i < members.nodes; i++) {
+        age[i] = MEMBERS_AGE_UNKNOWN;
+        if (!asking)
+            continue;
+        if (members.reg_lease[i] == 0) {
+            age[i] = MEMBERS_AGE_NONE;
+            continue;
+        }
+        char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.reg_lease[i]);
+        JsonParser *p = call(curl, "/v3/lease/timetolive", body, NESSIE_LOG_DEBUG);
+        g_free(body);
+        if (!p) {
+            asking = false;
+            continue;
+        }
+        /* TTL -1: no such lease (it lapsed since the read); TTL omitted: under a second left. */
+        int64_t ttl = jint(root(p), "TTL"), granted = jint(root(p), "grantedTTL");
+        g_object_unref(p);
+        if (ttl < 0)
+            age[i] = MEMBERS_AGE_NONE;
+        else if (granted > 0 && ttl <= granted)
+            age[i] = (int32_t)(granted - ttl);
+    }
+    pthread_mutex_lock(&ages.lock);
+    memcpy(ages.age, age, members.nodes * sizeof(*age));
+    ages.n = members.nodes;
+    pthread_mutex_unlock(&ages.lock);
+    g_free(age);
 }
 
 /* --- the threads -------------------------------------------------------------------------- */
@@ -563,13 +645,14 @@ static uint64_t now_ms(void)
 }
 
 /* Keep-alive every third of the lease (two beats may fail before it lapses), and reconcile on
- * every beat and every event the watcher reports. */
+ * every beat and every event the watcher reports; after a reconcile, the members' lease ages
+ * when they are due (every MEMBERS_AGES_MS). */
 static void *agent_main(void *arg)
 {
     (void)arg;
     CURL *curl = curl_easy_init();
     uint64_t beat_ms = members.lease_s * 1000ULL / 3, next = now_ms() + beat_ms;
-    uint64_t refresh = now_ms() + MEMBERS_REFRESH_MS;
+    uint64_t refresh = now_ms() + MEMBERS_REFRESH_MS, ages_due = now_ms() + MEMBERS_AGES_MS;
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
         uint64_t due = next < refresh ? next : refresh;
@@ -594,6 +677,10 @@ static void *agent_main(void *arg)
         }
         reconcile(curl);
         refresh = now_ms() + MEMBERS_REFRESH_MS;
+        if (now_ms() >= ages_due) {
+            ages_refresh(curl);
+            ages_due = now_ms() + MEMBERS_AGES_MS;
+        }
         pthread_mutex_lock(&members.lock);
     }
     pthread_mutex_unlock(&members.lock);
@@ -671,6 +758,43 @@ uint64_t members_view_lease_ms(const struct recep_config *cfg)
     return cfg->lease_s * 1000ULL / 2;
 }
 
+/*
+ * The bound: an attempt starts only if it ends, one expiration period E after its start, before
+ * the view lease does (proto_view_gate). The agent renews the lease to V past a read's start, and
+ * renews it again only a refresh and the next reads later, so the most an attempt may count on
+ * at any moment is about V less a refresh and the reads (the second refresh: the reads, and the
+ * agent's scheduling on a busy host). At V <= E no attempt ever starts; within two refreshes of
+ * E, calls wait for a renewal most of the time and time out on a busy host. Neither is a setting
+ * to run with, so the daemon refuses it at start.
+ */
+int members_config_check(const struct recep_config *cfg, const char *where)
+{
+    if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
+        return 0;
+    uint64_t v = members_view_lease_ms(cfg), e = cfg->engine.expiration_ms;
+    uint64_t need = e + 2 * MEMBERS_REFRESH_MS;
+    if (v > need)
+        return 0;
+    /* The smallest lease_s that would do with this expiration_ms (V is half the lease). */
+    uint64_t lease_min = need * 2 / 1000 + 1;
+    log_error("config %s: [membership] lease_s = %u gives a view lease of %" PRIu64 " ms (half "
+              "the lease), which must be longer than [cluster] expiration_ms = %" PRIu64 " plus "
+              "two refreshes of %u ms, %" PRIu64 " ms, or calls wait for renewals instead of "
+              "running: raise lease_s to %" PRIu64 " or more, or lower expiration_ms below %" PRIu64,
+              where, cfg->lease_s, v, e, (unsigned)MEMBERS_REFRESH_MS, need, lease_min,
+              v > 2 * MEMBERS_REFRESH_MS ? v - 2 * MEMBERS_REFRESH_MS : (uint64_t)1);
+    return -1;
+}
+
+uint32_t members_lease_ages(int32_t *age, uint32_t cap)
+{
+    pthread_mutex_lock(&ages.lock);
+    uint32_t n = ages.n;
+    memcpy(age, ages.age, (n < cap ? n : cap) * sizeof(*age));
+    pthread_mutex_unlock(&ages.lock);
+    return n;
+}
+
 uint32_t members_view_wait_ms(const struct recep_config *cfg)
 {
     if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
@@ -730,6 +854,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
         members_free();
         return -1;
     }
+    ages_refresh(curl); /* so the stats show ages from the start */
     curl_easy_cleanup(curl);
     pthread_mutex_init(&members.lock, NULL);
     pthread_condattr_t ca;
@@ -751,6 +876,9 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     }
     if (rc != 0) {
         log_error("members: pthread_create: %s", strerror(rc));
+        pthread_mutex_lock(&ages.lock);
+        ages.n = 0;
+        pthread_mutex_unlock(&ages.lock);
         pthread_cond_destroy(&members.cond);
         pthread_mutex_destroy(&members.lock);
         curl_global_cleanup();
@@ -772,6 +900,9 @@ void members_stop(void)
     pthread_mutex_unlock(&members.lock);
     pthread_join(members.agent, NULL);
     pthread_join(members.watcher, NULL);
+    pthread_mutex_lock(&ages.lock);
+    ages.n = 0;
+    pthread_mutex_unlock(&ages.lock);
     /* The lease is left to lapse, not revoked. A node lost from a view is fenced for good (until
      * rejoin is built), so a cluster stopped whole (nessie-cluster stop signals every daemon at
      * once) would, with revocations, fence its own members one by one as they left and come

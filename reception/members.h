@@ -40,6 +40,31 @@ uint64_t members_view_lease_ms(const struct recep_config *cfg);
 uint32_t members_view_wait_ms(const struct recep_config *cfg);
 
 /*
+ * Whether cfg's membership settings can work together: with mode = etcd, the view lease V
+ * (members_view_lease_ms, from [membership] lease_s) must be longer than one attempt ([cluster]
+ * expiration_ms) plus two refreshes (members.c says why), or calls wait for renewals that never
+ * let them start. Returns 0 (always with mode = static), or -1 after logging an error that names
+ * where (the file, or --set), both settings and the bound. Reads only cfg: call it before
+ * anything is opened, so that a refused configuration changes nothing.
+ */
+int members_config_check(const struct recep_config *cfg, const char *where);
+
+/* What members_lease_ages gives for a node instead of an age. */
+#define MEMBERS_AGE_NONE (-1)    /* no registration: no key, or etcd no longer has its lease */
+#define MEMBERS_AGE_UNKNOWN (-2) /* etcd could not be asked */
+
+/*
+ * How long ago each node's etcd lease was last renewed (issue 28: shown with the view), as the
+ * agent thread last asked etcd, about once a second: age[i] for node i, in seconds, or
+ * MEMBERS_AGE_NONE or MEMBERS_AGE_UNKNOWN. etcd tells a lease's remaining TTL in whole seconds,
+ * rounded down, so an age is whole seconds rounded up: renewed at most that long before the
+ * agent asked. Writes at most cap entries; returns the cluster's node count, or 0 with mode =
+ * static (and before members_start, after members_stop). Never waits for etcd: copies what the
+ * agent published, under a lock the agent holds only to publish. Any thread.
+ */
+uint32_t members_lease_ages(int32_t *age, uint32_t cap);
+
+/*
  * Join the cluster's membership as cfg says. mode = static: does nothing, returns 0. mode =
  * etcd: grants a lease of cfg->lease_s, registers this node, writes and installs the first view
  * (so the node serves with one), then starts the thread that keeps the lease alive and the one

@@ -14,6 +14,7 @@
 #include "channel.h"
 #include "clock.h"
 #include "log.h"
+#include "members.h"
 
 struct recep_stats {
     struct nessie_node *node;
@@ -250,6 +251,21 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_view_epoch", view->epoch);
     STAT_U("nessie_view_members", live);
     STAT_S("nessie_view", vm->len ? vm->str : "none");
+    /* How long ago each node's etcd lease was renewed, as ID:seconds, '-' for a node with no
+     * registration, '?' when etcd could not be asked: the agent's last answers (members.h says
+     * how coarse they are), never a request to etcd from here. "none": static membership. */
+    int32_t *age = g_new(int32_t, cfg->nodes);
+    uint32_t nages = members_lease_ages(age, cfg->nodes);
+    g_string_truncate(vm, 0);
+    for (uint32_t i = 0; i < nages && i < cfg->nodes; i++) {
+        g_string_append_printf(vm, "%s%u:", i ? "," : "", i);
+        if (age[i] >= 0)
+            g_string_append_printf(vm, "%" PRId32, age[i]);
+        else
+            g_string_append(vm, age[i] == MEMBERS_AGE_NONE ? "-" : "?");
+    }
+    STAT_S("nessie_view_leases", vm->len ? vm->str : "none");
+    g_free(age);
     STAT_U("nessie_incarnation", nessie_node_incarnation(st->node));
     /* Calls that waited for a view: its lease's renewal, or one fencing a node they needed. */
     STAT_U("nessie_view_waits", c.view_waits);

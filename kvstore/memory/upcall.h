@@ -17,7 +17,8 @@
 /* Remove the key kp plans if its first entry in the index is exactly ite: the DELETE path of
  * A.1.5, as an eviction (implemented by protocol/write.c). Returns NESSIE_OK (removed), NESSIE_NOT_FOUND or
  * NESSIE_EXISTS (changed, or in use: no effect), NESSIE_TIMEOUT (unknown), or another error (no
- * effect). */
+ * effect): NESSIE_FABRIC_ERROR among them when the node's view lease ran out and was not renewed
+ * within the call's budget (it waits for the renewal as every call does, touching nothing). */
 int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite);
 
 #endif

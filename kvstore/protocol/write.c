@@ -834,6 +834,24 @@ void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user)
     nessie_evict_hook = fn;
 }
 
+/* Attempt number `tries` (from 1) of an eviction: a write attempt, except that the last one
+ * allowed (EVICT_ATTEMPTS) ends the call when it would retry: NESSIE_EXISTS, the victim busy
+ * (no effect: write_end takes back what it published). */
+static enum attempt evict_attempt(struct op *op, struct wreq *w, int *status, unsigned tries)
+{
+    enum attempt a = write_attempt(op, w, status);
+    if (a != A_DONE && tries >= EVICT_ATTEMPTS) {
+        *status = NESSIE_EXISTS;
+        return A_DONE;
+    }
+    return a;
+}
+
+/* memory/upcall.h has the contract. The attempts run through RUN_ATTEMPTS as every call's do, so
+ * an eviction obeys the view lease (protocol.h): under a lease that has run out it waits for a
+ * renewal within its budget, and without one ends before its attempt, NESSIE_FABRIC_ERROR, with
+ * nothing touched; and one whose budget ends between two attempts ends NESSIE_TIMEOUT as theirs
+ * do. */
 int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite)
 {
     enum nessie_opkind saved = ctx->kind; /* a write that evicts on its own is under way */
@@ -843,19 +861,8 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64
         nessie_evict_hook(nessie_evict_hook_user, kp->key, kp->klen, false, 0);
     proto_op_init(&op, ctx, NESSIE_OPK_EVICT, kp);
     int status = NESSIE_OK;
-    for (unsigned attempt = 0;; attempt++) {
-        op.attempt_start = nessie_mono_ns();
-        CTR_ADD(OPC(ctx).attempts, 1);
-        enum attempt a = write_attempt(&op, &w, &status);
-        if (a == A_DONE)
-            break;
-        if (attempt + 1 >= EVICT_ATTEMPTS) {
-            status = NESSIE_EXISTS; /* busy: no effect (write_end takes back what it published) */
-            break;
-        }
-        if (a == A_RETRY)
-            proto_backoff(&op, attempt);
-    }
+    unsigned tries = 0;
+    RUN_ATTEMPTS(&op, evict_attempt(&op, &w, &status, ++tries));
     status = write_end(&op, &w, status);
     ctx->kind = saved;
     if (nessie_evict_hook)

@@ -114,6 +114,35 @@ refuse "cluster name outside [A-Za-z0-9_-]" 'expected letters, digits, _ and - o
 refuse "a string the file cannot hold" 'no blanks at its ends' --set "reception.socket=n%u.sock "
 refuse "etcd without endpoints" 'mode = etcd needs endpoints' --set membership.mode=etcd
 refuse "arena not a multiple of 8" 'arena_bytes = 4100: must be a multiple of 8' --set reception.arena_bytes=4100
+# The view lease (half of lease_s) must outlast an attempt (expiration_ms) by two refreshes
+# (200 ms), or calls wait for renewals instead of running (members.c, members_config_check): at
+# lease_s = 1 and expiration_ms = 300 it does not; at 299 it does; static membership has no lease.
+etcd_at="membership.endpoints=http://127.0.0.1:9"
+refuse "a view lease within an attempt and two refreshes" \
+    '[membership] lease_s = 1 gives a view lease of 500 ms' \
+    --set membership.mode=etcd --set "$etcd_at" --set membership.lease_s=1 --set cluster.expiration_ms=300
+for want in "[cluster] expiration_ms = 300" "500 ms" "raise lease_s to 2 or more" "below 300"; do
+    grep -qF -- "$want" "$dir/err" || bad "the view lease error does not say \"$want\": $(cat "$dir/err")"
+done
+"$recep" --set membership.mode=etcd --set "$etcd_at" --set membership.lease_s=1 \
+    --set cluster.expiration_ms=299 --print-config >/dev/null 2>"$dir/err" ||
+    bad "a view lease of 500 ms with expiration_ms = 299 was refused: $(cat "$dir/err")"
+"$recep" --set membership.lease_s=1 --set cluster.expiration_ms=300 --print-config >/dev/null 2>"$dir/err" ||
+    bad "static membership was refused for its lease_s: $(cat "$dir/err")"
+# ... and the daemon refuses it before it opens anything: no tables, no socket, no etcd asked.
+trap_name=cfgtrap-$$
+if "$recep" --set membership.mode=etcd --set "$etcd_at" --set membership.lease_s=1 \
+    --set cluster.expiration_ms=300 --set "cluster.name=$trap_name" --node 0 \
+    --run-dir "$dir/run" 2>"$dir/err"; then
+    bad "the daemon started with a view lease of 500 ms and expiration_ms = 300"
+fi
+grep -qF '[membership] lease_s = 1 gives a view lease of 500 ms' "$dir/err" ||
+    bad "the daemon's error for the view lease: $(cat "$dir/err")"
+if ls /dev/shm/nessie."$trap_name".* >/dev/null 2>&1; then
+    rm -f /dev/shm/nessie."$trap_name".*
+    bad "the refused view lease left tables in /dev/shm"
+fi
+[ ! -e "$dir/run/node0.sock" ] || bad "the refused view lease left a socket"
 # A refused configuration starts nothing: no socket appears.
 printf '[reception]\nworkers = 0\n' >"$dir/x.conf"
 if "$recep" --config "$dir/x.conf" --node 0 --run-dir "$dir/run" 2>"$dir/err"; then

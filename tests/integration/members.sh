@@ -6,7 +6,9 @@
 # and its tables removed, as a dead host's memory is unreachable) and the two others must install a newer view that shows it gone within the lease TTL plus a margin
 # (etcd's own expiry removes it, never a peer). A checked load runs on nodes 0 and 1 across the
 # loss: no call may fail (calls that need node 2 wait for the view), none may read an older
-# value, none may take longer than the view wait. Then, on nodes 0 and 1, every call answers:
+# value, none may take longer than the view wait. Each daemon shows how long ago each member's
+# etcd lease was renewed (nessie_view_leases, and nessie-stat): a live member's within the lease,
+# node 2's '-' once its registration lapsed. Then, on nodes 0 and 1, every call answers:
 # a GET is the value written or a miss (node 2's values are lost), never an error; every SET
 # succeeds, and each survivor reads what the other wrote. Restarted with `nessie-cluster start`,
 # node 2 registers again but stays out of the view (fenced: rejoin is not built yet), and serves
@@ -68,9 +70,44 @@ agree() {
     done
 }
 
+# Whether node $1's nessie_view_leases lists the cluster's 3 nodes, each of $2 with a plausible
+# age (whole seconds, at most the lease: a live daemon renews every third of it) and each of $3 as
+# '-' (no registration).
+leases_are() {
+    la_s=$(stat_of "$1" nessie_view_leases)
+    [ "$(echo "$la_s" | tr ',' '\n' | grep -c .)" = 3 ] || return 1
+    for la_n in $2; do
+        la_a=$(echo ",$la_s," | sed -n "s/.*,$la_n:\([^,]*\),.*/\1/p")
+        case $la_a in '' | *[!0-9]*) return 1 ;; esac
+        [ "$la_a" -le "$LEASE_S" ] || return 1
+    done
+    for la_n in $3; do
+        case ",$la_s," in *",$la_n:-,"*) ;; *) return 1 ;; esac
+    done
+}
+# Wait until each node of $1 shows the lease ages leases_are $2 $3 checks (they are asked of etcd
+# about once a second).
+leases_become() {
+    lb_t=0
+    for lb_n in $1; do
+        until leases_are "$lb_n" "$2" "$3"; do
+            lb_t=$((lb_t + 1))
+            [ $lb_t -le $((WAIT_S * 10)) ] ||
+                { echo "node $lb_n: nessie_view_leases $(stat_of "$lb_n" nessie_view_leases)" >&2; return 1; }
+            sleep 0.1
+        done
+    done
+}
+
 n1=$(agree "0 1 2" 3 0) || fail "the three daemons did not agree on a view of 3 members"
 echo "members: all three installed view $n1 with 3 members ($(stat_of 0 nessie_view))"
 grep -q "view $n1: members" "$dir/node0.log" || fail "node 0 did not log view $n1"
+leases_become "0 1 2" "0 1 2" "" || fail "the daemons do not show every member's lease renewed within $LEASE_S s"
+"$here/tools/nessie-stat" --dir "$dir" >"$dir/nessie-stat.out" ||
+    fail "nessie-stat: $(cat "$dir/nessie-stat.out")"
+[ "$(grep -c "leases renewed, seconds ago: 0:[0-9]*,1:[0-9]*,2:[0-9]*$" "$dir/nessie-stat.out")" = 3 ] ||
+    fail "nessie-stat does not show the lease ages of every node: $(cat "$dir/nessie-stat.out")"
+echo "members: leases renewed, seconds ago: $(stat_of 0 nessie_view_leases) (node 0), as nessie-stat shows them"
 
 # A key's GET through node $1: prints the value, "MISS", or "ERROR <status>".
 get() {
@@ -107,6 +144,8 @@ n2=$(agree "0 1" 2 "$n1") || fail "no view without node 2 within $WAIT_S s of it
 echo "members: nodes 0 and 1 installed view $n2 without node 2, $(( $(date +%s) - start )) s after" \
      "its loss ($(stat_of 0 nessie_view))"
 case ",$(stat_of 0 nessie_view)," in *,2:*-,*) ;; *) fail "view $n2 does not show node 2 gone" ;; esac
+leases_become "0 1" "0 1" "2" || fail "nodes 0 and 1 do not show node 2 with no lease, or their own renewed"
+echo "members: leases renewed, seconds ago: $(stat_of 0 nessie_view_leases) (node 0, node 2 unregistered)"
 
 for n in 0 1; do
     eval "wait \$load$n" || fail "node $n's checked load saw a violation: $(tail -n 3 "$dir/load$n.out")"

@@ -13,7 +13,7 @@
  * With views in force (view_wait_ms, as a daemon with etcd sets it), a call that cannot reach
  * node 2 waits for the view that fences it and then succeeds, instead of failing; and no attempt
  * runs on a view whose lease has run out (it waits for the renewal, or fails having done
- * nothing).
+ * nothing), an eviction's included.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "memory/memory.h"
+#include "memory/upcall.h"        /* nessie_evict_entry: an eviction at a chosen moment */
 #include "protocol/nessie_test.h" /* nessie_node_fabric */
 #include <nessie/nessie.h>
 
@@ -470,6 +471,65 @@ static void test_scrub_takes_lost_entries_out(void **state)
     assert_int_equal(atomic_load(&to_dead), 0);
     for (uint32_t n = 0; n < DEAD; n++)
         fab_set_fault(nessie_node_fabric(C.node[n]), NULL, NULL);
+/* Requests posted on a node's fabric (any node's memory, its own included): counted, all run. */
+static atomic_uint_fast64_t posted;
+
+static enum fab_fault count_posts(void *user, struct fab_ep *ep, const struct fab_wr *wr)
+{
+    (void)user, (void)ep, (void)wr;
+    atomic_fetch_add(&posted, 1);
+    return FAB_FAULT_NONE;
+}
+
+/* A checksum of every node's index, read from their own memory. */
+static uint64_t index_sum(void)
+{
+    uint64_t sum = 0, w;
+    for (uint32_t n = 0; n < NODES; n++)
+        for (uint64_t s = 0; s < C.node[n]->cfg.index_slots; s++) {
+            assert_int_equal(fab_local_read(C.node[n]->fab, FAB_REGION_INDEX, s * 8, &w, 8),
+                             FAB_OK);
+            sum = sum * 0x100000001b3ULL ^ w;
+        }
+    return sum;
+}
+
+/* An eviction is an attempt like any other call's: on a view whose lease has run out it waits for
+ * the renewal, and without one fails having touched no memory (no request posted, every index
+ * unchanged, the victim still read); renewed, the same eviction removes the key. */
+static void test_eviction_waits_for_the_view_lease(void **state)
+{
+    (void)state;
+    for (uint32_t n = 0; n < NODES; n++)
+        install(n, 1, false);
+    assert_int_equal(put(0, 0, "v1"), NESSIE_OK); /* the only key: its data on node 0 */
+    char k[32];
+    key_of(0, k);
+    struct key_plan kp;
+    key_plan_make(&kp, C.node[0], k, strlen(k));
+    uint64_t ite = 0, slots = C.node[0]->cfg.index_slots;
+    for (uint32_t j = 0; j < C.node[0]->cfg.ways && ite == 0; j++)
+        assert_int_equal(fab_local_read(C.node[kp.pos[j] / slots]->fab, FAB_REGION_INDEX,
+                                        (kp.pos[j] % slots) * 8, &ite, 8), FAB_OK);
+    assert_true(ite != 0);
+    nessie_view_renew(C.node[0], 1); /* in force, and long over */
+    uint64_t sum = index_sum(), waits = view_waits(0), t0 = mono_ms();
+    atomic_store(&posted, 0);
+    fab_set_fault(nessie_node_fabric(C.node[0]), count_posts, NULL);
+    int rc = nessie_evict_entry(C.ctx[0], &kp, ite);
+    fab_set_fault(nessie_node_fabric(C.node[0]), NULL, NULL);
+    print_message("eviction under a lapsed view lease: %s after %llu ms, %llu requests posted\n",
+                  nessie_strerror(rc), (unsigned long long)(mono_ms() - t0),
+                  (unsigned long long)atomic_load(&posted));
+    assert_int_equal(rc, NESSIE_FABRIC_ERROR); /* the budget (200 ms) ran out */
+    assert_true(mono_ms() - t0 >= 150);
+    assert_int_equal(atomic_load(&posted), 0);
+    assert_true(sum == index_sum());
+    assert_true(view_waits(0) > waits);
+    assert_int_equal(got(1, 0, "v1"), 1);
+    nessie_view_renew(C.node[0], ((uint64_t)mono_ms() + 60000) * 1000000ULL);
+    assert_int_equal(nessie_evict_entry(C.ctx[0], &kp, ite), NESSIE_OK);
+    assert_int_equal(got(1, 0, "v1"), 0);
 }
 
 int main(void)
@@ -482,6 +542,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_attempts_wait_for_the_view_lease,
                                         setup_short_budget, teardown),
         cmocka_unit_test_setup_teardown(test_scrub_takes_lost_entries_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_waits_for_the_view_lease,
+                                        setup_short_budget, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
