@@ -471,6 +471,8 @@ static void test_scrub_takes_lost_entries_out(void **state)
     assert_int_equal(atomic_load(&to_dead), 0);
     for (uint32_t n = 0; n < DEAD; n++)
         fab_set_fault(nessie_node_fabric(C.node[n]), NULL, NULL);
+}
+
 /* Requests posted on a node's fabric (any node's memory, its own included): counted, all run. */
 static atomic_uint_fast64_t posted;
 
