@@ -68,9 +68,13 @@ uint32_t members_lease_ages(int32_t *age, uint32_t cap);
  * Join the cluster's membership as cfg says. mode = static: does nothing, returns 0. mode =
  * etcd: grants a lease of cfg->lease_s, registers this node, writes and installs the first view
  * (so the node serves with one), then starts the thread that keeps the lease alive and the one
- * that watches. Returns 0, or -1 after logging an error that names every endpoint it could not
- * reach (nothing left running, no lease held). Call once per process.
+ * that watches. A node the view lists as gone (its lease lapsed earlier) comes back under a newer
+ * incarnation, on new tables only: if it re-attached its old ones, returns MEMBERS_NEW_TABLES
+ * having done nothing else, and the caller removes them, opens the node anew and calls again.
+ * Returns 0, or -1 after logging an error that names every endpoint it could not reach (nothing
+ * left running, no lease held). Call once per process (again only after MEMBERS_NEW_TABLES).
  */
+#define MEMBERS_NEW_TABLES 1
 int members_start(const struct recep_config *cfg, struct nessie_node *node);
 
 /* Leave: stop the threads; the lease lapses within its TTL (members.c says why it is not

@@ -86,6 +86,10 @@ int mship_install(struct mship_state *st, const struct nessie_view *v)
             changed = readmitted = true;
         }
     }
+    /* This node's first view: what its index holds (re-attached after a restart) was placed
+     * under views it no longer knows, so its scrub makes a pass that also looks for orphans. */
+    if (st->view.epoch == 0)
+        changed = readmitted = true;
     if (readmitted)
         atomic_fetch_add_explicit(&st->readmissions, 1, memory_order_relaxed);
     if (changed)
