@@ -475,7 +475,10 @@ static bool install(uint64_t epoch, const struct live *lv)
         log_info("view %" PRIu64 ": members%s (%u live)%s%s%s%s", epoch, line->str, live,
                  gone->len ? "; gone:" : "", gone->str, back->len ? "; readmitted:" : "",
                  back->str);
-        if (lv->gone[members.self])
+        if (lv->gone[members.self] && members.incarnation > lv->gone_inc[members.self])
+            log_info("members: node %u is back as incarnation %" PRIu64 " and serves once a view "
+                     "readmits it", members.self, members.incarnation);
+        else if (lv->gone[members.self])
             log_error("members: node %u lost its lease and is out of the cluster (view %" PRIu64
                       "): it serves nothing, its calls fail; started again (its service "
                       "manager, or `nessie-cluster start`) it comes back with new tables and "
