@@ -262,8 +262,9 @@ static int register_self(CURL *curl, enum nessie_log_level level)
 }
 
 /* Renew the lease; a lease that expired meanwhile (the daemon stalled past its TTL) is replaced
- * by a new one and the node registers again, but the view that removed it fenced it: it stays
- * out, and serves nothing, until rejoin is built. */
+ * by a new one and the node registers again, but the view that removed it fenced it in this
+ * incarnation: it stays out, and serves nothing, until it is started again (it then comes back
+ * on new tables and rejoins: members_start). */
 static void keep_alive(CURL *curl)
 {
     char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
@@ -278,7 +279,8 @@ static void keep_alive(CURL *curl)
     g_object_unref(p);
     if (ttl <= 0) {
         log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
-                 "registering again (it stays fenced)", (uint64_t)members.lease);
+                 "registering again (it stays fenced until it is started again)",
+                 (uint64_t)members.lease);
         register_self(curl, NESSIE_LOG_WARN);
     }
 }
