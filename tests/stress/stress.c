@@ -799,8 +799,9 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
 /*
  * --lose-node-at, rejoined: how every node's calls fared from view 3's publication to a second
  * after every node installed it (the end of the run at the latest): answered, or failed, as in
- * lost_node_report. Returns false (and says so) when fewer than LOST_ANSWERED_MIN were answered,
- * or no node installed view 3 before the end.
+ * lost_node_report. Returns false (and says so) when fewer than LOST_ANSWERED_MIN were answered.
+ * A run that ended before every node installed view 3 is said to have, and not failed for it: its
+ * check holds the rejoin's DELETE open to the end.
  */
 static bool rejoin_report(uint64_t total, int victim, uint64_t lose_ns, uint64_t back_ns,
                           uint64_t readmit_ns, uint64_t rejoined_ns, uint64_t end_ns);
@@ -1135,10 +1136,10 @@ static bool rejoin_report(uint64_t total, int victim, uint64_t lose_ns, uint64_t
            rejoined_ns ? (double)(rejoined_ns - readmit_ns) / 1e6 : -1.0, answered,
            n ? 100.0 * (double)answered / (double)n : 100.0, n - answered, (double)slowest / 1e6);
     if (!rejoined_ns)
-        fprintf(stderr, "nessie-stress: the run ended before every node installed view 3: give "
-                        "it more --ops\n");
-    bool ok = rejoined_ns && (n == 0 || (double)answered >= LOST_ANSWERED_MIN * (double)n);
-    if (rejoined_ns && !ok)
+        fprintf(stderr, "nessie-stress: the run ended before every node installed view 3 (give "
+                        "it more --ops to see the rejoin through)\n");
+    bool ok = n == 0 || (double)answered >= LOST_ANSWERED_MIN * (double)n;
+    if (!ok)
         fprintf(stderr, "nessie-stress: fewer than %.1f %% of the calls were answered while node "
                         "%d rejoined; failing the run\n", 100 * LOST_ANSWERED_MIN, victim);
     return ok;
