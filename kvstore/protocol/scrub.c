@@ -104,6 +104,15 @@ size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
         }
         bool orphan = false;
         int rc = lost ? NESSIE_OK : scrub_is_orphan(&op, base + s, w, &orphan);
+        if (rc != NESSIE_OK && !mship_unreachable(&nd->view, ite_node(w))) {
+            /* Not judged (a fabric error): the pass must not end without it, so the next run
+             * starts here again. An entry whose data is on a node a view is about to fence is
+             * passed over instead: once fenced it is lost, which the next pass takes out, and
+             * the fence may itself be waiting for this pass (reception/members.c, adopt). */
+            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+            proto_finish(&op, rc);
+            break;
+        }
         if (rc != NESSIE_OK || (!lost && !orphan)) {
             proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_NOT_FOUND);
             continue;
