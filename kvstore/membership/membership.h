@@ -185,6 +185,16 @@ static inline bool mship_rejoining(const struct mship_state *st, uint32_t node)
     return (w >> (node % 64)) & 1;
 }
 
+/* Whether any node is rejoining (a readmitting view read here, not acted on yet). Reads every
+ * word of the bitmap: for the rare paths that meet an orphan, never a call's common path. */
+static inline bool mship_any_rejoining(const struct mship_state *st)
+{
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        if (atomic_load_explicit((_Atomic uint64_t *)&st->rejoining[i], memory_order_relaxed))
+            return true;
+    return false;
+}
+
 /* How many times node was readmitted (see lives above). Acquire: pairs with the readmission. */
 static inline uint32_t mship_lives(const struct mship_state *st, uint32_t node)
 {

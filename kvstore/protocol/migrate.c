@@ -116,8 +116,16 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     /* An orphan (issue 28, rejoin): its key no longer looks here, since the position was drawn
      * here while a node was fenced and went back to that node when a view readmitted it. Its
      * value is lost to its key; moving it to one of the key's positions would bring an older
-     * value back. Its room is taken back in place, and its entry recycled. */
+     * value back. Its room is taken back in place, and its entry recycled. Not while a view that
+     * readmits a node is read here but not acted on: nodes that have not read it yet may still
+     * write the key there, under the view before, and a value taken out now and another written
+     * after would be lost twice by one view change. Once the view is acted on, nobody acts under
+     * the one before (membership.h, "Rejoin"): the migration tries again. */
     if (!pos_in(src, spos, op->n)) {
+        if (mship_any_rejoining(&nd->view)) {
+            count_abort(op, NESSIE_ABORT_MIGRATE);
+            goto out;
+        }
         if (attempt_expired(op)) { /* Step 0, before a CAS */
             count_abort(op, NESSIE_ABORT_TIMEOUT);
             goto out;

@@ -102,6 +102,13 @@ size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
             proto_finish(&op, NESSIE_FABRIC_ERROR);
             break;
         }
+        /* Orphans are judged only under a view acted on: not while one that readmits a node is
+         * read but not acted on here (migrate.c says why); the next run starts here again. */
+        if (!lost && mship_any_rejoining(&nd->view)) {
+            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+            proto_finish(&op, NESSIE_FABRIC_ERROR);
+            break;
+        }
         bool orphan = false;
         int rc = lost ? NESSIE_OK : scrub_is_orphan(&op, base + s, w, &orphan);
         if (rc != NESSIE_OK && !mship_unreachable(&nd->view, ite_node(w))) {
