@@ -195,7 +195,17 @@ int main(int argc, char **argv)
     }
     /* The cluster's view (issue 28): joined before anything serves, so the node serves with the
      * view it registered in; with [membership] mode = static this does nothing. */
-    if (members_start(&cfg, nd) != 0)
+    int joined = members_start(&cfg, nd);
+    if (joined == MEMBERS_NEW_TABLES) {
+        /* Lost from the view with its tables kept (a daemon that outlived its lease): it rejoins
+         * empty, on tables made anew, as after a lost host (membership.h, "Rejoin"). */
+        nessie_node_close(nd);
+        if (nessie_node_unlink(&cfg.engine) != NESSIE_OK ||
+            nessie_node_open(&cfg.engine, &nd) != NESSIE_OK)
+            goto out_config;
+        joined = members_start(&cfg, nd);
+    }
+    if (joined != 0)
         goto out_node;
     struct recep_recycler *rec;
     if (recep_recycler_start(nd, cfg.recyclers, cfg.sweep_every_s, &rec) != 0)

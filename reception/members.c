@@ -73,6 +73,8 @@ static struct {
     char *members_prefix;      /* /nessie/<name>/members/ */
     char *view_key;            /* /nessie/<name>/view */
     char *cluster_prefix;      /* /nessie/<name>/ : what the watcher watches */
+    char *scrubbed_prefix;     /* /nessie/<name>/scrubbed/ : each member's scrub, done for */
+    uint64_t acked_epoch;      /* what this daemon wrote there last (agent thread only) */
     int64_t lease;             /* this daemon's lease ID (agent thread only after start) */
     /* Incarnations of members seen in earlier views, so a member that left is shown as gone
      * with the incarnation it had (agent thread only after start). */
@@ -218,6 +220,22 @@ static char *jb64(JsonObject *o, const char *name)
 /* --- the lease and the registration ------------------------------------------------------- */
 
 /* Grant a lease and put this node's key under it. Returns 0, or -1 (logged at level). */
+/* Put key = val under the etcd lease (it goes when the lease lapses). Returns 0, or -1 (logged
+ * at level). */
+static int put_leased(CURL *curl, const char *key, const char *val, int64_t lease,
+                      enum nessie_log_level level)
+{
+    char *k64 = b64(key), *v64 = b64(val);
+    char *body = g_strdup_printf("{\"key\": \"%s\", \"value\": \"%s\", \"lease\": \"%" PRId64
+                                 "\"}", k64, v64, lease);
+    JsonParser *p = call(curl, "/v3/kv/put", body, level);
+    g_free(body), g_free(k64), g_free(v64);
+    if (!p)
+        return -1;
+    g_object_unref(p);
+    return 0;
+}
+
 static int register_self(CURL *curl, enum nessie_log_level level)
 {
     char *body = g_strdup_printf("{\"TTL\": %u}", members.lease_s);
@@ -234,23 +252,19 @@ static int register_self(CURL *curl, enum nessie_log_level level)
     char key[256], val[32];
     snprintf(key, sizeof(key), "%s%u", members.members_prefix, members.self);
     snprintf(val, sizeof(val), "%" PRIu64, members.incarnation);
-    char *k64 = b64(key), *v64 = b64(val);
-    body = g_strdup_printf("{\"key\": \"%s\", \"value\": \"%s\", \"lease\": \"%" PRId64 "\"}",
-                           k64, v64, id);
-    p = call(curl, "/v3/kv/put", body, level);
-    g_free(body), g_free(k64), g_free(v64);
-    if (!p)
+    if (put_leased(curl, key, val, id, level) != 0)
         return -1;
-    g_object_unref(p);
     members.lease = id;
+    members.acked_epoch = 0; /* the old lease's ack went with it */
     log_info("members: node %u registered as incarnation %" PRIu64 " under lease %" PRIx64
              " (TTL %" PRId64 " s)", members.self, members.incarnation, (uint64_t)id, ttl);
     return 0;
 }
 
 /* Renew the lease; a lease that expired meanwhile (the daemon stalled past its TTL) is replaced
- * by a new one and the node registers again, but the view that removed it fenced it: it stays
- * out, and serves nothing, until rejoin is built. */
+ * by a new one and the node registers again, but the view that removed it fenced it in this
+ * incarnation: it stays out, and serves nothing, until it is started again (it then comes back
+ * on new tables and rejoins: members_start). */
 static void keep_alive(CURL *curl)
 {
     char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
@@ -265,23 +279,30 @@ static void keep_alive(CURL *curl)
     g_object_unref(p);
     if (ttl <= 0) {
         log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
-                 "registering again (it stays fenced)", (uint64_t)members.lease);
+                 "registering again (it stays fenced until it is started again)",
+                 (uint64_t)members.lease);
         register_self(curl, NESSIE_LOG_WARN);
     }
 }
 
 /* --- views -------------------------------------------------------------------------------- */
 
-/* A member set: the live members' incarnations, and the fenced nodes. */
+/* A member set: the live members' incarnations, the fenced nodes, and when a node was last
+ * readmitted. */
 struct live {
     uint64_t inc[NESSIE_NODES_MAX]; /* live: its incarnation (they start at 1); 0: not live */
-    /* Lost its lease in an earlier view: fenced, out of the view for good (the engine refuses a
-     * view that revives it: membership.h), registered again or not, until rejoin is built. */
+    /* Lost its lease in an earlier view: fenced, with the incarnation it had (0: unknown), until
+     * it comes back under a newer one and every live member has scrubbed (view_want). */
     bool gone[NESSIE_NODES_MAX];
+    uint64_t gone_inc[NESSIE_NODES_MAX];
+    /* The epoch of the last view that readmitted a node (0: none): a view that fences a node
+     * is acted on only once every live member's scrub has passed it (its orphans are out:
+     * membership.h, "Rejoin"). */
+    uint64_t readmit;
 };
 
-/* Parse a view value "<epoch> <ID>:<inc> ... <ID>:gone ..." into *epoch and *lv. Returns 0, or
- * -1. */
+/* Parse a view value "<epoch> [r<readmit>] <ID>:<inc> ... <ID>:gone@<inc> ..." into *epoch and
+ * *lv ("<ID>:gone", an earlier form, is gone at incarnation 0). Returns 0, or -1. */
 static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
 {
     memset(lv, 0, sizeof(*lv));
@@ -295,13 +316,28 @@ static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
             s++;
         if (!*s)
             break;
+        if (*s == 'r') {
+            lv->readmit = strtoull(s + 1, &end, 10);
+            if (end == s + 1)
+                return -1;
+            s = end;
+            continue;
+        }
         unsigned long id = strtoul(s, &end, 10);
         if (end == s || *end != ':' || id >= NESSIE_NODES_MAX || lv->inc[id] || lv->gone[id])
             return -1;
         s = end + 1;
-        if (strncmp(s, "gone", 4) == 0 && (s[4] == ' ' || s[4] == '\0')) {
+        if (strncmp(s, "gone", 4) == 0) {
             lv->gone[id] = true;
             s += 4;
+            if (*s == '@') {
+                lv->gone_inc[id] = strtoull(s + 1, &end, 10);
+                if (end == s + 1)
+                    return -1;
+                s = end;
+            }
+            if (*s != ' ' && *s != '\0')
+                return -1;
             continue;
         }
         uint64_t inc = strtoull(s, &end, 10);
@@ -318,11 +354,13 @@ static char *view_format(uint64_t epoch, const struct live *lv)
 {
     GString *s = g_string_new(NULL);
     g_string_append_printf(s, "%" PRIu64, epoch);
+    if (lv->readmit)
+        g_string_append_printf(s, " r%" PRIu64, lv->readmit);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         if (lv->inc[i])
             g_string_append_printf(s, " %u:%" PRIu64, i, lv->inc[i]);
         else if (lv->gone[i])
-            g_string_append_printf(s, " %u:gone", i);
+            g_string_append_printf(s, " %u:gone@%" PRIu64, i, lv->gone_inc[i]);
     }
     return g_string_free(s, FALSE);
 }
@@ -415,7 +453,10 @@ static bool install(uint64_t epoch, const struct live *lv)
         }
         struct nessie_view_member *m = &v->members[v->nmembers++];
         m->node = i;
-        m->incarnation = members.seen[i] ? members.last_inc[i] : 0;
+        m->incarnation = lv->inc[i]       ? lv->inc[i]
+                         : lv->gone_inc[i] ? lv->gone_inc[i]
+                         : members.seen[i] ? members.last_inc[i]
+                                           : 0;
         m->state = lv->inc[i] ? NESSIE_MEMBER_LIVE : NESSIE_MEMBER_GONE;
         if (lv->inc[i]) {
             g_string_append_printf(line, " %u (incarnation %" PRIu64 ")", i, lv->inc[i]);
@@ -425,22 +466,31 @@ static bool install(uint64_t epoch, const struct live *lv)
         }
     }
     int rc = nessie_view_install(members.node, v);
+    GString *back = g_string_new(NULL);
     if (rc == NESSIE_OK || rc == NESSIE_EXISTS)
-        for (uint32_t i = 0; i < members.nodes; i++)
-            members.fenced[i] = members.fenced[i] || lv->gone[i];
+        for (uint32_t i = 0; i < members.nodes; i++) {
+            if (members.fenced[i] && lv->inc[i])
+                g_string_append_printf(back, " %u", i);
+            members.fenced[i] = lv->gone[i] || (members.fenced[i] && !lv->inc[i]);
+        }
     if (rc == NESSIE_OK) {
-        log_info("view %" PRIu64 ": members%s (%u live)%s%s", epoch, line->str, live,
-                 gone->len ? "; gone:" : "", gone->str);
-        if (lv->gone[members.self])
+        log_info("view %" PRIu64 ": members%s (%u live)%s%s%s%s", epoch, line->str, live,
+                 gone->len ? "; gone:" : "", gone->str, back->len ? "; readmitted:" : "",
+                 back->str);
+        if (lv->gone[members.self] && members.incarnation > lv->gone_inc[members.self])
+            log_info("members: node %u is back as incarnation %" PRIu64 " and serves once a view "
+                     "readmits it", members.self, members.incarnation);
+        else if (lv->gone[members.self])
             log_error("members: node %u lost its lease and is out of the cluster (view %" PRIu64
-                      "): it serves nothing, its calls fail, until rejoin is built (issue 28); "
-                      "`nessie-cluster stop --purge` then `start` starts the cluster afresh",
-                      members.self, epoch);
+                      "): it serves nothing, its calls fail; started again (its service "
+                      "manager, or `nessie-cluster start`) it comes back with new tables and "
+                      "rejoins", members.self, epoch);
     } else if (rc != NESSIE_EXISTS) {
         log_warn("members: view %" PRIu64 " not installed: %s", epoch, nessie_strerror(rc));
     }
     g_string_free(line, TRUE);
     g_string_free(gone, TRUE);
+    g_string_free(back, TRUE);
     g_free(v);
     return rc == NESSIE_OK || rc == NESSIE_EXISTS;
 }
@@ -460,30 +510,46 @@ static uint64_t mono_ns(void)
  * suspended (nothing of their memory touched: calls that need them wait for the view), and the
  * lease is renewed as before for the calls that do not need them, which act the same under both
  * views; other nodes act on the new view only V after they read it, so the two placements never
- * act at once on what they disagree about (membership.h, "Acting on a view"). This node gone from
- * the view: installed (it serves nothing then), never renewed.
+ * act at once on what they disagree about (membership.h, "Acting on a view"). A view that
+ * readmits a node is acted on the same way, the positions that go back to it no longer drawn
+ * elsewhere from its first read (nessie_view_rejoin); and a view that fences a node only once
+ * every live member's scrub has passed the last readmission (acked: the epoch each member's
+ * scrub is done for), so no orphan of it is found at the positions drawn again (membership.h,
+ * "Rejoin"). This node gone from the view: installed (it serves nothing then), never renewed.
  */
-static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
+static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns, const uint64_t *acked)
 {
-    bool fences = false;
-    for (uint32_t i = 0; i < members.nodes; i++)
+    bool fences = false, readmits = false;
+    for (uint32_t i = 0; i < members.nodes; i++) {
         fences = fences || (lv->gone[i] && !members.fenced[i]);
+        readmits = readmits || (lv->inc[i] && members.fenced[i]);
+    }
+    bool swept = true;
+    for (uint32_t i = 0; fences && lv->readmit && i < members.nodes; i++)
+        swept = swept && (!lv->inc[i] || acked[i] >= lv->readmit);
     uint64_t v_ns = members.view_lease_ms * 1000000ULL;
     /* Acted on V + F after its first read: F, the fabric's request bound, for what the calls under
      * the older view posted to land (membership.h). */
     uint64_t delay_ns = v_ns + nessie_node_request_bound_ms(members.node) * 1000000ULL;
-    if (fences && members.adopting) {
+    if ((fences || readmits) && members.adopting) {
         if (members.pending_epoch != epoch) {
             members.pending_epoch = epoch;
             members.pending_since_ns = read_ns;
-            for (uint32_t i = 0; i < members.nodes; i++)
+            for (uint32_t i = 0; i < members.nodes; i++) {
                 if (lv->gone[i] && !members.fenced[i] && i != members.self)
                     nessie_view_suspend(members.node, i);
-            log_info("members: view %" PRIu64 " fences a node: not touched from now on, the view "
-                     "acted on in %" PRIu64 " ms, once every member's calls under the older view "
-                     "are over", epoch, (uint64_t)(delay_ns / 1000000ULL));
+                if (lv->inc[i] && members.fenced[i] && i != members.self)
+                    nessie_view_rejoin(members.node, i);
+            }
+            log_info("members: view %" PRIu64 " %s: acted on in %" PRIu64 " ms, once every "
+                     "member's calls under the older view are over%s", epoch,
+                     fences && readmits ? "fences a node and readmits one"
+                     : fences           ? "fences a node: not touched from now on"
+                                        : "readmits a node",
+                     (uint64_t)(delay_ns / 1000000ULL),
+                     swept ? "" : ", and every live member's scrub has passed the last rejoin");
         }
-        if (mono_ns() < members.pending_since_ns + delay_ns) {
+        if (mono_ns() < members.pending_since_ns + delay_ns || !swept) {
             if (!lv->gone[members.self])
                 nessie_view_renew(members.node, read_ns + v_ns); /* for calls clear of it */
             return;
@@ -498,24 +564,70 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns)
         nessie_view_renew(members.node, read_ns + v_ns);
 }
 
-/* The member set the view should have, from the view's and the registrations: a live member
- * whose registration is gone (its lease lapsed) is fenced; a fenced node stays fenced, even
- * registered again (logged once); any other registered node is live. */
-static void view_want(const struct live *inview, const struct live *now, struct live *want)
+/*
+ * The member set the view of epoch (inview) should have, from the registrations (now) and the
+ * members' scrubs (acked: the epoch each one's scrub is done for): a live member whose
+ * registration is gone (its lease lapsed) is fenced, with the incarnation it had; a fenced node
+ * stays fenced until it is registered again under a newer incarnation (it came back with new
+ * tables: members_start) and every live member's scrub is done for this view, so no entry names
+ * its old data (membership.h, "Rejoin"), and is then readmitted; any other registered node is
+ * live.
+ */
+static void view_want(const struct live *inview, uint64_t epoch, const struct live *now,
+                      const uint64_t *acked, struct live *want)
 {
-    static bool told[NESSIE_NODES_MAX]; /* agent thread only: "registered again" logged */
+    static bool told[NESSIE_NODES_MAX]; /* agent thread only: "back" logged */
     memset(want, 0, sizeof(*want));
+    want->readmit = inview->readmit;
+    bool scrubbed = true;
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
+        scrubbed = scrubbed && (!inview->inc[i] || !now->inc[i] || acked[i] >= epoch);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
-        if (inview->gone[i] || (inview->inc[i] && !now->inc[i])) {
+        bool back = inview->gone[i] && now->inc[i] > inview->gone_inc[i];
+        if (back && scrubbed) {
+            want->inc[i] = now->inc[i];
+            want->readmit = epoch + 1;
+            told[i] = false;
+        } else if (inview->gone[i] || (inview->inc[i] && !now->inc[i])) {
             want->gone[i] = true;
-            if (inview->gone[i] && now->inc[i] && !told[i] && i != members.self)
-                log_warn("members: node %u registered again (incarnation %" PRIu64 ") but lost "
-                         "its lease earlier: it stays out of the view until rejoin is built",
+            want->gone_inc[i] = inview->gone[i] ? inview->gone_inc[i] : inview->inc[i];
+            if (back && !told[i])
+                log_info("members: node %u is back as incarnation %" PRIu64 "; readmitted once "
+                         "every live member's scrub has taken out what named its old tables",
                          i, now->inc[i]);
-            told[i] = told[i] || (inview->gone[i] && now->inc[i]);
+            told[i] = told[i] || back;
         } else {
             want->inc[i] = now->inc[i];
         }
+    }
+}
+
+static void on_scrubbed(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
+{
+    (void)mod, (void)lease;
+    uint64_t *acked = arg;
+    const char *id = k + strlen(members.scrubbed_prefix);
+    char *end;
+    unsigned long n = strtoul(id, &end, 10);
+    if (end != id && *end == '\0' && n < members.nodes)
+        acked[n] = strtoull(v, NULL, 10);
+}
+
+/* Tell the others, under this daemon's lease, the view epoch its scrub is done for (every fence
+ * change it installed by then has had its pass: nessie_scrub_done), when that moved. Best effort:
+ * a failed put is tried again at the next reconcile. */
+static void ack_scrub(CURL *curl)
+{
+    uint64_t epoch = nessie_view_epoch(members.node);
+    if (epoch <= members.acked_epoch ||
+        nessie_scrub_done(members.node) != nessie_fence_changes(members.node))
+        return;
+    char key[256], val[32];
+    snprintf(key, sizeof(key), "%s%u", members.scrubbed_prefix, members.self);
+    snprintf(val, sizeof(val), "%" PRIu64, epoch);
+    if (put_leased(curl, key, val, members.lease, NESSIE_LOG_WARN) == 0) {
+        members.acked_epoch = epoch;
+        log_debug("members: node %u's scrub is done for view %" PRIu64, members.self, epoch);
     }
 }
 
@@ -533,6 +645,8 @@ static int reconcile(CURL *curl)
     struct live *want = g_new0(struct live, 1);
     struct view_read vr = {0};
     char *end = prefix_end(members.members_prefix);
+    char *send = prefix_end(members.scrubbed_prefix);
+    uint64_t *acked = g_new0(uint64_t, NESSIE_NODES_MAX);
     int rc = -1;
     members.reg_read = false;
     for (int round = 0; round < 2; round++) {
@@ -546,6 +660,9 @@ static int reconcile(CURL *curl)
         members.reg_read = true;
         if (range(curl, members.view_key, NULL, on_view, &vr) != 0)
             goto out;
+        memset(acked, 0, NESSIE_NODES_MAX * sizeof(*acked));
+        if (range(curl, members.scrubbed_prefix, send, on_scrubbed, acked) != 0)
+            goto out;
         uint64_t epoch = 0;
         if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
             log_warn("members: %s = \"%s\" is not a view; writing a new one", members.view_key,
@@ -554,9 +671,11 @@ static int reconcile(CURL *curl)
             epoch = 0;
             vr.found = false;
         }
-        view_want(inview, now, want);
+        view_want(inview, epoch, now, acked, want);
         if (vr.found && memcmp(want, inview, sizeof(*want)) == 0) {
-            adopt(epoch, inview, read_ns);
+            adopt(epoch, inview, read_ns, acked);
+            if (!inview->gone[members.self])
+                ack_scrub(curl);
             rc = 0;
             goto out;
         }
@@ -582,6 +701,8 @@ static int reconcile(CURL *curl)
 out:
     g_free(vr.value);
     g_free(end);
+    g_free(send);
+    g_free(acked);
     g_free(reg);
     g_free(inview);
     g_free(want);
@@ -749,8 +870,10 @@ static void members_free(void)
     g_free(members.members_prefix);
     g_free(members.view_key);
     g_free(members.cluster_prefix);
+    g_free(members.scrubbed_prefix);
     members.endpoints = NULL;
     members.members_prefix = members.view_key = members.cluster_prefix = NULL;
+    members.scrubbed_prefix = NULL;
 }
 
 uint64_t members_view_lease_ms(const struct recep_config *cfg)
@@ -803,6 +926,34 @@ uint32_t members_view_wait_ms(const struct recep_config *cfg)
                       2 * MEMBERS_REFRESH_MS);
 }
 
+/*
+ * Whether the view lists this node as gone, read before it registers: if so it rejoins under an
+ * incarnation newer than the one it was fenced in (members.incarnation raised), fenced until a
+ * view readmits it (members.fenced, so that view is acted on a view lease after its first read,
+ * as every member does). Returns 1 (gone), 0, or -1 when etcd could not be read (logged).
+ */
+static int gone_before(CURL *curl)
+{
+    struct view_read vr = {0};
+    if (range(curl, members.view_key, NULL, on_view, &vr) != 0)
+        return -1;
+    struct live *lv = g_new0(struct live, 1);
+    uint64_t epoch = 0;
+    int gone = vr.found && view_parse(vr.value, &epoch, lv) == 0 && lv->gone[members.self];
+    if (gone) {
+        if (members.incarnation <= lv->gone_inc[members.self])
+            members.incarnation = lv->gone_inc[members.self] + 1;
+        members.fenced[members.self] = true;
+        members.adopting = true;
+        log_info("members: node %u was lost in view %" PRIu64 " (incarnation %" PRIu64 "); it "
+                 "comes back empty as incarnation %" PRIu64 " and serves once readmitted",
+                 members.self, epoch, lv->gone_inc[members.self], members.incarnation);
+    }
+    g_free(lv);
+    g_free(vr.value);
+    return gone;
+}
+
 int members_start(const struct recep_config *cfg, struct nessie_node *node)
 {
     if (cfg->membership != RECEP_MEMBERSHIP_ETCD)
@@ -832,6 +983,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     members.members_prefix = g_strdup_printf("/nessie/%s/members/", cfg->cluster);
     members.view_key = g_strdup_printf("/nessie/%s/view", cfg->cluster);
     members.cluster_prefix = g_strdup_printf("/nessie/%s/", cfg->cluster);
+    members.scrubbed_prefix = g_strdup_printf("/nessie/%s/scrubbed/", cfg->cluster);
     if (n == 0) {
         log_error("members: [membership] endpoints names no URL");
         members_free();
@@ -843,9 +995,19 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
         return -1;
     }
     CURL *curl = curl_easy_init();
+    /* Lost from the view earlier: back under a newer incarnation, with new tables (rejoin). */
+    int gone = curl ? gone_before(curl) : -1;
+    if (gone == 1 && nessie_node_incarnation(node) != 1) {
+        log_warn("members: node %u was lost from the view and its tables were kept: they are "
+                 "removed and made anew before it rejoins", members.self);
+        curl_easy_cleanup(curl);
+        curl_global_cleanup();
+        members_free();
+        return MEMBERS_NEW_TABLES;
+    }
     /* At start every failure is an error: a daemon that cannot register must not serve as if
      * it were a member. call() has logged each endpoint and what it said. */
-    if (!curl || register_self(curl, NESSIE_LOG_ERROR) != 0 || reconcile(curl) != 0) {
+    if (gone < 0 || register_self(curl, NESSIE_LOG_ERROR) != 0 || reconcile(curl) != 0) {
         log_error("members: cannot join the cluster's view through etcd at %s",
                   cfg->etcd_endpoints);
         if (curl)

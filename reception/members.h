@@ -7,12 +7,15 @@
  *
  * Keys, under the cluster's [cluster] name so two clusters never meet in one etcd:
  *   /nessie/<name>/members/<ID>  = this node's incarnation (decimal), under its lease
- *   /nessie/<name>/view          = "<epoch> <ID>:<incarnation> ... <ID>:gone ..." (live members,
- *                                  and the fenced ones: lost their lease in an earlier view)
+ *   /nessie/<name>/view          = "<epoch> [r<E>] <ID>:<incarnation> ... <ID>:gone@<inc> ..."
+ *                                  (live members, the fenced ones with the incarnation they lost
+ *                                  their lease in, and E, the last view that readmitted a node)
+ *   /nessie/<name>/scrubbed/<ID> = the view epoch this node's scrub is done for, under its lease
  *
- * A node lost from the view is fenced (kvstore/membership/membership.h) and stays listed gone,
- * registered again or not, until rejoin is built; its own daemon, seeing itself gone, serves
- * nothing.
+ * A node lost from the view is fenced (kvstore/membership/membership.h) and listed gone; its own
+ * daemon, seeing itself gone, serves nothing. Started again, it comes back on new tables under a
+ * newer incarnation (members_start), and a view readmits it once every live member's scrub is
+ * done for the current view (nothing names its old tables then): "Rejoin" in membership.h.
  *
  * etcd is reached through its v3 JSON gateway (POST /v3/...) with libcurl; the engine never sees
  * etcd. With mode = static nothing here runs (members_start returns at once, no curl call).
@@ -68,9 +71,13 @@ uint32_t members_lease_ages(int32_t *age, uint32_t cap);
  * Join the cluster's membership as cfg says. mode = static: does nothing, returns 0. mode =
  * etcd: grants a lease of cfg->lease_s, registers this node, writes and installs the first view
  * (so the node serves with one), then starts the thread that keeps the lease alive and the one
- * that watches. Returns 0, or -1 after logging an error that names every endpoint it could not
- * reach (nothing left running, no lease held). Call once per process.
+ * that watches. A node the view lists as gone (its lease lapsed earlier) comes back under a newer
+ * incarnation, on new tables only: if it re-attached its old ones, returns MEMBERS_NEW_TABLES
+ * having done nothing else, and the caller removes them, opens the node anew and calls again.
+ * Returns 0, or -1 after logging an error that names every endpoint it could not reach (nothing
+ * left running, no lease held). Call once per process (again only after MEMBERS_NEW_TABLES).
  */
+#define MEMBERS_NEW_TABLES 1
 int members_start(const struct recep_config *cfg, struct nessie_node *node);
 
 /* Leave: stop the threads; the lease lapses within its TTL (members.c says why it is not

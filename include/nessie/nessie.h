@@ -353,14 +353,24 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx);
 size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
 
 /*
- * Take entries whose values were on a node lost from the view (fenced: issue 28) out of this
- * node's index, looking at up to scan_slots index slots from where the last run stopped; each is
- * emptied by CAS on the word read, so one a call changed meanwhile stays. One pass over the index
- * per fence: without a fence, or once the pass is over, it returns at once. The daemon's
- * recycler calls it. Never waits for a view (a run under an expired view lease stops where it
- * is). Returns how many entries it emptied.
+ * Take what a view change left behind out of this node's index (issue 28), looking at up to
+ * scan_slots index slots from where the last run stopped: entries whose values were on a node
+ * lost from the view (fenced), and, in the pass after a view readmitted a node, orphans (entries
+ * whose key no longer looks at their position). Each is emptied by CAS on the word read, so one
+ * a call changed meanwhile stays. One pass over the index per change of the fence: without one,
+ * or once the pass is over, it returns at once. The daemon's recycler calls it. Never waits for
+ * a view (a run under an expired view lease stops where it is). Returns how many entries it
+ * emptied.
  */
 size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots);
+/* How many changes of the fence (fences put up, readmissions) this node's scrub has finished a
+ * pass for: its index names nothing of a node fenced by then, and holds no orphan of a
+ * readmission by then. Whoever agrees views waits for every live member's before readmitting a
+ * node, and before acting on a view that fences a node readmitted earlier. One atomic load. */
+uint32_t nessie_scrub_done(const struct nessie_node *node);
+/* How many changes of the fence this node has installed (what nessie_scrub_done counts up to).
+ * One atomic load. */
+uint32_t nessie_fence_changes(const struct nessie_node *node);
 
 /*
  * Find this node's DTEs that nothing references any more and that nobody will recycle: their
@@ -394,8 +404,9 @@ uint64_t nessie_node_request_bound_ms(const struct nessie_node *node);
  * life of this node: its memory is never touched again, the index positions it held are drawn
  * again on live nodes (only those move), and entries whose value lived there read as misses
  * (their room is taken back by writes that need it). A node whose own view fences it serves
- * nothing: its calls return NESSIE_FABRIC_ERROR. Readmitting a fenced node (rejoin) is not
- * built yet: a view showing one LIVE again is refused.
+ * nothing: its calls return NESSIE_FABRIC_ERROR. A fenced node is readmitted by a view that
+ * shows it LIVE at a newer incarnation (it came back with new tables): see
+ * kvstore/membership/membership.h, "Rejoin", for what must come first.
  */
 #define NESSIE_VIEW_MEMBERS_MAX NESSIE_NODES_MAX
 enum nessie_member_state {
@@ -415,8 +426,9 @@ struct nessie_view {
 /*
  * Install view (copied) as this node's current view, if it is well formed (epoch > 0, at most
  * NESSIE_VIEW_MEMBERS_MAX members in strictly increasing node order, known states), newer
- * than the current one, and shows no fenced member LIVE; fence its GONE members. Returns
- * NESSIE_OK; NESSIE_INVALID (NULL, malformed, or reviving a fenced member) or NESSIE_EXISTS
+ * than the current one, and shows no fenced member LIVE at the incarnation it was fenced in or
+ * an older one; fence its GONE members, readmit its fenced members LIVE at a newer incarnation.
+ * Returns NESSIE_OK; NESSIE_INVALID (NULL, malformed, or reviving a fenced life) or NESSIE_EXISTS
  * (its epoch is not newer than the current view's: views only move forward), and then nothing
  * changed. Thread-safe; never touches the fabric and never blocks on anything but other threads'
  * reads of the view.
@@ -446,6 +458,15 @@ void nessie_view_renew(struct nessie_node *node, uint64_t valid_until_ns);
  * NESSIE_INVALID for a member id out of range. Never blocks.
  */
 int nessie_view_suspend(struct nessie_node *node, uint32_t member);
+/*
+ * A view that readmits member (fenced, back with new tables) has been read but is not acted on
+ * yet (installed a view lease later, as a fencing view): from now on the positions that were
+ * drawn elsewhere while member was fenced go back to it, fenced still, so this node's calls that
+ * need them fail with NESSIE_FABRIC_ERROR (and, with view_wait_ms, wait for the view) while the
+ * others go on (kvstore/membership/membership.h, "Rejoin"). Returns NESSIE_OK, or NESSIE_INVALID
+ * for a member id out of range. Never blocks.
+ */
+int nessie_view_rejoin(struct nessie_node *node, uint32_t member);
 /* This node's incarnation: bumped every time its tables are opened, a restart included, so a
  * daemon's registration in a view names one life of the node. Never fails. */
 uint64_t nessie_node_incarnation(const struct nessie_node *node);

@@ -27,9 +27,9 @@
  * by removing a node's tables after killing it, and every peer checks, at most every
  * SHM_LIVE_CHECK_MS, whether the peer's index object still has a name (fstat: st_nlink 0 once
  * removed); from then on every request to it fails with FAB_ERR_UNREACH, as to an unreachable
- * host, and its leftover memory is never read again. A node whose tables were removed is gone
- * for this process (a node started again under that id makes new tables, which this process
- * would have to map anew: the view keeps such a node out until rejoin is built).
+ * host, and its leftover memory is never read again. A node whose tables were removed stays
+ * gone until a view readmits it (membership.h, "Rejoin": it comes back with new tables): then
+ * its old mappings are retired and its regions attached anew by name (peer_relife).
  */
 #include "fabric_int.h"
 
@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "membership/membership.h"
 
 static const char *const region_names[FAB_REGION_COUNT] = {"index", "data", "msg"};
 
@@ -62,6 +63,16 @@ struct shm_fab {
     _Atomic int *live_fd;
     _Atomic uint64_t *live_checked_ms;
     _Atomic bool *gone;
+    /* Per node, the readmissions (mship_lives) its mappings are for: one that moved means new
+     * tables (peer_relife). Written under attach_lock. */
+    _Atomic uint32_t *life;
+    /* Mappings of earlier lives, kept reserved (over anonymous memory) until close: see
+     * peer_relife. Under attach_lock. */
+    struct shm_retired {
+        void *base;
+        uint64_t size;
+    } *retired;
+    size_t nretired;
 };
 
 /* How often a peer's tables are checked for removal: a lost host is noticed within this, for the
@@ -166,8 +177,9 @@ static int shm_open_fab(struct fab *fab, bool *created)
     s->live_fd = calloc(fab->cfg.nodes, sizeof(*s->live_fd));
     s->live_checked_ms = calloc(fab->cfg.nodes, sizeof(*s->live_checked_ms));
     s->gone = calloc(fab->cfg.nodes, sizeof(*s->gone));
-    if (!s->peer || !s->live_fd || !s->live_checked_ms || !s->gone) {
-        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
+    s->life = calloc(fab->cfg.nodes, sizeof(*s->life));
+    if (!s->peer || !s->live_fd || !s->live_checked_ms || !s->gone || !s->life) {
+        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone), free(s->life);
         free(s);
         return FAB_ERR_NOMEM;
     }
@@ -196,7 +208,7 @@ static int shm_open_fab(struct fab *fab, bool *created)
             }
         }
         pthread_mutex_destroy(&s->attach_lock);
-        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
+        free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone), free(s->life);
         free(s);
         return rc;
     }
@@ -223,8 +235,11 @@ static void shm_close_fab(struct fab *fab)
         if (fd >= 0)
             close(fd);
     }
+    for (size_t i = 0; i < s->nretired; i++)
+        munmap(s->retired[i].base, s->retired[i].size);
+    free(s->retired);
     pthread_mutex_destroy(&s->attach_lock);
-    free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone);
+    free(s->peer), free(s->live_fd), free(s->live_checked_ms), free(s->gone), free(s->life);
     free(s);
 }
 
@@ -385,8 +400,57 @@ void fab_copy_to_shared(unsigned char *dst, const void *src, size_t len)
         atomic_store_explicit((_Atomic unsigned char *)(dst + i), s[i], memory_order_release);
 }
 
+/*
+ * A view readmitted node with new tables (membership.h, "Rejoin"): forget its old mappings, so
+ * the next request attaches its regions anew by name. No request has touched the old ones since
+ * its fence (the fabric refuses a fenced node at post, and shm requests run at post), but a
+ * thread stalled between that check and its copy could still hold an old base: each old mapping
+ * is replaced by anonymous memory at the same address (its pages, the removed tables' memory,
+ * go back to the system; such a late copy reads zeroes or writes into nothing) and unmapped at
+ * close. Never blocks on anything but other attaches.
+ */
+static void peer_relife(struct fab *fab, uint32_t node, uint32_t life)
+{
+    struct shm_fab *s = fab->priv;
+    pthread_mutex_lock(&s->attach_lock);
+    if (atomic_load_explicit(&s->life[node], memory_order_relaxed) != life) {
+        for (int region = 0; region < FAB_REGION_COUNT; region++) {
+            uintptr_t base = atomic_exchange_explicit(&s->peer[node * FAB_REGION_COUNT + region],
+                                                      0, memory_order_acq_rel);
+            uint64_t size = fab->cfg.region_size[region];
+            if (!base)
+                continue;
+            void *p = mmap((void *)base, size, PROT_READ | PROT_WRITE,
+                           MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            struct shm_retired *r = p != MAP_FAILED
+                                        ? realloc(s->retired, (s->nretired + 1) * sizeof(*r))
+                                        : NULL;
+            if (r) {
+                s->retired = r;
+                s->retired[s->nretired++] = (struct shm_retired){(void *)base, size};
+            } else {
+                munmap((void *)base, size); /* no room to keep it: unmapped now */
+            }
+        }
+        int fd = atomic_exchange_explicit(&s->live_fd[node], -1, memory_order_acq_rel);
+        if (fd >= 0)
+            close(fd);
+        atomic_store_explicit(&s->live_checked_ms[node], 0, memory_order_relaxed);
+        atomic_store_explicit(&s->gone[node], false, memory_order_relaxed);
+        atomic_store_explicit(&s->life[node], life, memory_order_release);
+        log_info("fabric shm: node %u readmitted: its new tables are attached anew", node);
+    }
+    pthread_mutex_unlock(&s->attach_lock);
+}
+
 static enum fab_status execute(struct fab *fab, const struct fab_wr *wr)
 {
+    if (wr->node != fab->cfg.self && fab->fence) {
+        struct shm_fab *s = fab->priv;
+        uint32_t life = mship_lives(fab->fence, wr->node);
+        if (life != atomic_load_explicit(&s->life[wr->node], memory_order_acquire))
+            peer_relife(fab, wr->node, life);
+    }
     if (wr->node != fab->cfg.self && peer_gone(fab, wr->node))
         return FAB_ERR_UNREACH;
     unsigned char *base = peer_base(fab, wr->node, wr->region);

@@ -280,6 +280,19 @@ int nessie_view_suspend(struct nessie_node *nd, uint32_t member)
     return NESSIE_OK;
 }
 
+int nessie_view_rejoin(struct nessie_node *nd, uint32_t member)
+{
+    if (!nd || member >= NESSIE_NODES_MAX)
+        return NESSIE_INVALID;
+    mship_rejoin(&nd->view, member);
+    return NESSIE_OK;
+}
+
+uint32_t nessie_fence_changes(const struct nessie_node *nd)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&nd->view.fence_changes, memory_order_acquire);
+}
+
 uint64_t nessie_node_incarnation(const struct nessie_node *nd)
 {
     return nd->incarnation;

@@ -14,14 +14,27 @@
  * refused and changes nothing, so views that arrive late or twice (two watchers, a retried
  * read) can never move a node back. Epoch 0 is "no view yet": static membership.
  *
- * Fences: a member GONE in an installed view is fenced, and stays fenced for the life of this
- * node: nothing of its memory is read or written again, its index positions are drawn again on
- * live nodes, and entries naming its data are lost values. A later view that shows a fenced
- * member LIVE is refused (NESSIE_INVALID): readmitting a node safely needs every entry that names
- * its old data gone and every position it had moved back first (the rejoin, not built yet), and
- * until then reviving it would let an older value be read. This node itself fenced means it is
- * out of the cluster: its calls fail (nessie.h) instead of serving from a memory its peers no
- * longer read.
+ * Fences: a member GONE in an installed view is fenced, for the incarnation the view shows it
+ * with: nothing of its memory is read or written again, its index positions are drawn again on
+ * live nodes, and entries naming its data are lost values. A later view that shows it LIVE at
+ * that incarnation or an older one is refused (NESSIE_INVALID): its old tables must never be
+ * read again. This node itself fenced means it is out of the cluster: its calls fail (nessie.h)
+ * instead of serving from a memory its peers no longer read.
+ *
+ * Rejoin: a fenced node comes back with new, empty tables under a newer incarnation, and a view
+ * showing it LIVE at that incarnation readmits it: the fence is lifted, its positions return to
+ * it, and the fabric reaches its new tables. Nothing that named its old tables may be read then,
+ * and no index entry carries an incarnation, so whoever agrees views readmits a node only after
+ * every live member's scrub has taken out the entries naming its old data (protocol/scrub.c; no
+ * such entry is made after the fence). The placements before and after differ for the keys
+ * whose positions were drawn elsewhere: from a node's first read of the readmitting view those
+ * positions are no longer drawn elsewhere but stay on the node, fenced still (mship_rejoin), so
+ * calls that need them wait, exactly as a fencing view's suspension makes them, and the view is
+ * acted on V + F after its first read, by the argument below. Entries left at the positions
+ * drawn elsewhere (orphans: their keys no longer look there) are never read under the new view;
+ * the scrub's pass after a readmission takes them out, and a node may act on a later view that
+ * fences the same node again only once every live member's pass is over, since that view would
+ * draw the same positions again and find them.
  *
  * Acting on a view: a view may be acted on only while it is known current. The daemon renews
  * this node's view lease V after every read of the service that found no newer view (every
@@ -69,16 +82,31 @@ struct mship_state {
     _Atomic uint64_t epoch;  /* view.epoch, readable without the lock (release / acquire) */
     struct nessie_view view; /* under lock */
     uint32_t self;           /* this node's id (fixed at init) */
-    /* The fence: one bit per node, only ever set (by install, under the lock); read on every
-     * call's path without the lock, relaxed. A call that reads a bit late acts as one that
-     * started before the install, which the call bound already covers; nothing else is ordered
-     * by these words. nfenced (how many bits are set) lets a cluster with no fence, static
+    /* The fence: one bit per node, set and cleared by install, under the lock; read on every
+     * call's path without the lock. A call that reads a bit late acts as one that started
+     * before the install, which the call bound already covers. A bit cleared (a readmission)
+     * is released after the node's lives moved, and read with acquire (mship_fenced). nfenced (how many bits are set) lets a cluster with no fence, static
      * membership's always, skip the bitmap with one load. */
     _Atomic uint32_t nfenced;
     _Atomic uint64_t fenced[NESSIE_NODES_MAX / 64];
     /* Suspended nodes (a fencing view read, not acted on yet: "Acting on a view"): their
-     * memory is not touched, their placement unchanged. Only ever set; relaxed, as fenced. */
+     * memory is not touched, their placement unchanged. Set by mship_suspend, cleared when a
+     * view readmits the node; relaxed, as fenced. */
     _Atomic uint64_t suspended[NESSIE_NODES_MAX / 64];
+    /* Rejoining nodes (a view readmitting them read, not acted on yet: "Rejoin"): their
+     * positions are no longer drawn elsewhere; they stay on the node, fenced still, so calls
+     * that need them wait. Set by mship_rejoin, cleared when the readmitting view is installed. */
+    _Atomic uint64_t rejoining[NESSIE_NODES_MAX / 64];
+    /* Per node, the incarnation its fence is for (the member's in the view that fenced it): a
+     * view may readmit the node only at a newer one. Under lock. */
+    uint64_t fenced_inc[NESSIE_NODES_MAX];
+    /* Per node, how many times a view readmitted it: the shm fabric maps a node's tables anew
+     * when this moves (fabric_shm.c). Release at the readmission, acquire by the fabric. */
+    _Atomic uint32_t lives[NESSIE_NODES_MAX];
+    /* Fences put up or lifted so far, and readmissions: the scrub owes a pass for every change
+     * (protocol/scrub.c), and after a readmission one that also looks for orphans. Release
+     * after the fence words, acquire by the scrub. */
+    _Atomic uint32_t fence_changes, readmissions;
     /* Until when (CLOCK_MONOTONIC ns) the installed view may be acted on: the view's lease (see
      * "Acting on a view" above). 0: no lease in force (static membership, or none given yet). */
     _Atomic uint64_t valid_until_ns;
@@ -95,10 +123,12 @@ void mship_destroy(struct mship_state *st);
 int mship_view_check(const struct nessie_view *v);
 
 /* Install v (copied) if it is well formed, newer than the current view and revives no fenced
- * member; fence its GONE members. Returns NESSIE_OK; NESSIE_INVALID (a malformed view, or one
- * showing a fenced member LIVE) or NESSIE_EXISTS (an epoch not newer than the current one), and
- * then the current view and the fence are unchanged. Never blocks on anything but readers'
- * copies. */
+ * member at the incarnation it was fenced in (or an older one); fence its GONE members (for the
+ * incarnation they are shown with), readmit its fenced members shown LIVE at a newer
+ * incarnation ("Rejoin"). Returns NESSIE_OK; NESSIE_INVALID (a malformed view, or one showing a
+ * fenced member LIVE at its fenced incarnation or before) or NESSIE_EXISTS (an epoch not newer
+ * than the current one), and then the current view and the fence are unchanged. Never blocks
+ * on anything but readers' copies. */
 int mship_install(struct mship_state *st, const struct nessie_view *v);
 
 /* Copy the current view into *out (epoch 0 and no members before the first install). */
@@ -110,6 +140,10 @@ uint64_t mship_epoch(const struct mship_state *st);
 /* Suspend node: from now on nothing of its memory is touched (the fabric refuses it), its
  * placement unchanged (see "Acting on a view"). Never blocks; idempotent. */
 void mship_suspend(struct mship_state *st, uint32_t node);
+
+/* A view that readmits node was read (not acted on yet: "Rejoin"): from now on its positions
+ * are no longer drawn elsewhere. Never blocks; idempotent. */
+void mship_rejoin(struct mship_state *st, uint32_t node);
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
  * good. Never blocks. */
@@ -128,14 +162,45 @@ static inline bool mship_any_fenced(const struct mship_state *st)
     return atomic_load_explicit((_Atomic uint32_t *)&st->nfenced, memory_order_relaxed) != 0;
 }
 
-/* Whether node's memory is out of the data path (see "Fences" above). Never blocks. */
+/* Whether node's memory is out of the data path (see "Fences" above). Never blocks. Acquire:
+ * a thread that finds a readmitted node's bit clear also sees its lives moved (release at the
+ * readmission), so the fabric maps its new tables before touching them, never the old ones. A
+ * plain load on x86. */
 static inline bool mship_fenced(const struct mship_state *st, uint32_t node)
 {
     if (!mship_any_fenced(st) || node >= NESSIE_NODES_MAX)
         return false;
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->fenced[node / 64],
+                                      memory_order_acquire);
+    return (w >> (node % 64)) & 1;
+}
+
+/* Whether node is rejoining: fenced still, but its positions stay on it. Never blocks. */
+static inline bool mship_rejoining(const struct mship_state *st, uint32_t node)
+{
+    if (node >= NESSIE_NODES_MAX)
+        return false;
+    uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->rejoining[node / 64],
                                       memory_order_relaxed);
     return (w >> (node % 64)) & 1;
+}
+
+/* Whether any node is rejoining (a readmitting view read here, not acted on yet). Reads every
+ * word of the bitmap: for the rare paths that meet an orphan, never a call's common path. */
+static inline bool mship_any_rejoining(const struct mship_state *st)
+{
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        if (atomic_load_explicit((_Atomic uint64_t *)&st->rejoining[i], memory_order_relaxed))
+            return true;
+    return false;
+}
+
+/* How many times node was readmitted (see lives above). Acquire: pairs with the readmission. */
+static inline uint32_t mship_lives(const struct mship_state *st, uint32_t node)
+{
+    return node < NESSIE_NODES_MAX
+               ? atomic_load_explicit((_Atomic uint32_t *)&st->lives[node], memory_order_acquire)
+               : 0;
 }
 
 /* Whether this node itself is fenced: out of the cluster, it serves nothing. Never blocks. */

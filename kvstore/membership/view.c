@@ -16,6 +16,13 @@ int mship_init(struct mship_state *st, uint32_t self)
         atomic_init(&st->fenced[i], 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->suspended[i], 0);
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        atomic_init(&st->rejoining[i], 0);
+    memset(st->fenced_inc, 0, sizeof(st->fenced_inc));
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
+        atomic_init(&st->lives[i], 0);
+    atomic_init(&st->fence_changes, 0);
+    atomic_init(&st->readmissions, 0);
     atomic_init(&st->valid_until_ns, 0);
     return pthread_rwlock_init(&st->lock, NULL) == 0 ? NESSIE_OK : NESSIE_NO_MEMORY;
 }
@@ -51,19 +58,42 @@ int mship_install(struct mship_state *st, const struct nessie_view *v)
         return NESSIE_EXISTS;
     }
     for (uint32_t i = 0; i < v->nmembers; i++) {
-        if (v->members[i].state == NESSIE_MEMBER_LIVE && mship_fenced(st, v->members[i].node)) {
-            pthread_rwlock_unlock(&st->lock); /* a fenced member revived: see membership.h */
+        const struct nessie_view_member *m = &v->members[i];
+        if (m->state == NESSIE_MEMBER_LIVE && mship_fenced(st, m->node) &&
+            m->incarnation <= st->fenced_inc[m->node]) {
+            pthread_rwlock_unlock(&st->lock); /* a fenced life revived: see membership.h */
             return NESSIE_INVALID;
         }
     }
+    bool changed = false, readmitted = false;
     for (uint32_t i = 0; i < v->nmembers; i++) {
-        uint32_t node = v->members[i].node;
-        if (v->members[i].state != NESSIE_MEMBER_GONE || mship_fenced(st, node))
-            continue;
-        atomic_fetch_or_explicit(&st->fenced[node / 64], 1ULL << (node % 64),
-                                 memory_order_relaxed);
-        atomic_fetch_add_explicit(&st->nfenced, 1, memory_order_relaxed);
+        const struct nessie_view_member *m = &v->members[i];
+        uint32_t node = m->node;
+        uint64_t bit = 1ULL << (node % 64);
+        if (m->state == NESSIE_MEMBER_GONE && !mship_fenced(st, node)) {
+            st->fenced_inc[node] = m->incarnation;
+            atomic_fetch_or_explicit(&st->fenced[node / 64], bit, memory_order_relaxed);
+            atomic_fetch_add_explicit(&st->nfenced, 1, memory_order_relaxed);
+            changed = true;
+        } else if (m->state == NESSIE_MEMBER_LIVE && mship_fenced(st, node)) {
+            /* Readmitted at a newer incarnation ("Rejoin"): its new tables are mapped anew
+             * (lives), then it is reachable again. */
+            atomic_fetch_add_explicit(&st->lives[node], 1, memory_order_release);
+            atomic_fetch_and_explicit(&st->suspended[node / 64], ~bit, memory_order_relaxed);
+            atomic_fetch_and_explicit(&st->fenced[node / 64], ~bit, memory_order_release);
+            atomic_fetch_and_explicit(&st->rejoining[node / 64], ~bit, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&st->nfenced, 1, memory_order_relaxed);
+            changed = readmitted = true;
+        }
     }
+    /* This node's first view: what its index holds (re-attached after a restart) was placed
+     * under views it no longer knows, so its scrub makes a pass that also looks for orphans. */
+    if (st->view.epoch == 0)
+        changed = readmitted = true;
+    if (readmitted)
+        atomic_fetch_add_explicit(&st->readmissions, 1, memory_order_relaxed);
+    if (changed)
+        atomic_fetch_add_explicit(&st->fence_changes, 1, memory_order_release);
     st->view.epoch = v->epoch;
     st->view.nmembers = v->nmembers;
     memcpy(st->view.members, v->members, v->nmembers * sizeof(v->members[0]));
@@ -105,5 +135,12 @@ void mship_suspend(struct mship_state *st, uint32_t node)
 {
     if (node < NESSIE_NODES_MAX)
         atomic_fetch_or_explicit(&st->suspended[node / 64], 1ULL << (node % 64),
+                                 memory_order_relaxed);
+}
+
+void mship_rejoin(struct mship_state *st, uint32_t node)
+{
+    if (node < NESSIE_NODES_MAX)
+        atomic_fetch_or_explicit(&st->rejoining[node / 64], 1ULL << (node % 64),
                                  memory_order_relaxed);
 }

@@ -14,7 +14,9 @@
  * to a live node, and every node with the same fence agrees where. A node that has not yet
  * installed the view still draws the lost node's position, but from its first read of that view
  * it touches nothing of the lost node (suspended), so its calls there fail and wait instead of
- * acting under the old placement (membership.h, "Acting on a view"). */
+ * acting under the old placement (membership.h, "Acting on a view"). A fenced node that is
+ * rejoining (a view readmitting it read) keeps its positions: calls that need them wait until
+ * the view is acted on and the node is reachable (membership.h, "Rejoin"). */
 #define KEYS_WAY_STEP 0x9e3779b97f4a7c15ULL
 /* Draws per way before a fenced position is kept anyway (its calls then fail at the fabric): only
  * a cluster with fewer live index slots than ways, or a broken hash, gets that far. */
@@ -31,8 +33,9 @@ static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64
             bool dup = false;
             for (uint32_t j = 0; j < i; j++)
                 dup = dup || pos[j] == p;
-            bool out = fence && mship_fenced(&nd->view, (uint32_t)(p / nd->cfg.index_slots)) &&
-                       ++draws < KEYS_DRAWS_MAX;
+            uint32_t owner = (uint32_t)(p / nd->cfg.index_slots);
+            bool out = fence && mship_fenced(&nd->view, owner) &&
+                       !mship_rejoining(&nd->view, owner) && ++draws < KEYS_DRAWS_MAX;
             if ((!dup || total <= i) && !out) {
                 pos[i] = p;
                 break;

@@ -104,10 +104,13 @@ struct nessie_node {
     void *pressure_arg;
     _Atomic uint64_t pressure_last_ns;
     /* The scrub (protocol/scrub.c): its cursor over this node's index (slots looked at, ever),
-     * where the pass it owes ends, and the fence that pass is for (nfenced when it started): a
-     * new fence starts a new pass; a finished pass makes runs free until the next fence. */
+     * where the pass it owes ends, the fence change that pass is for (the view's fence_changes
+     * when it started), the last one whose pass is over, the readmissions the last orphan pass
+     * was for, and whether the current pass looks for orphans. A change starts a new pass; a
+     * finished pass makes runs free until the next change. */
     _Atomic uint64_t scrub_cursor, scrub_end;
-    _Atomic uint32_t scrub_fenced;
+    _Atomic uint32_t scrub_changes, scrub_done, scrub_readmissions;
+    _Atomic bool scrub_orphans;
 
     /* Server-driven execution's state (modes/sd.c): the ring slots' counts, on both sides. */
     struct sd_state *sd;

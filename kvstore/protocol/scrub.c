@@ -1,55 +1,94 @@
 /*
- * scrub.c - a lost node's entries taken out of this node's index (issue 28).
+ * scrub.c - entries a view change left behind, taken out of this node's index (issue 28).
  *
- * A node fenced by the view (membership/membership.h) leaves entries behind in every survivor's
- * index: words naming DTEs in its data region, whose values are lost. Calls read them as misses
- * (protocol.c, proto_dte_fetch) and a write that needs the slot takes it back (migrate.c), but
- * until then each holds an index slot: after losing one node of three, a third of the entries of
- * every survivor's index. The scrub walks this node's own index in the background (the daemon's
- * recycler) and empties them, each by CAS on the exact word it read, as the migration's lost
- * branch and an eviction do, so a word that changed meanwhile is left alone. Nothing is
- * recycled: the memory they name is the lost node's.
+ * Lost entries. A node fenced by the view (membership/membership.h) leaves entries behind in
+ * every survivor's index: words naming DTEs in its data region, whose values are lost. Calls read
+ * them as misses (protocol.c, proto_dte_fetch) and a write that needs the slot takes it back
+ * (migrate.c), but until then each holds an index slot: after losing one node of three, a third
+ * of the entries of every survivor's index. After the fence no index entry naming a fenced
+ * node's data is made again: a write links its own node's data, a migration empties a lost
+ * source instead of copying it, and a takeover or an abandoning writer never links a lost
+ * previous version again (protocol.c, write.c). So once a pass that started after the fence is
+ * over, this node's index names nothing of the lost node: what a rejoin waits for.
  *
- * After the fence no index entry naming a fenced node's data is made again: a write links its
- * own node's data, a migration empties a lost source instead of copying it (migrate.c), and a
- * takeover or an abandoning writer never links a lost previous version again (protocol.c,
- * write.c). So once the scrub has passed over the whole index after the fence is in force, this
- * node's index names nothing of the lost node; a rejoin (not built yet) needs that of every
- * survivor before the lost node may come back with new tables.
+ * Orphans. A readmission (membership.h, "Rejoin") gives the returning node back the positions
+ * that were drawn elsewhere while it was fenced; the entries written there meanwhile are orphans:
+ * their keys no longer look there. Nothing reads them under the new view (and a migration that
+ * meets one takes it out instead of moving it: migrate.c), but a later fence of the same node
+ * would draw the same positions again and find them, older than what was written since; so the
+ * pass after a readmission also reads every entry's key and takes out those not at one of their
+ * key's positions, and its end is what such a fence waits for.
+ *
+ * Each entry is taken out by CAS on the exact word read, as the migration's lost branch and an
+ * eviction do, so a word that changed meanwhile is left alone. A lost entry's memory is the lost
+ * node's (nothing to recycle); an orphan's DTE is recycled.
  */
 #include <stdatomic.h>
 
 #include "memory/memory.h"
 #include "protocol.h"
 
+/* Whether the entry w at this node's slot s is an orphan: its key's positions under the current
+ * view do not include the slot. Reads its DTE (a READ, on any node). Returns NESSIE_OK and sets
+ * *orphan, or the fetch's error (the entry is then left for a later pass). */
+static int scrub_is_orphan(struct op *op, uint64_t pos, uint64_t w, bool *orphan)
+{
+    struct dte_view v;
+    bool match;
+    *orphan = false;
+    int rc = proto_dte_fetch(op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
+    if (rc != NESSIE_OK || !match || v.h.key_len == 0)
+        return rc; /* not readable as an entry with a key now (stale, in flux): left alone */
+    uint64_t kp[NESSIE_WAYS_MAX];
+    nessie_key_positions(op->node, v.key, v.h.key_len, kp);
+    for (uint32_t i = 0; i < op->node->cfg.ways; i++)
+        if (kp[i] == pos)
+            return NESSIE_OK;
+    *orphan = true;
+    return NESSIE_OK;
+}
+
 size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
 {
     struct nessie_node *nd = ctx->node;
-    if (!mship_any_fenced(&nd->view) || mship_self_fenced(&nd->view))
+    if (mship_self_fenced(&nd->view))
         return 0;
     const uint64_t slots = nd->cfg.index_slots, base = (uint64_t)nd->cfg.self * slots;
-    /* One whole pass per fence, from when this node first runs after it: entries naming a fenced
-     * node are never made again (see the top), so a finished pass leaves none. */
-    uint32_t nf = atomic_load_explicit(&nd->view.nfenced, memory_order_relaxed);
-    uint32_t was = atomic_load_explicit(&nd->scrub_fenced, memory_order_relaxed);
-    if (nf != was && atomic_compare_exchange_strong_explicit(&nd->scrub_fenced, &was, nf,
+    /* One whole pass per change of the fence, from when this node first runs after it. */
+    uint32_t ch = atomic_load_explicit(&nd->view.fence_changes, memory_order_acquire);
+    if (ch == atomic_load_explicit(&nd->scrub_done, memory_order_relaxed))
+        return 0; /* no change, or its pass is over: one load a run */
+    uint32_t was = atomic_load_explicit(&nd->scrub_changes, memory_order_relaxed);
+    if (ch != was && atomic_compare_exchange_strong_explicit(&nd->scrub_changes, &was, ch,
                                                              memory_order_relaxed,
-                                                             memory_order_relaxed))
+                                                             memory_order_relaxed)) {
+        uint32_t rd = atomic_load_explicit(&nd->view.readmissions, memory_order_relaxed);
+        uint32_t seen = atomic_exchange_explicit(&nd->scrub_readmissions, rd,
+                                                 memory_order_relaxed);
+        /* Orphans are looked for by a pass after a readmission, and by every pass that starts
+         * before such a pass is over. */
+        if (rd != seen)
+            atomic_store_explicit(&nd->scrub_orphans, true, memory_order_relaxed);
         atomic_store_explicit(&nd->scrub_end,
                               atomic_load_explicit(&nd->scrub_cursor, memory_order_relaxed) + slots,
                               memory_order_relaxed);
+    }
+    bool orphans = atomic_load_explicit(&nd->scrub_orphans, memory_order_relaxed);
     enum nessie_opkind saved = ctx->kind; /* called from a thread that may be mid-call: evict.c */
     size_t cleared = 0;
     for (size_t i = 0; i < scan_slots; i++) {
         uint64_t at = atomic_fetch_add_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
         if (at >= atomic_load_explicit(&nd->scrub_end, memory_order_relaxed)) {
             atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+            atomic_store_explicit(&nd->scrub_orphans, false, memory_order_relaxed);
+            atomic_store_explicit(&nd->scrub_done, ch, memory_order_release);
             break; /* the pass is over */
         }
         uint64_t s = at % slots, w;
         if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
             break;
-        if (ite_empty(w) || !mship_fenced(&nd->view, ite_node(w)))
+        bool lost = !ite_empty(w) && mship_fenced(&nd->view, ite_node(w));
+        if (ite_empty(w) || (!lost && !orphans))
             continue;
         const struct key_plan none = {.key = NULL};
         struct op op;
@@ -63,9 +102,33 @@ size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
             proto_finish(&op, NESSIE_FABRIC_ERROR);
             break;
         }
+        /* Orphans are judged only under a view acted on: not while one that readmits a node is
+         * read but not acted on here (migrate.c says why); the next run starts here again. */
+        if (!lost && mship_any_rejoining(&nd->view)) {
+            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+            proto_finish(&op, NESSIE_FABRIC_ERROR);
+            break;
+        }
+        bool orphan = false;
+        int rc = lost ? NESSIE_OK : scrub_is_orphan(&op, base + s, w, &orphan);
+        if (rc != NESSIE_OK && !mship_unreachable(&nd->view, ite_node(w))) {
+            /* Not judged (a fabric error): the pass must not end without it, so the next run
+             * starts here again. An entry whose data is on a node a view is about to fence is
+             * passed over instead: once fenced it is lost, which the next pass takes out, and
+             * the fence may itself be waiting for this pass (reception/members.c, adopt). */
+            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+            proto_finish(&op, rc);
+            break;
+        }
+        if (rc != NESSIE_OK || (!lost && !orphan)) {
+            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_NOT_FOUND);
+            continue;
+        }
         bool ok = false, clean;
-        int rc = proto_ite_cas_resolve(&op, base + s, w, 0, &ok, &clean);
+        rc = proto_ite_cas_resolve(&op, base + s, w, 0, &ok, &clean);
         if (rc == NESSIE_OK && ok) {
+            if (orphan)
+                nessie_recycle(ctx, w);
             CTR_ADD(OPC(ctx).lost_entries, 1);
             cleared++;
         }
@@ -73,4 +136,9 @@ size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
     }
     ctx->kind = saved;
     return cleared;
+}
+
+uint32_t nessie_scrub_done(const struct nessie_node *nd)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&nd->scrub_done, memory_order_acquire);
 }

@@ -19,8 +19,12 @@
  * --dead-for MS later (its tables re-attached), and prints a dead-node: line on what the live
  * nodes' calls did meanwhile.
  *
- * With --lose-node-at MS, the last node is killed at MS and lost: it never comes back (rejoin is
- * not built: a node fenced by a view stays out for the life of its peers). The parent acts as the
+ * With --lose-node-at MS, the last node is killed at MS and lost; --dead-for MS after the kill (if
+ * the run still goes on) it comes back empty, on tables made anew, and rejoins (membership.h,
+ * "Rejoin"): the parent publishes view 3, readmitting it under a newer incarnation, once every
+ * live node's scrub is done for view 2; the live nodes act on it a view lease after their first
+ * read, the positions that go back to it no longer drawn elsewhere from that read; the node's
+ * threads go on with their operations once it is readmitted. The parent acts as the
  * coordination service: it publishes views in shared memory (view 1, every node live, from the
  * start; view 2, the last node GONE, --detect-ms after the kill), and every node process runs a
  * small thread that installs each new view (nessie_view_install) and renews the view's lease, as
@@ -32,6 +36,9 @@
  * read of a value older than the newest acknowledged one is still a violation. The final reads
  * and the leak count leave the lost node out (its values are misses; its entries are no leaks);
  * a lost-node: line tells how the live nodes' calls fared in the --dead-for MS after the kill.
+ * The rejoin enters each key's history as a second possibly-applied DELETE, from view 3's
+ * publication to the moment every node had installed it (the entries written during the outage
+ * at positions drawn elsewhere are orphans then), and a rejoin: line tells how the calls fared.
  *
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C undecided=U
@@ -142,14 +149,16 @@ static GOptionEntry entries[] = {
      "prints a dead-node: line on what the live nodes' calls did meanwhile", "MS"},
     {"dead-for", 0, 0, G_OPTION_ARG_INT, &opt_dead_for,
      "how long the node killed by --kill-node-at stays down before it restarts; with "
-     "--lose-node-at, how long after the kill the lost-node: line looks at (default 3000)",
+     "--lose-node-at, how long it stays lost before it rejoins, the time the lost-node: line "
+     "looks at (default 3000)",
      "MS"},
     {"lose-node-at", 0, 0, G_OPTION_ARG_INT, &opt_lose_at,
      "kill the last node (kill -9) MS after the start and lose it: the live nodes drop every "
      "request to it, the parent publishes a view that fences it --detect-ms later, and the nodes "
-     "install it and go on without it to the end of the run (it is never restarted: rejoin is not "
-     "built, a fenced node stays out); calls that need it wait for the view. Prints a lost-node: "
-     "line on the live nodes' calls in the --dead-for MS after the kill", "MS"},
+     "install it and go on without it; calls that need it wait for the view. --dead-for MS after "
+     "the kill it starts again on new tables and rejoins (a view readmits it), if the run still "
+     "goes on. Prints a lost-node: line on the live nodes' calls in the --dead-for MS after the "
+     "kill, and a rejoin: line", "MS"},
     {"detect-ms", 0, 0, G_OPTION_ARG_INT, &opt_detect_ms,
      "with --lose-node-at: how long after the kill the view fencing the node is published, the "
      "coordination service's detection time (default 300)", "MS"},
@@ -180,9 +189,9 @@ struct node_report {
 
 /*
  * --lose-node-at: the views the parent publishes as the coordination service, and what the nodes
- * did with them. The parent writes a view's member states, then its epoch (release); a node that
- * loads a newer epoch (acquire) reads the states of that view or of a newer one, and views only
- * ever fence more, so whichever it builds is one the parent published.
+ * did with them. Views are fixed by their epoch: 1, every node live; 2, the last node gone; 3,
+ * the last node live again under rejoin_inc (written before epoch 3, which is stored with
+ * release and loaded with acquire), so a node that loads an epoch builds exactly that view.
  */
 struct views {
     _Atomic uint64_t epoch;        /* the newest view published (0: none yet) */
@@ -193,6 +202,11 @@ struct views {
     _Atomic uint64_t installed_ns[64]; /* ... and when (CLOCK_MONOTONIC, after the install) */
     _Atomic uint64_t changes[64];      /* per node: views installed after its first */
     _Atomic int gave_up;               /* worker threads stopped by a failed call */
+    _Atomic uint64_t scrubbed[64];     /* per node: the view epoch its scrub is done for */
+    _Atomic uint64_t fenced_ns[64];    /* per node: when it installed view 2 (or a later one) */
+    uint64_t rejoin_inc;               /* the lost node's incarnation when it rejoins */
+    _Atomic uint64_t rejoin_seen_ns;   /* when a node first read the readmitting view */
+    _Atomic int back;                  /* the lost node opened its new tables */
 };
 
 struct shared {
@@ -519,6 +533,7 @@ static void *worker_main(void *p)
 
 struct recycler {
     struct nessie_node *node;
+    uint32_t id;
     _Atomic int stop;
 };
 
@@ -532,6 +547,14 @@ static void *recycler_main(void *p)
     while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
         nessie_recycle_run(ctx, 4096);
         nessie_evict_run(ctx, 256);
+        /* What a view change left in the index (a lost node's entries, a rejoin's orphans), and
+         * the view the scrub is done for, which the parent waits for before a readmission. */
+        if (opt_lose_at) {
+            uint64_t epoch = nessie_view_epoch(r->node);
+            nessie_scrub_run(ctx, 4096);
+            if (nessie_scrub_done(r->node) == nessie_fence_changes(r->node))
+                atomic_store(&sh->views.scrubbed[r->id], epoch);
+        }
         /* Only runs that kill nodes can leak by design; elsewhere a leak is a bug to report,
          * not to sweep away. The sweep paces itself (one grace period between confirmations). */
         if (opt_crash_every || opt_inject > 0 || opt_stall_every > 0 || opt_lose_at)
@@ -593,6 +616,11 @@ struct viewer {
     uint64_t have; /* the epoch installed */
     struct nessie_view *v;
     _Atomic int stop;
+    /* Nodes this node's views fenced (a rejoining node counts itself, as the daemon's
+     * gone_before does), and a readmitting view read but not acted on yet: its epoch, and when
+     * it was first read. */
+    bool fenced[64];
+    uint64_t pending, pending_ns;
 };
 
 /* Install the newest view published if it is newer than ours; renew the lease either way. Returns
@@ -604,21 +632,50 @@ static bool view_poll(struct viewer *vw)
      * then, not necessarily at the install. */
     uint64_t read_ns = nessie_mono_ns();
     uint64_t epoch = atomic_load_explicit(&vs->epoch, memory_order_acquire);
+    const int victim = opt_nodes - 1;
     if (epoch > vw->have) {
         memset(vw->v, 0, sizeof(*vw->v));
         vw->v->epoch = epoch;
         vw->v->nmembers = (uint32_t)opt_nodes;
         for (int n = 0; n < opt_nodes; n++)
             vw->v->members[n] = (struct nessie_view_member){
-                .node = (uint32_t)n, .incarnation = vs->incarnation[n],
-                .state = atomic_load(&vs->gone[n]) ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE};
+                .node = (uint32_t)n,
+                .incarnation = n == victim && epoch >= 3 ? vs->rejoin_inc : vs->incarnation[n],
+                .state = n == victim && epoch == 2 ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE};
+        /* A view that readmits a node is acted on a view lease (and the fabric's request bound)
+         * after its first read, the positions that go back to it kept on it from that read, as
+         * the daemon does (reception/members.c, adopt). */
+        bool readmits = false;
+        for (int n = 0; n < opt_nodes; n++)
+            readmits = readmits || (vw->fenced[n] && vw->v->members[n].state == NESSIE_MEMBER_LIVE);
+        if (readmits) {
+            if (vw->pending != epoch) {
+                vw->pending = epoch;
+                vw->pending_ns = read_ns;
+                for (int n = 0; n < opt_nodes; n++)
+                    if (vw->fenced[n] && (uint32_t)n != vw->id)
+                        nessie_view_rejoin(vw->node, (uint32_t)n);
+                uint64_t seen = 0;
+                atomic_compare_exchange_strong(&vs->rejoin_seen_ns, &seen, read_ns);
+            }
+            uint64_t delay_ns = (VIEW_LEASE_MS + nessie_node_request_bound_ms(vw->node)) * 1000000ULL;
+            if (nessie_mono_ns() < vw->pending_ns + delay_ns) {
+                nessie_view_renew(vw->node, read_ns + VIEW_LEASE_MS * 1000000ULL);
+                return true;
+            }
+        }
         int rc = nessie_view_install(vw->node, vw->v);
         if (rc != NESSIE_OK) {
             fprintf(stderr, "nessie-stress: node %u: view %" PRIu64 " not installed: %s\n",
                     vw->id, epoch, nessie_strerror(rc));
             return false;
         }
-        atomic_store(&vs->installed_ns[vw->id], nessie_mono_ns());
+        for (int n = 0; n < opt_nodes; n++)
+            vw->fenced[n] = vw->v->members[n].state == NESSIE_MEMBER_GONE;
+        uint64_t now = nessie_mono_ns();
+        if (epoch >= 2 && vw->have < 2)
+            atomic_store(&vs->fenced_ns[vw->id], now);
+        atomic_store(&vs->installed_ns[vw->id], now);
         atomic_store(&vs->installed[vw->id], epoch);
         if (vw->have)
             atomic_fetch_add(&vs->changes[vw->id], 1);
@@ -640,7 +697,9 @@ static void *viewer_main(void *p)
     return NULL;
 }
 
-static int node_main(uint32_t id, bool restart)
+/* Run node id: restart when it was killed and starts again on its tables; rejoin when it was
+ * lost and comes back on new ones (--lose-node-at: its threads wait until a view readmits it). */
+static int node_main(uint32_t id, bool restart, bool rejoin)
 {
     struct nessie_config cfg;
     struct nessie_node *node;
@@ -651,9 +710,12 @@ static int node_main(uint32_t id, bool restart)
             atomic_fetch_add(&sh->ready, 1);
         return 1;
     }
-    sh->views.incarnation[id] = nessie_node_incarnation(node);
+    if (!rejoin)
+        sh->views.incarnation[id] = nessie_node_incarnation(node);
     if (!restart)
         atomic_fetch_add(&sh->ready, 1);
+    if (rejoin)
+        atomic_store(&sh->views.back, 1);
     while (!atomic_load(&sh->go))
         usleep(100);
     fault_node = id;
@@ -662,6 +724,7 @@ static int node_main(uint32_t id, bool restart)
         fab_set_fault(nessie_node_fabric(node), stress_fault, NULL);
     /* --lose-node-at: view 1 is installed, and its lease given, before the first call. */
     struct viewer vw = {.node = node, .id = id};
+    vw.fenced[id] = rejoin; /* it was lost: any view showing it live readmits it */
     pthread_t vt;
     if (opt_lose_at) {
         vw.v = calloc(1, sizeof(*vw.v));
@@ -672,10 +735,13 @@ static int node_main(uint32_t id, bool restart)
         pthread_create(&vt, NULL, viewer_main, &vw);
     }
 
-    struct recycler rec = {.node = node}, srv = {.node = node};
+    struct recycler rec = {.node = node, .id = id}, srv = {.node = node};
     pthread_t rt, st;
     pthread_create(&rt, NULL, recycler_main, &rec);
     pthread_create(&st, NULL, server_main, &srv);
+    /* A rejoining node serves nothing until a view readmits it (its calls would fail). */
+    while (rejoin && atomic_load(&sh->views.installed[id]) < 3)
+        usleep(1000);
     pthread_t *th = calloc((size_t)opt_threads, sizeof(*th));
     struct worker *w = calloc((size_t)opt_threads, sizeof(*w));
     for (int t = 0; t < opt_threads; t++) {
@@ -729,6 +795,16 @@ static int node_main(uint32_t id, bool restart)
     nessie_node_close(node);
     return failed;
 }
+
+/*
+ * --lose-node-at, rejoined: how every node's calls fared from view 3's publication to a second
+ * after every node installed it (the end of the run at the latest): answered, or failed, as in
+ * lost_node_report. Returns false (and says so) when fewer than LOST_ANSWERED_MIN were answered.
+ * A run that ended before every node installed view 3 is said to have, and not failed for it: its
+ * check holds the rejoin's DELETE open to the end.
+ */
+static bool rejoin_report(uint64_t total, int victim, uint64_t lose_ns, uint64_t back_ns,
+                          uint64_t readmit_ns, uint64_t rejoined_ns, uint64_t end_ns);
 
 /* --- after the run: stuck keys, leaks, linearizability ------------------------------------- */
 
@@ -1034,6 +1110,41 @@ static bool lost_node_report(uint64_t total, int victim, uint64_t lose_ns, uint6
     return ok;
 }
 
+static bool rejoin_report(uint64_t total, int victim, uint64_t lose_ns, uint64_t back_ns,
+                          uint64_t readmit_ns, uint64_t rejoined_ns, uint64_t end_ns)
+{
+    uint64_t until = (rejoined_ns ? rejoined_ns : end_ns) + 1000000000ULL;
+    if (until > end_ns)
+        until = end_ns;
+    uint64_t n = 0, answered = 0, slowest = 0;
+    for (uint64_t i = 0; i < total; i++) {
+        const struct event *e = &hist[i];
+        if (!e->call_ns || !e->done || e->ret_ns < readmit_ns || e->call_ns >= until)
+            continue;
+        n++;
+        answered += e->status != NESSIE_FABRIC_ERROR && e->outcome != LC_UNKNOWN;
+        if (e->ret_ns - e->call_ns > slowest)
+            slowest = e->ret_ns - e->call_ns;
+    }
+    uint64_t seen = atomic_load(&sh->views.rejoin_seen_ns);
+    printf("rejoin: node %d started again on new tables %.1f ms after the kill; view 3 published "
+           "%.1f ms after that, first read %.1f ms after, installed by every node %.1f ms after; "
+           "calls of every node until a second after: %" PRIu64 " answered (%.3f %%), %" PRIu64
+           " failed; slowest %.1f ms\n",
+           victim, (double)(back_ns - lose_ns) / 1e6, (double)(readmit_ns - back_ns) / 1e6,
+           seen ? (double)(seen - readmit_ns) / 1e6 : -1.0,
+           rejoined_ns ? (double)(rejoined_ns - readmit_ns) / 1e6 : -1.0, answered,
+           n ? 100.0 * (double)answered / (double)n : 100.0, n - answered, (double)slowest / 1e6);
+    if (!rejoined_ns)
+        fprintf(stderr, "nessie-stress: the run ended before every node installed view 3 (give "
+                        "it more --ops to see the rejoin through)\n");
+    bool ok = n == 0 || (double)answered >= LOST_ANSWERED_MIN * (double)n;
+    if (!ok)
+        fprintf(stderr, "nessie-stress: fewer than %.1f %% of the calls were answered while node "
+                        "%d rejoined; failing the run\n", 100 * LOST_ANSWERED_MIN, victim);
+    return ok;
+}
+
 static int by_call(gconstpointer a, gconstpointer b)
 {
     const struct lc_event *x = a, *y = b;
@@ -1090,7 +1201,7 @@ static void to_lc(const struct event *e, struct lc_event *l)
  * vanished from then until fenced_ns (every live node had installed the view that fences it;
  * 0: never, so any time after). */
 static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns, uint64_t fenced_ns,
-                                uint64_t *undecided)
+                                uint64_t rejoin_ns, uint64_t rejoined_ns, uint64_t *undecided)
 {
     GPtrArray **per_key = g_new0(GPtrArray *, (gsize)opt_keys);
     for (int k = 0; k < opt_keys; k++)
@@ -1124,12 +1235,24 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
      * a live node fences it, and no sooner than the kill; one that had nothing there stays. A
      * read of any value but the newest written, or a miss after fenced_ns with nothing deleting
      * the key since, is still a violation. */
-    struct event *losses = g_new0(struct event, loss_ns ? (gsize)opt_keys : 1);
+    /* The rejoin: a second such DELETE, from view 3's publication until every node installed
+     * it (the outage's entries at positions drawn elsewhere are orphans from then on). */
+    struct event *losses = g_new0(struct event, loss_ns ? 2 * (gsize)opt_keys : 1);
     for (int k = 0; loss_ns && k < opt_keys; k++) {
         struct event *e = &losses[k];
         e->call_ns = loss_ns;
         e->ret_ns = fenced_ns;
         e->done = fenced_ns != 0;
+        e->key = (uint16_t)k;
+        e->op = LC_DELETE;
+        e->outcome = LC_MAYBE;
+        g_ptr_array_add(per_key[k], e);
+        if (!rejoin_ns)
+            continue;
+        e = &losses[opt_keys + k];
+        e->call_ns = rejoin_ns;
+        e->ret_ns = rejoined_ns;
+        e->done = rejoined_ns != 0;
         e->key = (uint16_t)k;
         e->op = LC_DELETE;
         e->outcome = LC_MAYBE;
@@ -1238,7 +1361,7 @@ int main(int argc, char **argv)
     for (int n = 0; n < opt_nodes; n++) {
         pids[n] = fork();
         if (pids[n] == 0)
-            _exit(node_main((uint32_t)n, false));
+            _exit(node_main((uint32_t)n, false, false));
     }
     while (atomic_load(&sh->ready) < opt_nodes) {
         int st;
@@ -1269,8 +1392,53 @@ int main(int argc, char **argv)
      * requests to it), and view 2 fences it detect-ms later (view_ns: when it was published). */
     uint64_t lose_ns = opt_lose_at ? t0 + (uint64_t)opt_lose_at * 1000000ULL : 0, view_ns = 0;
     bool lost = false;
+    /* ... and --dead-for MS after the kill it starts again on new tables (back_at_ns), and view
+     * 3 readmits it once every live node's scrub is done for view 2 (readmit_ns). */
+    uint64_t back_at_ns = 0, readmit_ns = 0;
     while (running > 0) {
         int st;
+        if (lost && view_ns && !back_at_ns &&
+            nessie_mono_ns() >= lose_ns + (uint64_t)opt_dead_for * 1000000ULL) {
+            /* Only while every live node still runs its operations: one that finished already
+             * waits for no more peers (node_main), and the node would come back to nobody. */
+            bool all_busy = true;
+            for (int n = 0; n < opt_nodes; n++)
+                all_busy = all_busy && (n == victim || !atomic_load(&sh->finished[n]));
+            back_at_ns = nessie_mono_ns();
+            if (all_busy) {
+                struct nessie_config vcfg;
+                config_for(&vcfg, (uint32_t)victim);
+                nessie_node_unlink(&vcfg); /* a lost host's memory: gone for good */
+                atomic_store(&sh->finished[victim], 0);
+                atomic_store(&sh->quiet[victim], 0);
+                if (!opt_quiet)
+                    fprintf(stderr, "nessie-stress: node %d starts again on new tables\n", victim);
+                pids[victim] = fork();
+                if (pids[victim] == 0)
+                    _exit(node_main((uint32_t)victim, true, true));
+                running++;
+            } else if (!opt_quiet) {
+                fprintf(stderr, "nessie-stress: the run is ending: node %d does not rejoin\n",
+                        victim);
+            }
+        }
+        if (back_at_ns && pids[victim] > 0 && !readmit_ns && atomic_load(&sh->views.back)) {
+            bool scrubbed = true;
+            for (int n = 0; n < opt_nodes; n++)
+                scrubbed = scrubbed && (n == victim || sh->node[n].failed ||
+                                        atomic_load(&sh->views.scrubbed[n]) >= 2);
+            if (scrubbed) {
+                sh->views.rejoin_inc = sh->views.incarnation[victim] + 1;
+                /* Its peers stop dropping their requests to it: from their first read of view
+                 * 3 its positions are its own again, refused by the fence until they act on it. */
+                atomic_store_explicit(&sh->views.lost, 0, memory_order_release);
+                readmit_ns = nessie_mono_ns();
+                atomic_store_explicit(&sh->views.epoch, 3, memory_order_release);
+                if (!opt_quiet)
+                    fprintf(stderr, "nessie-stress: view 3 published: node %d readmitted\n",
+                            victim);
+            }
+        }
         if (lose_ns && !lost && nessie_mono_ns() >= lose_ns && pids[victim] > 0) {
             /* The time is taken before the flag is set: the loss (of every value the node held)
              * may be seen from the flag on, so its interval must begin no later. */
@@ -1312,7 +1480,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "nessie-stress: node %d starts again\n", victim);
             pids[victim] = fork();
             if (pids[victim] == 0)
-                _exit(node_main((uint32_t)victim, true));
+                _exit(node_main((uint32_t)victim, true, false));
         }
         pid_t pid = waitpid(-1, &st, opt_crash_every || opt_kill_at || opt_lose_at ? WNOHANG : 0);
         if (pid > 0) {
@@ -1352,7 +1520,7 @@ int main(int argc, char **argv)
         restarts++;
         pids[n] = fork();
         if (pids[n] == 0)
-            _exit(node_main((uint32_t)n, true));
+            _exit(node_main((uint32_t)n, true, false));
     }
     uint64_t end_ns = nessie_mono_ns();
     double secs = (double)(end_ns - t0) / 1e9;
@@ -1367,11 +1535,21 @@ int main(int argc, char **argv)
                 continue;
             if (atomic_load(&sh->views.installed[n]) < 2)
                 view_missed = true;
-            else if (atomic_load(&sh->views.installed_ns[n]) > fenced_ns)
-                fenced_ns = atomic_load(&sh->views.installed_ns[n]);
+            else if (atomic_load(&sh->views.fenced_ns[n]) > fenced_ns)
+                fenced_ns = atomic_load(&sh->views.fenced_ns[n]);
         }
         if (view_missed)
             fenced_ns = 0;
+    }
+    /* The rejoin's interval ends when every node had installed view 3 (0: some never did). */
+    uint64_t rejoined_ns = 0;
+    for (int n = 0; readmit_ns && n < opt_nodes; n++) {
+        if (atomic_load(&sh->views.installed[n]) < 3) {
+            rejoined_ns = 0;
+            break;
+        }
+        if (atomic_load(&sh->views.installed_ns[n]) > rejoined_ns)
+            rejoined_ns = atomic_load(&sh->views.installed_ns[n]);
     }
 
     /* Quiescence: re-attach every node here and look at what is left. A lost node is not
@@ -1379,7 +1557,7 @@ int main(int argc, char **argv)
      * view that fences it, so that their calls, like their peers', leave it out. */
     struct nessie_node **nodes = calloc((size_t)opt_nodes, sizeof(*nodes));
     for (int n = 0; n < opt_nodes; n++) {
-        if (lost && n == victim)
+        if (lost && !readmit_ns && n == victim)
             continue;
         struct nessie_config cfg;
         config_for(&cfg, (uint32_t)n);
@@ -1392,19 +1570,23 @@ int main(int argc, char **argv)
             struct nessie_view *v = calloc(1, sizeof(*v));
             if (!v)
                 return 2;
-            v->epoch = 2;
+            /* The last view: 2, the node gone; or 3, back under rejoin_inc. */
+            v->epoch = readmit_ns ? 3 : 2;
             v->nmembers = (uint32_t)opt_nodes;
             for (int m = 0; m < opt_nodes; m++)
                 v->members[m] = (struct nessie_view_member){
-                    .node = (uint32_t)m, .incarnation = sh->views.incarnation[m],
-                    .state = m == victim ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE};
+                    .node = (uint32_t)m,
+                    .incarnation = m == victim && readmit_ns ? sh->views.rejoin_inc
+                                                             : sh->views.incarnation[m],
+                    .state = m == victim && !readmit_ns ? NESSIE_MEMBER_GONE : NESSIE_MEMBER_LIVE};
             int rc = nessie_view_install(nodes[n], v);
-            free(v);
             if (rc != NESSIE_OK) {
-                fprintf(stderr, "nessie-stress: node %d: view 2 not installed: %s\n", n,
-                        nessie_strerror(rc));
+                fprintf(stderr, "nessie-stress: node %d: view %" PRIu64 " not installed: %s\n", n,
+                        v->epoch, nessie_strerror(rc));
+                free(v);
                 return 2;
             }
+            free(v);
         }
     }
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
@@ -1452,7 +1634,9 @@ int main(int argc, char **argv)
     uint64_t leaked = count_leaks(nodes, &lost_left, &lost_ites);
     uint64_t undecided = 0;
     uint64_t violations =
-        opt_check ? check_histories(total, extra, lost ? lose_ns : 0, fenced_ns, &undecided) : 0;
+        opt_check ? check_histories(total, extra, lost ? lose_ns : 0, fenced_ns, readmit_ns,
+                                    rejoined_ns, &undecided)
+                  : 0;
 
     struct nessie_counters sum = {0};
     for (int n = 0; n < opt_nodes; n++) {
@@ -1495,6 +1679,8 @@ int main(int argc, char **argv)
                         "that fences node %d: give it more --ops\n", victim);
     bool lost_short = lost && !lost_node_report(total, victim, lose_ns, end_ns, view_ns,
                                                 fenced_ns, lost_left, lost_ites);
+    bool rejoin_short = readmit_ns && !rejoin_report(total, victim, lose_ns, back_at_ns,
+                                                     readmit_ns, rejoined_ns, end_ns);
     uint64_t injected = 0, stalls = 0;
     for (int n = 0; n < opt_nodes; n++) {
         injected += atomic_load(&sh->node[n].injected);
@@ -1541,7 +1727,7 @@ int main(int argc, char **argv)
      * run, whose few possibly-applied operations keep histories decidable. */
     bool forgive = faulty && !opt_lose_at;
     return (failed || violations || stuck || leaked || (undecided && !forgive) || never_killed ||
-            never_lost || lost_short || elog_full)
+            never_lost || lost_short || rejoin_short || elog_full)
                ? 1
                : 0;
 }

@@ -168,9 +168,10 @@ static struct nessie_view *three(uint64_t epoch, int gone)
     return v;
 }
 
-/* A member GONE in a view is fenced for good: a later view that shows it LIVE again is refused
- * and changes nothing (rejoin is not built: reviving it could let an older value be read), and a
- * later view that no longer lists it keeps it fenced. */
+/* A member GONE in a view is fenced for the incarnation it had: a later view that shows it LIVE
+ * at that incarnation or an older one is refused and changes nothing (its old tables must never
+ * be read again), and a later view that no longer lists it keeps it fenced. A view showing it
+ * LIVE at a newer incarnation readmits it (it came back with new tables: "Rejoin"). */
 static void test_fence_holds(void **state)
 {
     (void)state;
@@ -186,7 +187,10 @@ static void test_fence_holds(void **state)
     assert_false(mship_fenced(st, 0));
     assert_false(mship_fenced(st, 1));
     assert_false(mship_fenced(st, NESSIE_NODES_MAX)); /* out of range: never fenced, no read */
-    /* Revived: refused, the view stays at 2. */
+    /* Revived in its fenced life, or an older one: refused, the view stays at 2. */
+    v3->members[2].incarnation = 2;
+    assert_int_equal(mship_install(st, v3), NESSIE_INVALID);
+    v3->members[2].incarnation = 1;
     assert_int_equal(mship_install(st, v3), NESSIE_INVALID);
     assert_int_equal(mship_epoch(st), 2);
     assert_true(mship_fenced(st, 2));
@@ -198,6 +202,32 @@ static void test_fence_holds(void **state)
     struct nessie_view *v4 = three(4, 2);
     assert_int_equal(mship_install(st, v4), NESSIE_OK);
     assert_int_equal(atomic_load(&st->nfenced), 1);
+    uint32_t changes = atomic_load(&st->fence_changes);
+    /* Rejoining: its positions stay on it, fenced still. Readmitted at a newer incarnation: the
+     * fence lifted, its lives moved (the fabric maps its new tables), a change of the fence. */
+    mship_suspend(st, 2);
+    mship_rejoin(st, 2);
+    assert_true(mship_rejoining(st, 2) && mship_fenced(st, 2));
+    struct nessie_view *v5 = three(5, -1);
+    assert_int_equal(mship_install(st, v5), NESSIE_OK);
+    assert_false(mship_fenced(st, 2));
+    assert_false(mship_unreachable(st, 2)); /* no longer suspended */
+    assert_false(mship_rejoining(st, 2));
+    assert_false(mship_any_fenced(st));
+    assert_int_equal(mship_lives(st, 2), 1);
+    assert_int_equal(atomic_load(&st->fence_changes), changes + 1);
+    assert_int_equal(atomic_load(&st->readmissions), 2); /* this one, and the first view (its orphan pass) */
+    /* Lost again: fenced for incarnation 5, which no later view may revive. */
+    struct nessie_view *v6 = three(6, 2);
+    v6->members[2].incarnation = 5;
+    assert_int_equal(mship_install(st, v6), NESSIE_OK);
+    assert_true(mship_fenced(st, 2));
+    struct nessie_view *v7 = three(7, -1);
+    v7->members[2].incarnation = 5;
+    assert_int_equal(mship_install(st, v7), NESSIE_INVALID);
+    assert_true(mship_fenced(st, 2));
+    assert_int_equal(atomic_load(&st->fence_changes), changes + 2);
+    free(v5), free(v6), free(v7);
     free(v1), free(v2), free(v3), free(v4);
     mship_destroy(st);
     free(st);
