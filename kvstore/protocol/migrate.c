@@ -24,6 +24,32 @@ static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
 }
 
 /*
+ * Take the room of a source whose value is lost to its key (issue 28: its value was on a fenced
+ * node, or it is a rejoin's orphan) back in place, by CAS on the exact word sv as an eviction
+ * does; recycle its entry when its memory is a live node's. Counted as a lost entry. Returns
+ * A_DONE (*status set: NESSIE_OK once the slot is empty, or the fabric's error), or A_RETRY when
+ * the attempt outlived its period or the word changed meanwhile (the caller tries again).
+ */
+static enum attempt take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
+                              int *status)
+{
+    if (attempt_expired(op)) { /* Step 0, before a CAS */
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        return A_RETRY;
+    }
+    bool ok, clean;
+    if ((*status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean)) != NESSIE_OK)
+        return A_DONE;
+    if (!ok)
+        return A_RETRY;
+    if (recycle)
+        nessie_recycle(op->ctx, sv);
+    CTR_ADD(OPC(op->ctx).lost_entries, 1);
+    *status = NESSIE_OK;
+    return A_DONE;
+}
+
+/*
  * MIGRATE the entry at global position src out of the way of key_pos (the N positions of the key
  * that needs room). depth counts recursion (A.1.4 step 4.2). Returns A_DONE with *status
  * NESSIE_OK (src is free, or holds the key now), A_RETRY on a concurrent operation, or A_DONE
@@ -61,21 +87,8 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * CAS on the exact word as an eviction does (nothing to recycle: its memory is the lost
      * node's). A miss for its key, which a cache may answer at any time. */
     if (mship_fenced(&nd->view, ite_node(sv))) {
-        if (attempt_expired(op)) { /* Step 0, before a CAS */
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            goto out;
-        }
-        bool ok, clean;
-        if ((*status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean)) != NESSIE_OK) {
-            result = A_DONE;
-            goto out;
-        }
-        if (ok) {
-            CTR_ADD(OPC(ctx).lost_entries, 1);
-            *status = NESSIE_OK;
-            result = A_DONE;
-        }
-        goto out; /* not ok: changed meanwhile, the caller tries again */
+        result = take_back(op, src, sv, false, status);
+        goto out;
     }
     struct dte_view v;
     bool match;
@@ -126,22 +139,8 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
             count_abort(op, NESSIE_ABORT_MIGRATE);
             goto out;
         }
-        if (attempt_expired(op)) { /* Step 0, before a CAS */
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            goto out;
-        }
-        bool ok, clean;
-        if ((*status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean)) != NESSIE_OK) {
-            result = A_DONE;
-            goto out;
-        }
-        if (ok) {
-            nessie_recycle(ctx, sv);
-            CTR_ADD(OPC(ctx).lost_entries, 1);
-            *status = NESSIE_OK;
-            result = A_DONE;
-        }
-        goto out; /* not ok: changed meanwhile, the caller tries again */
+        result = take_back(op, src, sv, true, status);
+        goto out;
     }
     uint64_t dst = UINT64_MAX, dv = 0;
     for (uint32_t i = 0; i < op->n; i++) {

@@ -120,6 +120,25 @@ get() {
     fi
 }
 KEYS=40
+# Every key's GET on each node of $1 must be the value $2-<key> or a miss ($3 says when, on a
+# failure); om_hits counts the values read.
+only_or_miss() {
+    om_hits=0
+    for om_n in $1; do
+        om_i=0
+        while [ $om_i -lt $KEYS ]; do
+            for om_k in a b; do
+                om_r=$(get "$om_n" "$om_k$om_i")
+                case $om_r in
+                    MISS) ;;
+                    "$2-$om_k$om_i") om_hits=$((om_hits + 1)) ;;
+                    *) fail "node $om_n $3: GET $om_k$om_i: $om_r (want $2-$om_k$om_i or a miss)" ;;
+                esac
+            done
+            om_i=$((om_i + 1))
+        done
+    done
+}
 i=0
 while [ $i -lt $KEYS ]; do
     "$client" -s "$dir/node0.sock" set "a$i" "v1-a$i" || fail "SET a$i through node 0"
@@ -211,22 +230,8 @@ n3=$(agree "0 1 2" 3 "$n2") || fail "node 2 was not readmitted within $WAIT_S s 
 echo "members: node 2 restarted, readmitted in view $n3 $(( $(date +%s) - start )) s after ($(stat_of 0 nessie_view))"
 grep -q "view $n3: .*readmitted: 2" "$dir/node0.log" && grep -q "view $n3: .*readmitted: 2" "$dir/node1.log" ||
     fail "the survivors did not log node 2 readmitted in view $n3"
-hits=0
-for n in 0 1 2; do
-    i=0
-    while [ $i -lt $KEYS ]; do
-        for k in a b; do
-            r=$(get $n "$k$i")
-            case $r in
-                MISS) ;;
-                "v2-$k$i") hits=$((hits + 1)) ;;
-                *) fail "node $n after the rejoin: GET $k$i: $r (want v2-$k$i or a miss)" ;;
-            esac
-        done
-        i=$((i + 1))
-    done
-done
-echo "members: after the rejoin no read is older than the outage's writes ($hits of $((6 * KEYS)) reads hit)"
+only_or_miss "0 1 2" v2 "after the rejoin"
+echo "members: after the rejoin no read is older than the outage's writes ($om_hits of $((6 * KEYS)) reads hit)"
 i=0
 while [ $i -lt $KEYS ]; do
     for k in a b; do
@@ -249,19 +254,7 @@ echo "members: every node writes and reads the others' writes, node 2 included"
 # were (orphans since the rejoin, taken out by the scrubs): never v2 or v1, v3 or a miss.
 "$cluster" kill --node 2 --dir "$dir" || fail "nessie-cluster kill --node 2, the second time"
 n4=$(agree "0 1" 2 "$n3") || fail "no view without node 2 within $WAIT_S s of its second loss"
-for n in 0 1; do
-    i=0
-    while [ $i -lt $KEYS ]; do
-        for k in a b; do
-            r=$(get $n "$k$i")
-            case $r in
-                MISS | "v3-$k$i") ;;
-                *) fail "node $n after the second loss: GET $k$i: $r (want v3-$k$i or a miss)" ;;
-            esac
-        done
-        i=$((i + 1))
-    done
-done
+only_or_miss "0 1" v3 "after the second loss"
 echo "members: lost again (view $n4): every read of nodes 0 and 1 is the last value written or a miss"
 
 port=$(cut -d' ' -f1 "$dir/etcd/ports")
