@@ -12,7 +12,8 @@
 # a GET is the value written or a miss (node 2's values are lost), never an error; every SET
 # succeeds, and each survivor reads what the other wrote. Restarted with `nessie-cluster start`,
 # node 2 comes back empty and is readmitted; no read anywhere is older than the last write, nor
-# after it is lost a second time. `stop` must leave no etcd running and nothing listening on its
+# after it is lost a second time, nor after its daemon is killed with its tables kept and started
+# again (it makes them anew). `stop` must leave no etcd running and nothing listening on its
 # port.
 #
 # Environment: BUILD (build dir, default build), KEEP (keep the run directory).
@@ -256,6 +257,19 @@ echo "members: every node writes and reads the others' writes, node 2 included"
 n4=$(agree "0 1" 2 "$n3") || fail "no view without node 2 within $WAIT_S s of its second loss"
 only_or_miss "0 1" v3 "after the second loss"
 echo "members: lost again (view $n4): every read of nodes 0 and 1 is the last value written or a miss"
+
+# A third life: back, then its daemon killed with its tables kept (its host alive). Once a view
+# lists it gone, started again it finds its old tables, removes them, makes new ones and rejoins.
+"$cluster" start --dir "$dir" >/dev/null
+n5=$(agree "0 1 2" 3 "$n4") || fail "node 2 was not readmitted after its second loss"
+kill -9 "$(cat "$dir/node2.pid")"
+n6=$(agree "0 1" 2 "$n5") || fail "no view without node 2 within $WAIT_S s of its third loss"
+"$cluster" start --dir "$dir" >/dev/null
+n7=$(agree "0 1 2" 3 "$n6") || fail "node 2, started again on its kept tables, was not readmitted"
+grep -q "its tables were kept: they are removed and made anew" "$dir/node2.log" ||
+    fail "node 2 did not log that it made its kept tables anew"
+only_or_miss "0 1 2" v3 "after its third life"
+echo "members: killed with its tables kept and started again, node 2 made them anew and was readmitted (view $n7); every read is the last value written or a miss"
 
 port=$(cut -d' ' -f1 "$dir/etcd/ports")
 epid=$(cat "$dir/etcd/etcd.pid")
