@@ -47,6 +47,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "log.h"
+#include "membership/membership.h"
 
 /* Tunables, with their reason:
  * - the bounce slot covers index entries, DTE headers and small values; larger requests
@@ -120,9 +121,13 @@ struct verbs_fab {
     /* Per node: since when (monotonic ns) it is believed down, 0 if not. Set by any endpoint
      * that fails to reach it, cleared by the prober only. */
     _Atomic uint64_t *down_since;
-    /* Per node: it connected to us while believed down, so it is probed at once rather than
-     * after its back-off. Set by the listener, cleared by the prober. */
+    /* Per node: it connected to us while believed down, or a view readmitted it, so it is
+     * probed at once rather than after its back-off. Set by the listener and by posts, cleared
+     * by the prober. */
     _Atomic bool *probe_now;
+    /* Per node: the readmissions (mship_lives) the endpoints have seen: one that moved is a node
+     * back on new tables and listening again (membership.h, "Rejoin"). */
+    _Atomic uint32_t *life;
     pthread_t prober;
     pthread_mutex_t probe_lock;
     pthread_cond_t probe_cond;    /* a node went down, or close: the prober looks again */
@@ -481,7 +486,8 @@ static int verbs_open(struct fab *fab, bool *created)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&v->probe_lock, NULL);
     if (!(v->down_since = calloc(cfg->nodes, sizeof(*v->down_since))) ||
-        !(v->probe_now = calloc(cfg->nodes, sizeof(*v->probe_now)))) {
+        !(v->probe_now = calloc(cfg->nodes, sizeof(*v->probe_now))) ||
+        !(v->life = calloc(cfg->nodes, sizeof(*v->life)))) {
         log_error("fabric verbs: out of memory for the prober's state");
         goto fail_probe;
     }
@@ -504,6 +510,7 @@ fail_listener:
         log_warn("fabric verbs: cannot stop the listener: %s", strerror(errno));
     pthread_join(v->listener, NULL);
 fail_probe:
+    free(v->life);
     free(v->probe_now);
     free(v->down_since);
     pthread_cond_destroy(&v->probe_cond);
@@ -548,6 +555,7 @@ static void verbs_close(struct fab *fab)
     /* The listener signals the prober: its state goes once both are gone. */
     pthread_cond_destroy(&v->probe_cond);
     pthread_mutex_destroy(&v->probe_lock);
+    free(v->life);
     free(v->probe_now);
     free(v->down_since);
     close(v->stop_pipe[0]);
@@ -845,6 +853,18 @@ static void verbs_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
         uint32_t node = wrs[i].node;
         struct verbs_conn *c = &e->conn[node];
         bool down = atomic_load_explicit(&v->down_since[node], memory_order_relaxed) != 0;
+        if (down && ep->fab->fence) {
+            /* Readmitted since (a view lifted its fence): it is back, on new tables, so probe
+             * it now rather than after a back-off grown over its whole absence. */
+            uint32_t life = mship_lives(ep->fab->fence, node);
+            if (life != atomic_load_explicit(&v->life[node], memory_order_relaxed) &&
+                atomic_exchange_explicit(&v->life[node], life, memory_order_relaxed) != life) {
+                atomic_store(&v->probe_now[node], true);
+                pthread_mutex_lock(&v->probe_lock);
+                pthread_cond_signal(&v->probe_cond);
+                pthread_mutex_unlock(&v->probe_lock);
+            }
+        }
         if (down && c->up && !c->broken && c->inflight == 0) {
             conn_drop(c); /* a QP to a node gone: its next connect comes after a probe */
         }
