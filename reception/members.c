@@ -402,15 +402,23 @@ struct regs {
     int64_t lease[NESSIE_NODES_MAX];
 };
 
+/* The node a per-member key names (prefix then the decimal id). Returns the id, or -1 for a key
+ * that names no node of this cluster. */
+static long member_of(const char *key, const char *prefix)
+{
+    const char *id = key + strlen(prefix);
+    char *end;
+    unsigned long n = strtoul(id, &end, 10);
+    return end != id && *end == '\0' && n < members.nodes ? (long)n : -1;
+}
+
 static void on_member(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
 {
     (void)mod;
     struct regs *rg = arg;
-    const char *id = k + strlen(members.members_prefix);
-    char *end;
-    unsigned long n = strtoul(id, &end, 10);
+    long n = member_of(k, members.members_prefix);
     uint64_t inc = strtoull(v, NULL, 10);
-    if (end != id && *end == '\0' && n < members.nodes && inc > 0) {
+    if (n >= 0 && inc > 0) {
         rg->lv.inc[n] = inc;
         rg->lease[n] = lease;
     } else {
@@ -606,10 +614,8 @@ static void on_scrubbed(void *arg, const char *k, const char *v, int64_t mod, in
 {
     (void)mod, (void)lease;
     uint64_t *acked = arg;
-    const char *id = k + strlen(members.scrubbed_prefix);
-    char *end;
-    unsigned long n = strtoul(id, &end, 10);
-    if (end != id && *end == '\0' && n < members.nodes)
+    long n = member_of(k, members.scrubbed_prefix);
+    if (n >= 0)
         acked[n] = strtoull(v, NULL, 10);
 }
 

@@ -358,9 +358,9 @@ size_t nessie_recycle_run(struct nessie_ctx *ctx, size_t scan_slots);
  * lost from the view (fenced), and, in the pass after a view readmitted a node, orphans (entries
  * whose key no longer looks at their position). Each is emptied by CAS on the word read, so one
  * a call changed meanwhile stays. One pass over the index per change of the fence: without one,
- * or once the pass is over, it returns at once. The daemon's recycler calls it. Never waits for
- * a view (a run under an expired view lease stops where it is). Returns how many entries it
- * emptied.
+ * or once the pass is over, it returns at once. The daemon's recycler calls it, from one thread
+ * (runs on one node must not overlap). Never waits for a view (a run under an expired view lease
+ * stops where it is). Returns how many entries it emptied.
  */
 size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots);
 /* How many changes of the fence (fences put up, readmissions) this node's scrub has finished a

@@ -107,7 +107,8 @@ struct nessie_node {
      * where the pass it owes ends, the fence change that pass is for (the view's fence_changes
      * when it started), the last one whose pass is over, the readmissions the last orphan pass
      * was for, and whether the current pass looks for orphans. A change starts a new pass; a
-     * finished pass makes runs free until the next change. */
+     * finished pass makes runs free until the next change. Written by the one thread that runs
+     * the scrub; atomic because nessie_scrub_done is read from any. */
     _Atomic uint64_t scrub_cursor, scrub_end;
     _Atomic uint32_t scrub_changes, scrub_done, scrub_readmissions;
     _Atomic bool scrub_orphans;

@@ -105,11 +105,9 @@ void proto_backoff(struct op *op, unsigned attempt)
 
 bool proto_view_gate(struct op *op)
 {
-    const struct nessie_bound *b = &op->node->bound;
     bool waited = false;
     for (;;) {
-        uint64_t until = mship_valid_until(&op->node->view);
-        if (until == 0 || op->attempt_start + b->period_ns <= until)
+        if (proto_view_current(op))
             return true;
         if (nessie_mono_ns() >= op->deadline)
             return false;

@@ -230,6 +230,15 @@ void proto_recycle_all(struct op *op);
 /* A.1.2 step 3: the key met nowhere; the reverse pass decides (the call ends with `absent`). */
 enum attempt proto_end_absent(struct op *op, int absent, int *status);
 
+/* "Acting on a view" (membership/membership.h): whether an attempt started at attempt_start posts
+ * its last request, one expiration period later, before the view's lease ends (always, with no
+ * lease in force). Never waits: proto_view_gate does. */
+static inline bool proto_view_current(const struct op *op)
+{
+    uint64_t until = mship_valid_until(&op->node->view);
+    return until == 0 || op->attempt_start + op->node->bound.period_ns <= until;
+}
+
 /* "Acting on a view" (membership/membership.h): whether the attempt starting now (attempt_start)
  * posts its last request, one expiration period later, before the view's lease ends (what it
  * posts lands within the fabric's bound after: the daemon's delays allow for it); if not, wait

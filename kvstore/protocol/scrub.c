@@ -48,92 +48,90 @@ static int scrub_is_orphan(struct op *op, uint64_t pos, uint64_t w, bool *orphan
     return NESSIE_OK;
 }
 
+/* Judge the entry at this node's index slot s and take it out if it is lost (its data on a fenced
+ * node) or, when orphans is set, an orphan. Adds what it took out to *cleared. Returns true when
+ * the slot is done, false when the pass must stop at it for now (the view's lease is over, a
+ * readmission is pending, or the entry could not be read): the next run starts there again. */
+static bool scrub_slot(struct nessie_ctx *ctx, uint64_t s, bool orphans, size_t *cleared)
+{
+    struct nessie_node *nd = ctx->node;
+    const uint64_t pos = (uint64_t)nd->cfg.self * nd->cfg.index_slots + s;
+    uint64_t w;
+    if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
+        return false;
+    bool lost = !ite_empty(w) && mship_fenced(&nd->view, ite_node(w));
+    if (ite_empty(w) || (!lost && !orphans))
+        return true;
+    const struct key_plan none = {.key = NULL};
+    struct op op;
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, &none);
+    op.attempt_start = nessie_mono_ns();
+    /* "Acting on a view": a CAS only while the view is known current. The scrub never waits
+     * for a renewal (proto_view_gate would). Orphans are judged only under a view acted on: not
+     * while one that readmits a node is read but not acted on here (migrate.c says why). */
+    if (!proto_view_current(&op) || (!lost && mship_any_rejoining(&nd->view))) {
+        proto_finish(&op, NESSIE_FABRIC_ERROR);
+        return false;
+    }
+    bool orphan = false;
+    int rc = lost ? NESSIE_OK : scrub_is_orphan(&op, pos, w, &orphan);
+    if (rc != NESSIE_OK) {
+        proto_finish(&op, rc);
+        /* Not judged (a fabric error): the pass must not end without it. An entry whose data is
+         * on a node a view is about to fence is passed over instead: once fenced it is lost,
+         * which the next pass takes out, and the fence may itself be waiting for this pass
+         * (reception/members.c, adopt). */
+        return mship_unreachable(&nd->view, ite_node(w));
+    }
+    if (!lost && !orphan) {
+        proto_finish(&op, NESSIE_NOT_FOUND);
+        return true;
+    }
+    bool ok = false, clean;
+    rc = proto_ite_cas_resolve(&op, pos, w, 0, &ok, &clean);
+    if (rc == NESSIE_OK && ok) {
+        if (orphan)
+            nessie_recycle(ctx, w);
+        CTR_ADD(OPC(ctx).lost_entries, 1);
+        (*cleared)++;
+    }
+    proto_finish(&op, rc != NESSIE_OK ? rc : ok ? NESSIE_OK : NESSIE_EXISTS);
+    return true;
+}
+
 size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots)
 {
     struct nessie_node *nd = ctx->node;
     if (mship_self_fenced(&nd->view))
         return 0;
-    const uint64_t slots = nd->cfg.index_slots, base = (uint64_t)nd->cfg.self * slots;
     /* One whole pass per change of the fence, from when this node first runs after it. */
     uint32_t ch = atomic_load_explicit(&nd->view.fence_changes, memory_order_acquire);
     if (ch == atomic_load_explicit(&nd->scrub_done, memory_order_relaxed))
         return 0; /* no change, or its pass is over: one load a run */
-    uint32_t was = atomic_load_explicit(&nd->scrub_changes, memory_order_relaxed);
-    if (ch != was && atomic_compare_exchange_strong_explicit(&nd->scrub_changes, &was, ch,
-                                                             memory_order_relaxed,
-                                                             memory_order_relaxed)) {
+    uint64_t cursor = atomic_load_explicit(&nd->scrub_cursor, memory_order_relaxed);
+    if (ch != atomic_load_explicit(&nd->scrub_changes, memory_order_relaxed)) {
+        atomic_store_explicit(&nd->scrub_changes, ch, memory_order_relaxed);
         uint32_t rd = atomic_load_explicit(&nd->view.readmissions, memory_order_relaxed);
-        uint32_t seen = atomic_exchange_explicit(&nd->scrub_readmissions, rd,
-                                                 memory_order_relaxed);
         /* Orphans are looked for by a pass after a readmission, and by every pass that starts
          * before such a pass is over. */
-        if (rd != seen)
+        if (atomic_exchange_explicit(&nd->scrub_readmissions, rd, memory_order_relaxed) != rd)
             atomic_store_explicit(&nd->scrub_orphans, true, memory_order_relaxed);
-        atomic_store_explicit(&nd->scrub_end,
-                              atomic_load_explicit(&nd->scrub_cursor, memory_order_relaxed) + slots,
-                              memory_order_relaxed);
+        atomic_store_explicit(&nd->scrub_end, cursor + nd->cfg.index_slots, memory_order_relaxed);
     }
+    const uint64_t end = atomic_load_explicit(&nd->scrub_end, memory_order_relaxed);
     bool orphans = atomic_load_explicit(&nd->scrub_orphans, memory_order_relaxed);
     enum nessie_opkind saved = ctx->kind; /* called from a thread that may be mid-call: evict.c */
     size_t cleared = 0;
-    for (size_t i = 0; i < scan_slots; i++) {
-        uint64_t at = atomic_fetch_add_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
-        if (at >= atomic_load_explicit(&nd->scrub_end, memory_order_relaxed)) {
-            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
+    for (size_t i = 0; i < scan_slots; i++, cursor++) {
+        if (cursor >= end) { /* the pass is over */
             atomic_store_explicit(&nd->scrub_orphans, false, memory_order_relaxed);
             atomic_store_explicit(&nd->scrub_done, ch, memory_order_release);
-            break; /* the pass is over */
-        }
-        uint64_t s = at % slots, w;
-        if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
-            break;
-        bool lost = !ite_empty(w) && mship_fenced(&nd->view, ite_node(w));
-        if (ite_empty(w) || (!lost && !orphans))
-            continue;
-        const struct key_plan none = {.key = NULL};
-        struct op op;
-        proto_op_init(&op, ctx, NESSIE_OPK_EVICT, &none);
-        op.attempt_start = nessie_mono_ns();
-        /* "Acting on a view": a CAS only while the view is known current. The scrub never waits
-         * for a renewal (proto_view_gate would): the next run goes on from this slot. */
-        uint64_t until = mship_valid_until(&nd->view);
-        if (until != 0 && op.attempt_start + nd->bound.period_ns > until) {
-            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
-            proto_finish(&op, NESSIE_FABRIC_ERROR);
             break;
         }
-        /* Orphans are judged only under a view acted on: not while one that readmits a node is
-         * read but not acted on here (migrate.c says why); the next run starts here again. */
-        if (!lost && mship_any_rejoining(&nd->view)) {
-            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
-            proto_finish(&op, NESSIE_FABRIC_ERROR);
+        if (!scrub_slot(ctx, cursor % nd->cfg.index_slots, orphans, &cleared))
             break;
-        }
-        bool orphan = false;
-        int rc = lost ? NESSIE_OK : scrub_is_orphan(&op, base + s, w, &orphan);
-        if (rc != NESSIE_OK && !mship_unreachable(&nd->view, ite_node(w))) {
-            /* Not judged (a fabric error): the pass must not end without it, so the next run
-             * starts here again. An entry whose data is on a node a view is about to fence is
-             * passed over instead: once fenced it is lost, which the next pass takes out, and
-             * the fence may itself be waiting for this pass (reception/members.c, adopt). */
-            atomic_fetch_sub_explicit(&nd->scrub_cursor, 1, memory_order_relaxed);
-            proto_finish(&op, rc);
-            break;
-        }
-        if (rc != NESSIE_OK || (!lost && !orphan)) {
-            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_NOT_FOUND);
-            continue;
-        }
-        bool ok = false, clean;
-        rc = proto_ite_cas_resolve(&op, base + s, w, 0, &ok, &clean);
-        if (rc == NESSIE_OK && ok) {
-            if (orphan)
-                nessie_recycle(ctx, w);
-            CTR_ADD(OPC(ctx).lost_entries, 1);
-            cleared++;
-        }
-        proto_finish(&op, rc != NESSIE_OK ? rc : ok ? NESSIE_OK : NESSIE_EXISTS);
     }
+    atomic_store_explicit(&nd->scrub_cursor, cursor, memory_order_relaxed);
     ctx->kind = saved;
     return cleared;
 }

@@ -140,6 +140,17 @@ only_or_miss() {
         done
     done
 }
+# SET every key to $1-<key>, the i-th through node i % $2 ($3 says when, on a failure).
+set_all() {
+    sa_i=0
+    while [ $sa_i -lt $KEYS ]; do
+        for sa_k in a b; do
+            "$client" -s "$dir/node$((sa_i % $2)).sock" set "$sa_k$sa_i" "$1-$sa_k$sa_i" >/dev/null 2>&1 ||
+                fail "SET $sa_k$sa_i through node $((sa_i % $2)) $3"
+        done
+        sa_i=$((sa_i + 1))
+    done
+}
 i=0
 while [ $i -lt $KEYS ]; do
     "$client" -s "$dir/node0.sock" set "a$i" "v1-a$i" || fail "SET a$i through node 0"
@@ -202,14 +213,7 @@ for n in 0 1; do
     done
 done
 echo "members: every GET on nodes 0 and 1 answered ($hits of $((2 * KEYS)) node-0 values still read, every node-2 value a miss)"
-i=0
-while [ $i -lt $KEYS ]; do
-    for k in a b; do
-        "$client" -s "$dir/node$((i % 2)).sock" set "$k$i" "v2-$k$i" >/dev/null 2>&1 ||
-            fail "SET $k$i through node $((i % 2)) after node 2 was lost"
-    done
-    i=$((i + 1))
-done
+set_all v2 2 "after node 2 was lost"
 i=0
 while [ $i -lt $KEYS ]; do
     for k in a b; do
@@ -233,14 +237,7 @@ grep -q "view $n3: .*readmitted: 2" "$dir/node0.log" && grep -q "view $n3: .*rea
     fail "the survivors did not log node 2 readmitted in view $n3"
 only_or_miss "0 1 2" v2 "after the rejoin"
 echo "members: after the rejoin no read is older than the outage's writes ($om_hits of $((6 * KEYS)) reads hit)"
-i=0
-while [ $i -lt $KEYS ]; do
-    for k in a b; do
-        "$client" -s "$dir/node$((i % 3)).sock" set "$k$i" "v3-$k$i" >/dev/null 2>&1 ||
-            fail "SET $k$i through node $((i % 3)) after the rejoin"
-    done
-    i=$((i + 1))
-done
+set_all v3 3 "after the rejoin"
 for n in 0 1 2; do
     i=0
     while [ $i -lt $KEYS ]; do

@@ -1237,26 +1237,19 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
      * the key since, is still a violation. */
     /* The rejoin: a second such DELETE, from view 3's publication until every node installed
      * it (the outage's entries at positions drawn elsewhere are orphans from then on). */
+    const uint64_t from[2] = {loss_ns, rejoin_ns}, to[2] = {fenced_ns, rejoined_ns};
     struct event *losses = g_new0(struct event, loss_ns ? 2 * (gsize)opt_keys : 1);
     for (int k = 0; loss_ns && k < opt_keys; k++) {
-        struct event *e = &losses[k];
-        e->call_ns = loss_ns;
-        e->ret_ns = fenced_ns;
-        e->done = fenced_ns != 0;
-        e->key = (uint16_t)k;
-        e->op = LC_DELETE;
-        e->outcome = LC_MAYBE;
-        g_ptr_array_add(per_key[k], e);
-        if (!rejoin_ns)
-            continue;
-        e = &losses[opt_keys + k];
-        e->call_ns = rejoin_ns;
-        e->ret_ns = rejoined_ns;
-        e->done = rejoined_ns != 0;
-        e->key = (uint16_t)k;
-        e->op = LC_DELETE;
-        e->outcome = LC_MAYBE;
-        g_ptr_array_add(per_key[k], e);
+        for (int w = 0; w < 2 && from[w]; w++) {
+            struct event *e = &losses[w * opt_keys + k];
+            e->call_ns = from[w];
+            e->ret_ns = to[w];
+            e->done = to[w] != 0;
+            e->key = (uint16_t)k;
+            e->op = LC_DELETE;
+            e->outcome = LC_MAYBE;
+            g_ptr_array_add(per_key[k], e);
+        }
     }
     uint64_t violations = 0;
     for (int k = 0; k < opt_keys; k++) {
