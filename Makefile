@@ -211,6 +211,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(STRESS_LIB_OBJ) $(LIBNESSIE_INT)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
 
+# test_views tests reception/views.c, the view's rules, alone (no etcd).
+$(BUILD)/obj/tests/unit/test_views.o: TEST_CPPFLAGS += -Ireception
+$(BUILD)/tests/test_views: $(BUILD)/obj/tests/unit/test_views.o $(BUILD)/obj/reception/views.o $(LIBNESSIE_INT)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $^ $(NESSIE_LIBS) $(TEST_LIBS) $(LDLIBS) -o $@
+
 # reception/nessie.conf is the daemon's own description of its configuration (config.c's schema);
 # tests/integration/config.sh fails when the checked-in copy is not current.
 config: $(RECEP_BIN)

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "views.h"
 
 /* Tunables, with their reasons. */
 /* A unary request (grant, keep-alive, range, txn) that takes longer than this is a failure and
@@ -287,84 +288,6 @@ static void keep_alive(CURL *curl)
 
 /* --- views -------------------------------------------------------------------------------- */
 
-/* A member set: the live members' incarnations, the fenced nodes, and when a node was last
- * readmitted. */
-struct live {
-    uint64_t inc[NESSIE_NODES_MAX]; /* live: its incarnation (they start at 1); 0: not live */
-    /* Lost its lease in an earlier view: fenced, with the incarnation it had (0: unknown), until
-     * it comes back under a newer one and every live member has scrubbed (view_want). */
-    bool gone[NESSIE_NODES_MAX];
-    uint64_t gone_inc[NESSIE_NODES_MAX];
-    /* The epoch of the last view that readmitted a node (0: none): a view that fences a node
-     * is acted on only once every live member's scrub has passed it (its orphans are out:
-     * membership.h, "Rejoin"). */
-    uint64_t readmit;
-};
-
-/* Parse a view value "<epoch> [r<readmit>] <ID>:<inc> ... <ID>:gone@<inc> ..." into *epoch and
- * *lv ("<ID>:gone", an earlier form, is gone at incarnation 0). Returns 0, or -1. */
-static int view_parse(const char *s, uint64_t *epoch, struct live *lv)
-{
-    memset(lv, 0, sizeof(*lv));
-    char *end;
-    errno = 0;
-    *epoch = strtoull(s, &end, 10);
-    if (errno || end == s || *epoch == 0)
-        return -1;
-    for (s = end; *s;) {
-        while (*s == ' ')
-            s++;
-        if (!*s)
-            break;
-        if (*s == 'r') {
-            lv->readmit = strtoull(s + 1, &end, 10);
-            if (end == s + 1)
-                return -1;
-            s = end;
-            continue;
-        }
-        unsigned long id = strtoul(s, &end, 10);
-        if (end == s || *end != ':' || id >= NESSIE_NODES_MAX || lv->inc[id] || lv->gone[id])
-            return -1;
-        s = end + 1;
-        if (strncmp(s, "gone", 4) == 0) {
-            lv->gone[id] = true;
-            s += 4;
-            if (*s == '@') {
-                lv->gone_inc[id] = strtoull(s + 1, &end, 10);
-                if (end == s + 1)
-                    return -1;
-                s = end;
-            }
-            if (*s != ' ' && *s != '\0')
-                return -1;
-            continue;
-        }
-        uint64_t inc = strtoull(s, &end, 10);
-        if (end == s || inc == 0)
-            return -1;
-        lv->inc[id] = inc;
-        s = end;
-    }
-    return 0;
-}
-
-/* The value of a view of epoch over lv (g_free it). */
-static char *view_format(uint64_t epoch, const struct live *lv)
-{
-    GString *s = g_string_new(NULL);
-    g_string_append_printf(s, "%" PRIu64, epoch);
-    if (lv->readmit)
-        g_string_append_printf(s, " r%" PRIu64, lv->readmit);
-    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
-        if (lv->inc[i])
-            g_string_append_printf(s, " %u:%" PRIu64, i, lv->inc[i]);
-        else if (lv->gone[i])
-            g_string_append_printf(s, " %u:gone@%" PRIu64, i, lv->gone_inc[i]);
-    }
-    return g_string_free(s, FALSE);
-}
-
 /*
  * Range [key, end) (end NULL: key alone). Calls fn(arg, key, value, mod_revision, lease) for each
  * key (lease: the ID of the etcd lease it is under, 0 for none). Returns 0, or -1 (logged).
@@ -523,7 +446,8 @@ static uint64_t mono_ns(void)
  * elsewhere from its first read (nessie_view_rejoin); and a view that fences a node only once
  * every live member's scrub has passed the last readmission (acked: the epoch each member's
  * scrub is done for), so no orphan of it is found at the positions drawn again (membership.h,
- * "Rejoin"). This node gone from the view: installed (it serves nothing then), never renewed.
+ * "Rejoin"; such a view is also written only then: views.c view_want, which is what covers a
+ * node that never acted on the readmission and so has no fence to wait for here). This node gone from the view: installed (it serves nothing then), never renewed.
  */
 static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns, const uint64_t *acked)
 {
@@ -570,44 +494,6 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns, const
     members.adopting = true;
     if (!lv->gone[members.self])
         nessie_view_renew(members.node, read_ns + v_ns);
-}
-
-/*
- * The member set the view of epoch (inview) should have, from the registrations (now) and the
- * members' scrubs (acked: the epoch each one's scrub is done for): a live member whose
- * registration is gone (its lease lapsed) is fenced, with the incarnation it had; a fenced node
- * stays fenced until it is registered again under a newer incarnation (it came back with new
- * tables: members_start) and every live member's scrub is done for this view, so no entry names
- * its old data (membership.h, "Rejoin"), and is then readmitted; any other registered node is
- * live.
- */
-static void view_want(const struct live *inview, uint64_t epoch, const struct live *now,
-                      const uint64_t *acked, struct live *want)
-{
-    static bool told[NESSIE_NODES_MAX]; /* agent thread only: "back" logged */
-    memset(want, 0, sizeof(*want));
-    want->readmit = inview->readmit;
-    bool scrubbed = true;
-    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
-        scrubbed = scrubbed && (!inview->inc[i] || !now->inc[i] || acked[i] >= epoch);
-    for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
-        bool back = inview->gone[i] && now->inc[i] > inview->gone_inc[i];
-        if (back && scrubbed) {
-            want->inc[i] = now->inc[i];
-            want->readmit = epoch + 1;
-            told[i] = false;
-        } else if (inview->gone[i] || (inview->inc[i] && !now->inc[i])) {
-            want->gone[i] = true;
-            want->gone_inc[i] = inview->gone[i] ? inview->gone_inc[i] : inview->inc[i];
-            if (back && !told[i])
-                log_info("members: node %u is back as incarnation %" PRIu64 "; readmitted once "
-                         "every live member's scrub has taken out what named its old tables",
-                         i, now->inc[i]);
-            told[i] = told[i] || back;
-        } else {
-            want->inc[i] = now->inc[i];
-        }
-    }
 }
 
 static void on_scrubbed(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)

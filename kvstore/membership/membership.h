@@ -32,9 +32,12 @@
  * calls that need them wait, exactly as a fencing view's suspension makes them, and the view is
  * acted on V + F after its first read, by the argument below. Entries left at the positions
  * drawn elsewhere (orphans: their keys no longer look there) are never read under the new view;
- * the scrub's pass after a readmission takes them out, and a node may act on a later view that
- * fences the same node again only once every live member's pass is over, since that view would
- * draw the same positions again and find them.
+ * the scrub's pass after a readmission takes them out, and a view that fences the same node
+ * again is written, and acted on, only once every live member's pass is over, since that view
+ * would draw the same positions again and find them. (Holding the write matters: a node that
+ * never acted on the readmission still has the node fenced and would act on such a view at
+ * once; a member's pass is over only after it acted on the readmission. reception/views.c,
+ * model/views.pml.)
  *
  * Acting on a view: a view may be acted on only while it is known current. The daemon renews
  * this node's view lease V after every read of the service that found no newer view (every
