@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# run.sh - model-check the Nessie protocol model (model/nessie.pml) with SPIN.
+# run.sh - model-check the Nessie protocol models (model/nessie.pml, model/views.pml) with SPIN.
 #
 #   model/run.sh            the new design must pass every scenario, the old (today's) design
 #                           must fail, and each bug-* variant (issue 26's findings as today's
-#                           code has them) must fail; exit 0 only if all hold
-#   model/run.sh --quick    scenarios 1 and 2 only (about 40 s)
+#                           code has them; issue 28's view rules put out) must fail, and each
+#                           reach-* probe must fail (what it names is reachable); exit 0 only
+#                           if all hold
+#   model/run.sh --quick    scenarios 1 and 2 and the views model's design only (about 1 min)
 #   model/run.sh --holes    also show that each refinement of the new design is needed: the new
 #                           design with one refinement switched off must fail (about 1 min more)
-#   model/run.sh --keep     keep the work directory (trails: spin -t <defines> nessie.pml there)
+#   model/run.sh --keep     keep the work directory (trails: spin -t <defines> <model> there)
 #
 # Installs nothing: needs spin (Debian package "spin") and a C compiler. Works in a temporary
 # directory. Runs at most two verifications at once, under nice; each is exhaustive (-DCOLLAPSE:
@@ -35,20 +37,20 @@ MEMLIM=${MEMLIM:-3500}
 TIMEOUT=${TIMEOUT:-600}
 work=$(mktemp -d "${TMPDIR:-/tmp}/nessie-model.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
-cp "$here/nessie.pml" "$here/hunt_c.never" "$work/"
+cp "$here/nessie.pml" "$here/views.pml" "$here/hunt_c.never" "$work/"
 
-# variant NAME EXPECT "spin -D flags" [claim]   (EXPECT: pass | fail)
+# variant NAME EXPECT "spin -D flags" [claim] [model]   (EXPECT: pass | fail; model: nessie.pml)
 variant() {
-    local name=$1 expect=$2 defs=$3 claim=${4:-}
+    local name=$1 expect=$2 defs=$3 claim=${4:-} model=${5:-nessie.pml}
     local d="$work/$name" t0 t1 rc
-    mkdir -p "$d"; cp "$work/nessie.pml" "$work/hunt_c.never" "$d/"
+    mkdir -p "$d"; cp "$work/$model" "$work/hunt_c.never" "$d/"
     (
         cd "$d" || exit 1
         t0=$(date +%s.%N)
         cflags="-O2 -DSAFETY -DCOLLAPSE -DMEMLIM=$MEMLIM -DVECTORSZ=2048"
         nflag=""
         if [ -n "$claim" ]; then nflag="-N $claim"; cflags="$cflags -DNOREDUCE"; fi
-        if ! spin $defs -a $nflag nessie.pml >spin.out 2>&1; then
+        if ! spin $defs -a $nflag "$model" >spin.out 2>&1; then
             echo "$name|$expect|ERROR|spin -a failed|0" >result; exit 0
         fi
         if ! gcc $cflags -o pan pan.c >gcc.out 2>&1; then
@@ -75,6 +77,10 @@ variant() {
         *hlive*) what="a takeover acted on a live call's entry" ;;
         *"d[s_].gen=="*) what="hole c: blind mark hit another life" ;;
         *"invalid end state"*) what="a process blocked forever" ;;
+        *"lostseq>=need"*) what="a GET missed a value no view change lost (1)" ;;
+        *"seqof[res]>=need"*) what="a GET returned a value older than one acknowledged (1)" ;;
+        *"elife["*) what="X's old tables read after its return (2)" ;;
+        *"assertion violated  !("*) what="reached" ;;
         *) what=$(printf '%s' "$what" | cut -c1-60 | tr '|' '/') ;;
         esac
         if [ $rc = 124 ]; then what="time limit"; errors=""; fi
@@ -116,6 +122,16 @@ if [ $quick = 0 ]; then
     queue "bug-f2-grace"         fail "-DSCEN=8 -DOLD_GRACE -DOLD_LIFE_RETRY"
     queue "bug-f7-ttl-adopt"     fail "-DSCEN=9 -DBUG_TTL_ADOPT_DEAD"
 fi
+# issue 28 (views.pml): view changes under load. The design must pass; each of its rules put
+# out (bug-views-*) must fail; each reach-views-* probe must fail (the situation it names is
+# reachable, so the checks are not vacuous there).
+queue "new-views" pass "" "" views.pml
+if [ $quick = 0 ]; then
+    for b in NO_LEASE NO_SUSPEND NO_REJOIN_MARK READMIT_EARLY NO_FENCE_HOLD UNHELD_FENCE; do
+        queue "bug-views-$(echo $b | tr 'A-Z_' 'a-z-')" fail "-DBUG_$b" "" views.pml
+    done
+    for p in 1 2 3 4; do queue "reach-views-$p" fail "-DPROBE=$p" "" views.pml; done
+fi
 if [ $holes = 1 ]; then
     queue "new-without-abandon-rule"   fail "-DSCEN=1 -DNAIVE_ABANDON"
     queue "new-without-reread-rule"    fail "-DSCEN=1 -DREREAD_FREES"
@@ -140,13 +156,13 @@ for r in "$work"/*/result; do
     if [ "$errors" = "0" ]; then res=PASS; elif [ "$errors" = "?" ] || [ "$errors" = "ERROR" ]; then res=INCOMPLETE; else res=FAIL; fi
     printf '%-28s %-6s %-10s %10s %8s  %s\n' "$name" "$expect" "$res" "$states" "$secs" "$what"
     case "$name:$res" in
-    new-scen*:PASS) ;;
-    new-scen*:*) newpass=0 ;;
+    new-scen*:PASS|new-views:PASS) ;;
+    new-scen*:*|new-views:*) newpass=0 ;;
     old-*:FAIL) oldfail=1 ;;
     esac
-    if [ "$expect" = fail ] && [ "$res" != FAIL ] && { [ "${name#new-}" != "$name" ] || [ "${name#bug-}" != "$name" ]; }; then ok=0; fi
+    if [ "$expect" = fail ] && [ "$res" != FAIL ] && { [ "${name#new-}" != "$name" ] || [ "${name#bug-}" != "$name" ] || [ "${name#reach-}" != "$name" ]; }; then ok=0; fi
 done
-[ $keep = 1 ] && echo "work directory kept: $work (replay a trail: cd there/<variant> && spin -t <its -D flags> nessie.pml)"
+[ $keep = 1 ] && echo "work directory kept: $work (replay a trail: cd there/<variant> && spin -t <its -D flags> nessie.pml, or views.pml)"
 if [ $newpass = 1 ] && [ $oldfail = 1 ] && [ $ok = 1 ]; then
     echo "model: OK (new design: no violation in any scenario; old design: violations found)"
     exit 0
