@@ -96,7 +96,7 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover rxe-selftest \
+.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover bench-capacity rxe-selftest \
 	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
@@ -260,6 +260,12 @@ bench-modes: deps
 bench-failover: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/failover.sh
+
+# bench-capacity: issue 29's figures, the items a client on node 0 can keep in a 3 x 32 MiB
+# cluster and the Zipf hit ratio, against memcached at the same total memory (< 1 minute).
+bench-capacity: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/capacity.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all

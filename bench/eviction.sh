@@ -104,7 +104,6 @@ nessie_phase() {
     rm -f "$OUT"/series-nessie[0-9]-"$phase".csv
 }
 
-mc_stat() { memcstat --servers=127.0.0.1:"$MC_PORT" 2>/dev/null | awk -v k="$1" '$1 == k":" || $1 == k { print $2; exit }'; }
 nessie_stat_sum() {
     s=0
     for sock in "$NESSIE_DIR"/node*.sock; do

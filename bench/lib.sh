@@ -124,6 +124,9 @@ mc_wait() {
     done
 }
 
+# mc_stat NAME: a stat of the memcached mc_start started (curr_items, evictions ...).
+mc_stat() { memcstat --servers=127.0.0.1:"$MC_PORT" 2>/dev/null | awk -v k="$1" '$1 == k":" || $1 == k { print $2; exit }'; }
+
 mc_stop() {
     if [ -n "$MC_PID" ]; then
         kill "$MC_PID" 2>/dev/null || true

@@ -5,10 +5,10 @@
 # checked is that each script finishes, that every loadgen run it made read back only the values
 # it wrote (loadgen exits non-zero on a wrong value, and the scripts stop on that), that the CSV
 # files have data rows, that the plots were drawn, and that bench/quick.sh ends with its
-# `ratio NAME VALUE` lines, as do bench/modes.sh and bench/eviction.sh, and that the scripts of
-# the paper's comparisons drew the server-driven mode beside the client-driven one (the home
-# node's share of the traffic included), and that bench/failover.sh ends with its goal and ratio
-# lines (skipped without etcd).
+# `ratio NAME VALUE` lines, as do bench/modes.sh, bench/eviction.sh and bench/capacity.sh, and
+# that the scripts of the paper's comparisons drew the server-driven mode beside the
+# client-driven one (the home node's share of the traffic included), and that bench/failover.sh
+# ends with its goal and ratio lines (skipped without etcd).
 #
 # Environment: BUILD (default build), SAN (skipped under sanitizers: the shim's clients would
 # need the sanitizer runtime preloaded).
@@ -86,6 +86,13 @@ for r in fill_ops set_empty_ops full_vs_empty_sets zipf_hit uniform_hit get_full
     grep -Eq "^ratio $r [0-9.]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no 'ratio $r' line"; fail=1; }
 done
 grep -Eq "^fill_errors [0-9]+$" "$out/eviction.out" || { echo "bench-smoke: eviction: no fill_errors line"; fail=1; }
+# capacity takes options, not environment: run by hand.
+"$here/bench/capacity.sh" --quick --data-mib 2 --sets 5000 >"$out/capacity.out" 2>&1 ||
+    { echo "bench-smoke: bench/capacity.sh failed:"; tail -n 15 "$out/capacity.out"; fail=1; }
+check capacity capacity.csv capacity.png capacity-items.csv
+for r in items_held zipf_hit; do
+    grep -Eq "^ratio $r [0-9.]+$" "$out/capacity.out" || { echo "bench-smoke: capacity: no 'ratio $r' line"; fail=1; }
+done
 # failover: node 2 killed 0.3 s in, down 4 s (longer than Nessie's detection, ~3 s, so the
 # restarted node finds itself fenced, as in the full run), no libmemcached-defaults run. It
 # needs etcd for Nessie's views: without one it is skipped, as members.sh is.
