@@ -115,23 +115,23 @@ done
 
 ZIPF="-v $VALUE -k $KEY -g 0.9 -d zipf -n $ZIPF_KEYS --no-preload --set-on-miss -o $ZIPF_OPS -w 0"
 bench_log "zipf: 0.99 over $ZIPF_KEYS keys, 90% GETs, set on miss, $ZIPF_OPS ops twice (warm-up, measured): memcached, nessie"
-# The warm-up's row is kept too (phase zipf-warm), with its own seed: other keys, same law.
-COLS=zipf-warm
-# shellcheck disable=SC2086
-run_memcached memcached $ZIPF --seed 7
-COLS=zipf
-# shellcheck disable=SC2086
-run_memcached memcached $ZIPF
-mc_hit=$(row_hit)
-mc_zipf_refused=$(row_field "$LAST_ROW" errors)
-COLS=zipf-warm
-# shellcheck disable=SC2086
-run_nessie nessie $ZIPF --seed 7
-COLS=zipf
-# shellcheck disable=SC2086
-run_nessie nessie $ZIPF
-n_hit=$(row_hit)
-n_zipf_refused=$(row_field "$LAST_ROW" errors)
+# zipf_phase RUNNER NAME: the warm-up, then the measured run, of one system; sets Z_HIT and
+# Z_REFUSED. The warm-up's row is kept too (phase zipf-warm), with its own seed: other keys, same
+# law.
+zipf_phase() {
+    COLS=zipf-warm
+    # shellcheck disable=SC2086
+    "$1" "$2" $ZIPF --seed 7
+    COLS=zipf
+    # shellcheck disable=SC2086
+    "$1" "$2" $ZIPF
+    Z_HIT=$(row_hit)
+    Z_REFUSED=$(row_field "$LAST_ROW" errors)
+}
+zipf_phase run_memcached memcached
+mc_hit=$Z_HIT mc_zipf_refused=$Z_REFUSED
+zipf_phase run_nessie nessie
+n_hit=$Z_HIT n_zipf_refused=$Z_REFUSED
 bench_cleanup
 
 {
