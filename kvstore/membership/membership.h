@@ -188,6 +188,17 @@ static inline bool mship_rejoining(const struct mship_state *st, uint32_t node)
     return (w >> (node % 64)) & 1;
 }
 
+/* Whether what names node's data is lost: the node is fenced and not rejoining. Entries naming
+ * a rejoining node's data name its new tables (nothing names its old ones by then: "Rejoin"),
+ * linked by nodes that acted on the readmission before this one; they are neither lost nor
+ * reachable from here yet, so the fabric refuses them and calls wait for the readmission, as for
+ * its positions. Taking them for lost would make a GET miss a value nobody lost, and a write or
+ * the scrub take a live entry out (model/views.pml's review, 2026-11-26). Never blocks. */
+static inline bool mship_lost(const struct mship_state *st, uint32_t node)
+{
+    return mship_fenced(st, node) && !mship_rejoining(st, node);
+}
+
 /* Whether any node is rejoining (a readmitting view read here, not acted on yet). Reads every
  * word of the bitmap: for the rare paths that meet an orphan, never a call's common path. */
 static inline bool mship_any_rejoining(const struct mship_state *st)

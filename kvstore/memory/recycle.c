@@ -30,7 +30,7 @@ static bool mark_recycled(struct nessie_ctx *ctx, uint64_t ite)
                                                          : 0;
     /* On a node lost from the view (issue 28): its memory is out of the cluster, nothing of it
      * is ours to recycle, and a mark would only fail at the fabric run after run. */
-    if (mship_fenced(&ctx->node->view, ite_node(ite)))
+    if (mship_lost(&ctx->node->view, ite_node(ite)))
         return true;
     for (int tries = 0; tries < 8; tries++) {
         uint64_t old = 0;

@@ -86,7 +86,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * its key cannot be read to find where it could move. Its room is taken back in place, by
      * CAS on the exact word as an eviction does (nothing to recycle: its memory is the lost
      * node's). A miss for its key, which a cache may answer at any time. */
-    if (mship_fenced(&nd->view, ite_node(sv))) {
+    if (mship_lost(&nd->view, ite_node(sv))) {
         result = take_back(op, src, sv, false, status);
         goto out;
     }

@@ -218,7 +218,7 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
         return NESSIE_OK; /* not an entry this cluster could have written: no match */
     /* Its value was on a node lost from the view (issue 28): a lost value, which holds no key
      * for anyone; the entry is left for a write that needs its room (migrate.c). */
-    if (mship_fenced(&nd->view, ite_node(ite))) {
+    if (mship_lost(&nd->view, ite_node(ite))) {
         CTR_ADD(OPC(ctx).lost_entries, 1);
         return NESSIE_OK;
     }
@@ -359,7 +359,7 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
 {
     uint64_t src = v->h.prev_ite, st;
     *undo = true;
-    if (ite_empty(src) || mship_fenced(&op->node->view, ite_node(src)))
+    if (ite_empty(src) || mship_lost(&op->node->view, ite_node(src)))
         return NESSIE_OK;
     int rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st));
     if (rc != NESSIE_OK)
@@ -421,7 +421,7 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
          * lost from the view is not linked again: it is lost, and an index entry naming a lost
          * node's data must never appear after the fence (a scrub clears them for good). */
         uint64_t back = (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite;
-        if (!ite_empty(back) && mship_fenced(&op->node->view, ite_node(back)))
+        if (!ite_empty(back) && mship_lost(&op->node->view, ite_node(back)))
             back = 0;
         rc = ite_cas(op, pos, ite, back, &ok);
         if (rc == NESSIE_OK && ok) {

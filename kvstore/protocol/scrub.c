@@ -59,7 +59,7 @@ static bool scrub_slot(struct nessie_ctx *ctx, uint64_t s, bool orphans, size_t 
     uint64_t w;
     if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
         return false;
-    bool lost = !ite_empty(w) && mship_fenced(&nd->view, ite_node(w));
+    bool lost = !ite_empty(w) && mship_lost(&nd->view, ite_node(w));
     if (ite_empty(w) || (!lost && !orphans))
         return true;
     const struct key_plan none = {.key = NULL};

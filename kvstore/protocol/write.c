@@ -424,7 +424,7 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
      * instead of linking it again (proto_takeover says why). */
     bool ok = false, clean;
     uint64_t pos = op->pos[op->mine_pos], now = e;
-    uint64_t relink = !ite_empty(back) && mship_fenced(&op->node->view, ite_node(back)) ? 0 : back;
+    uint64_t relink = !ite_empty(back) && mship_lost(&op->node->view, ite_node(back)) ? 0 : back;
     int rc = NESSIE_OK;
     for (int tries = 0; tries < 4 && rc == NESSIE_OK && !ok && now == e; tries++) {
         rc = proto_ite_cas_resolve(op, pos, e, relink, &ok, &clean);
