@@ -457,7 +457,9 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns, const
         readmits = readmits || (lv->inc[i] && members.fenced[i]);
     }
     bool swept = true;
-    for (uint32_t i = 0; fences && lv->readmit && i < members.nodes; i++)
+    /* The last readmission before this view: one in this view itself (views.c never writes
+     * such a view) would wait for acks that no member gives before acting on it. */
+    for (uint32_t i = 0; fences && lv->readmit && lv->readmit < epoch && i < members.nodes; i++)
         swept = swept && (!lv->inc[i] || acked[i] >= lv->readmit);
     uint64_t v_ns = members.view_lease_ms * 1000000ULL;
     /* Acted on V + F after its first read: F, the fabric's request bound, for what the calls under

@@ -102,12 +102,19 @@ void view_want(const struct live *inview, uint64_t epoch, const struct live *now
     static bool held[NESSIE_NODES_MAX]; /* agent thread only: "fence held" logged */
     memset(want, 0, sizeof(*want));
     want->readmit = inview->readmit;
-    bool scrubbed = true, swept = true;
+    bool scrubbed = true, swept = true, lapses = false;
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         bool member = inview->inc[i] && now->inc[i];
         scrubbed = scrubbed && (!member || acked[i] >= epoch);
         swept = swept && (!member || acked[i] >= inview->readmit);
+        lapses = lapses || (inview->inc[i] && !now->inc[i]);
     }
+    /* A fence first: one view never both fences a node and readmits one. Such a view would be
+     * held by adopt() until every member's scrub had passed its own readmission, which no
+     * member does before acting on it (a deadlock), and the fence would draw positions again
+     * while the readmission's orphans are still in the indexes. The readmission waits for the
+     * view after (its members' scrubs of the fence, then this rule, as for any). */
+    scrubbed = scrubbed && !lapses;
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         bool back = inview->gone[i] && now->inc[i] > inview->gone_inc[i];
         bool lapsed = inview->inc[i] && !now->inc[i];

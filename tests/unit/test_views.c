@@ -92,6 +92,19 @@ static void test_fence_after_readmission_waits_for_scrubs(void **state)
     expect_next("6 r6 0:1 1:1 2:2", "1 0:1", "7 r6 0:1 1:gone@1 2:gone@2");
 }
 
+/* Node 2 is back and every scrub is done, but node 3's lease lapsed: the view fences node 3 and
+ * readmits node 2 only in the view after (one view doing both would be held by every member for
+ * acks of itself, forever). */
+static void test_fence_before_readmission(void **state)
+{
+    (void)state;
+    memset(acked, 0, sizeof(acked));
+    acked[0] = 5, acked[1] = 5, acked[3] = 5;
+    expect_next("5 0:1 1:1 2:gone@1 3:1", "1 0:1 1:1 2:2", "6 0:1 1:1 2:gone@1 3:gone@1");
+    acked[0] = 6, acked[1] = 6;
+    expect_next("6 0:1 1:1 2:gone@1 3:gone@1", "1 0:1 1:1 2:2", "7 r7 0:1 1:1 2:2 3:gone@1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -99,6 +112,7 @@ int main(void)
         cmocka_unit_test(test_lapsed_member_fenced),
         cmocka_unit_test(test_readmitted_after_every_scrub),
         cmocka_unit_test(test_fence_after_readmission_waits_for_scrubs),
+        cmocka_unit_test(test_fence_before_readmission),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
