@@ -102,10 +102,10 @@ void view_want(const struct live *inview, uint64_t epoch, const struct live *now
     static bool held[NESSIE_NODES_MAX]; /* agent thread only: "fence held" logged */
     memset(want, 0, sizeof(*want));
     want->readmit = inview->readmit;
-    bool scrubbed = true, swept = true, lapses = false;
+    bool may_readmit = true, swept = true, lapses = false;
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         bool member = inview->inc[i] && now->inc[i];
-        scrubbed = scrubbed && (!member || acked[i] >= epoch);
+        may_readmit = may_readmit && (!member || acked[i] >= epoch);
         swept = swept && (!member || acked[i] >= inview->readmit);
         lapses = lapses || (inview->inc[i] && !now->inc[i]);
     }
@@ -114,11 +114,11 @@ void view_want(const struct live *inview, uint64_t epoch, const struct live *now
      * member does before acting on it (a deadlock), and the fence would draw positions again
      * while the readmission's orphans are still in the indexes. The readmission waits for the
      * view after (its members' scrubs of the fence, then this rule, as for any). */
-    scrubbed = scrubbed && !lapses;
+    may_readmit = may_readmit && !lapses;
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++) {
         bool back = inview->gone[i] && now->inc[i] > inview->gone_inc[i];
         bool lapsed = inview->inc[i] && !now->inc[i];
-        if (back && scrubbed) {
+        if (back && may_readmit) {
             want->inc[i] = now->inc[i];
             want->readmit = epoch + 1;
             told[i] = false;
