@@ -283,6 +283,12 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_sd_expired", c.sd_expired);
     STAT_U("nessie_sd_auto_cd", c.sd_auto[0]);
     STAT_U("nessie_sd_auto_sd", c.sd_auto[1]);
+    /* Placement (issue 29): this node's stores run on a peer with room while it was full, and
+     * the stores it ran for full peers (their values live here). */
+    STAT_U("nessie_placed", c.placed);
+    STAT_U("nessie_placed_bytes", c.placed_bytes);
+    STAT_U("nessie_placed_in", c.placed_in);
+    STAT_U("nessie_placed_in_bytes", c.placed_in_bytes);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

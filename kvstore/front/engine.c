@@ -214,6 +214,11 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         nessie_node_close(nd);
         return NESSIE_NO_MEMORY;
     }
+    if (place_open(nd) != NESSIE_OK) {
+        log_error("engine: node %u: out of memory for the placement state", cfg->self);
+        nessie_node_close(nd);
+        return NESSIE_NO_MEMORY;
+    }
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
@@ -235,6 +240,7 @@ void nessie_node_close(struct nessie_node *nd)
     if (nd->view_ready)
         mship_destroy(&nd->view);
     free(nd->evict_pool);
+    place_close(nd);
     sd_close(nd);
     g_free(nd->sweep_prev);
     free(nd->stage);

@@ -183,6 +183,23 @@ static bool worse(const struct candidate *a, const struct candidate *b)
     return a->h.version < b->h.version; /* the same tick: the older write goes */
 }
 
+/* Publish when the item just evicted was last read (data_hdr.room_victim_ms), smoothed over
+ * about EVICT_VICTIM_SMOOTH evictions: how cold what this node gives up for a new value is,
+ * which writers on full nodes compare to place values where the cluster's coldest items are
+ * (modes/place.c). A racy read-modify-write between two evicting threads loses one sample of a
+ * hint, nothing more. */
+#define EVICT_VICTIM_SMOOTH 16
+static void room_victim(struct nessie_node *nd, const struct candidate *c)
+{
+    uint64_t idle_ms = ((uint64_t)c->idle << DTE_ACC_TICK_SHIFT) / 1000000ULL;
+    uint64_t now_ms = nessie_real_ns() / 1000000ULL;
+    uint64_t v = now_ms > idle_ms ? now_ms - idle_ms : 1;
+    uint64_t old = __atomic_load_n(&nd->hdr->room_victim_ms, __ATOMIC_RELAXED);
+    if (old != 0)
+        v = (uint64_t)((int64_t)old + ((int64_t)v - (int64_t)old) / EVICT_VICTIM_SMOOTH);
+    __atomic_store_n(&nd->hdr->room_victim_ms, v ? v : 1, __ATOMIC_RELAXED);
+}
+
 /* Remove the item in the slot c describes (its class cls), counting what it was. Returns
  * nessie_evict_entry's status (NESSIE_OK: removed). */
 static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candidate *c)
@@ -209,6 +226,7 @@ static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candida
         CTR_ADD(ctx->ctr.evictions, 1);
         if (!fetched)
             CTR_ADD(ctx->ctr.evicted_unfetched, 1);
+        room_victim(nd, c);
     }
     return NESSIE_OK;
 }

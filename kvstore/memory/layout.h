@@ -269,12 +269,27 @@ struct data_hdr {
      * time <= it are gone; 0 = none pending. After the header's other words, so a region
      * formatted before it (zeros there) reads as none: no layout version change. */
     uint64_t flush_at_ns;
+    /* Room (issue 29, modes/place.c): what a writer on another node reads, in one READ of
+     * DATA_HDR_ROOM_BYTES at DATA_HDR_OFF_ROOM, to decide whether to place a value here when its
+     * own node is full. Written by the owner only, with relaxed stores; a hint: a stale figure
+     * places a value or two worse, never wrongly (the value is written by this owner, through the
+     * protocol, like any shipped write). After flush_at_ns, so a region formatted before reads
+     * as no figure (zeros): no layout version change. */
+    uint64_t room_spare_pages; /* unassigned pages a value may still take (slab.c) */
+    /* CLOCK_REALTIME ms of the last read of the items this node evicted lately (smoothed,
+     * evict.c): the older, the colder what this node gives up for a new value. 0: it has not
+     * evicted. Realtime, as the access hints are: peers compare it with theirs. */
+    uint64_t room_victim_ms;
 };
 _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its page");
 
 #define DATA_HDR_OFF_FLUSH ((uint64_t)__builtin_offsetof(struct data_hdr, flush_ns))
 #define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
 #define DATA_HDR_OFF_FLUSH_AT ((uint64_t)__builtin_offsetof(struct data_hdr, flush_at_ns))
+#define DATA_HDR_OFF_ROOM ((uint64_t)__builtin_offsetof(struct data_hdr, room_spare_pages))
+#define DATA_HDR_ROOM_BYTES 16
+_Static_assert(__builtin_offsetof(struct data_hdr, room_victim_ms) == DATA_HDR_OFF_ROOM + 8,
+               "the room figures are one READ");
 
 /* --- the MSG region: server-driven requests and replies (kvstore/modes/sd.c, issue 16) -------------- */
 
@@ -302,8 +317,9 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
  * withdraws the call and runs it itself, or times out) instead of running it under other rules.
  * 2 (issue 26): a request carries its take-up word (ctl) and its requester's remaining budget;
  * the take-up word is left out of the checksum, since it changes after the request was written.
+ * 3 (issue 29): a store's sub may carry SD_SUB_PLACED, which a version-2 server would refuse.
  */
-#define MSG_WIRE_VERSION 2
+#define MSG_WIRE_VERSION 3
 
 /* At offset 0 of every MSG region, written by its node only. */
 struct msg_hdr {
@@ -317,6 +333,9 @@ _Static_assert(sizeof(struct msg_hdr) <= MSG_HDR_BYTES, "MSG header fits its pag
 #define MSG_HDR_OFF_BEAT ((uint64_t)__builtin_offsetof(struct msg_hdr, sd_beat))
 
 enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH, SD_OP_END };
+/* In a store's sub (its enum nessie_store_mode): the value is placed on this node for room, not
+ * shipped to its key's home (modes/place.c, issue 29); run the same way, counted apart. */
+#define SD_SUB_PLACED 0x80
 
 struct sd_req {
     uint64_t seq;         /* this slot's request count in the requester's life (from 1) */

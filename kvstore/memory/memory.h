@@ -115,6 +115,8 @@ struct nessie_node {
 
     /* Server-driven execution's state (modes/sd.c): the ring slots' counts, on both sides. */
     struct sd_state *sd;
+    /* What this node last read of its peers' room (modes/place.c). */
+    struct place_state *place;
 
     /* Every live context, for nessie_node_counters(); retired holds the sums of destroyed ones. */
     pthread_mutex_t ctx_lock;

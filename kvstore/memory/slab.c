@@ -188,6 +188,16 @@ static void set_reserve(struct slab *s, uint32_t cls)
     c->reserve = c->slots / 8 < SLAB_RESERVE_SLOTS ? c->slots / 8 : SLAB_RESERVE_SLOTS;
 }
 
+/* Publish how many unassigned pages a value may still take (data_hdr.room_spare_pages): the
+ * figure peers place values by (modes/place.c) and this node's own writers check first. Called
+ * with the lock held, or before the slab is shared. */
+static void publish_spare(struct slab *s)
+{
+    uint64_t used = s->next_page + s->reserve_pages;
+    uint64_t spare = used < s->hdr->page_count ? s->hdr->page_count - used : 0;
+    __atomic_store_n(&s->hdr->room_spare_pages, spare, __ATOMIC_RELAXED);
+}
+
 int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_item, bool fresh,
               uint64_t quarantine_ms)
 {
@@ -283,6 +293,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
             }
         }
     }
+    publish_spare(s);
     return 0;
 }
 
@@ -315,6 +326,7 @@ static int grow_class(struct slab *s, uint32_t cls, enum slab_use use)
     if (s->next_page >= limit)
         return -1;
     uint64_t p = s->next_page++;
+    publish_spare(s);
     uint64_t per = slots_per_page(s, cls);
     /* Persist the assignment before any slot of the page is handed out, so a restart that finds a
      * written slot also finds the page's class. */

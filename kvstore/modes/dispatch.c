@@ -74,7 +74,8 @@ int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, co
         struct sd_choice ch_;                                                            \
         int rc_ = -1;                                                                    \
         if (dispatch_ships((ctx), true, (kp), (value_len), &ch_))                        \
-            rc_ = sd_write((ctx), (kp), (rq), (value), (version_out), (num_out));        \
+            rc_ = sd_write((ctx), (kp)->home, (kp), (rq), (value), (version_out),       \
+                           (num_out));                                           \
         if (rc_ < 0) {                                                                   \
             rc_ = (here);                                                                \
             (ctx)->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */       \
@@ -83,15 +84,36 @@ int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, co
         return rc_;                                                                      \
     } while (0)
 
+/* A store's way is a write's, but one this node would run here may be placed on a peer for room
+ * (place.c): shipped there as its home's store would be, and run here if it comes back. */
 int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
                uint64_t cas, uint64_t *version_out)
 {
-    const struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode,
-                              .value_len = (uint32_t)value_len, .flags = flags,
-                              .exptime = exptime, .arg = cas};
-    DISPATCH_WRITE(ctx, kp, value_len, &rq, value, version_out, NULL,
-                   proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, version_out));
+    struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode, .value_len = (uint32_t)value_len,
+                        .flags = flags, .exptime = exptime, .arg = cas};
+    struct sd_choice ch;
+    int rc = -1;
+    if (dispatch_ships(ctx, true, kp, value_len, &ch)) {
+        rc = sd_write(ctx, kp->home, kp, &rq, value, version_out, NULL);
+    } else {
+        uint32_t to = place_target(ctx);
+        if (to != ctx->node->cfg.self && sd_can_ship_to(ctx, to, kp->klen + value_len)) {
+            ch.est = NULL; /* not the way mode auto chose: nothing to teach it */
+            rq.sub |= SD_SUB_PLACED;
+            rc = sd_write(ctx, to, kp, &rq, value, version_out, NULL);
+            if (rc >= 0) {
+                CTR_ADD(ctx->ctr.placed, 1);
+                CTR_ADD(ctx->ctr.placed_bytes, value_len);
+            }
+        }
+    }
+    if (rc < 0) {
+        rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, version_out);
+        ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */
+    }
+    sd_auto_learn(ctx, &ch);
+    return rc;
 }
 
 int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp)

@@ -30,6 +30,10 @@ void sd_close(struct nessie_node *nd);
  * shunned home is counted, sd_shunned). Mode-blind: the dispatch asks it only for calls its mode
  * ships. */
 bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len);
+/* Whether a call with klen + value_len bytes of payload may be shipped to node `to` now: it is
+ * another node, the request fits a ring slot, and its servers are not shunned (sd_can_ship's
+ * rules for any node: placement ships stores to nodes that are not the key's home). */
+bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len);
 
 /* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD), then, once
  * it ended, teach the selector how long it took. */
@@ -49,11 +53,25 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch);
  * proto_op_init on ctx gets that end). */
 int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
            struct nessie_item *out);
-/* Carry out a write at kp's home node: rq names it (op, sub, lengths, flags, exptime, arg).
- * Returns its outcome, and on NESSIE_OK the new version (and for arith the new value); or -1 as
- * sd_get does. */
-int sd_write(struct nessie_ctx *ctx, const struct key_plan *kp, const struct sd_req *rq,
-             const void *value, uint64_t *version_out, uint64_t *num_out);
+/* Carry out a write at node `to` (kp's home, or for a placed store a node with room): rq names
+ * it (op, sub, lengths, flags, exptime, arg). Returns its outcome, and on NESSIE_OK the new
+ * version (and for arith the new value); or -1 as sd_get does. */
+int sd_write(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp,
+             const struct sd_req *rq, const void *value, uint64_t *version_out,
+             uint64_t *num_out);
+
+/* --- placement (place.c, issue 29) ------------------------------------------------------------ */
+
+/* Set up (at node open: NESSIE_OK or NESSIE_NO_MEMORY) and free the node's placement state. */
+int place_open(struct nessie_node *nd);
+void place_close(struct nessie_node *nd);
+
+/* The node a client-driven store of this node should run on: this node while it has an
+ * unassigned page; else a reachable peer that has spare pages (the one with most); else, every
+ * node being full, the peer whose recent eviction victims were read a quarter longer ago than
+ * this node's, if any, else this node. Never blocks past one READ per peer (at most every
+ * PLACE_REFRESH_NS); never fails (a peer it cannot read is not chosen). */
+uint32_t place_target(struct nessie_ctx *ctx);
 
 /* --- the dispatch (dispatch.c) ------------------------------------------------------------- */
 

@@ -327,17 +327,22 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out)
     return false;
 }
 
-bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len)
+bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
 {
     struct nessie_node *nd = ctx->node;
     /* The home node runs its own keys' operations the way a server would: here, locally. */
-    if (kp->home == nd->cfg.self || kp->klen + value_len > slot_payload(nd->sd))
+    if (to == nd->cfg.self || payload_len > slot_payload(nd->sd))
         return false;
-    if (!sd_home_open(ctx, kp->home)) {
+    if (!sd_home_open(ctx, to)) {
         CTR_ADD(ctx->ctr.sd_shunned, 1);
         return false; /* no server there is looking at its ring: run it here at once */
     }
     return true;
+}
+
+bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len)
+{
+    return sd_can_ship_to(ctx, kp->home, kp->klen + value_len);
 }
 
 enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct key_plan *kp,
@@ -772,8 +777,9 @@ int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t 
     return sd_done(ctx, rc);
 }
 
-int sd_write(struct nessie_ctx *ctx, const struct key_plan *kp, const struct sd_req *rq,
-             const void *value, uint64_t *version_out, uint64_t *num_out)
+int sd_write(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp,
+             const struct sd_req *rq, const void *value, uint64_t *version_out,
+             uint64_t *num_out)
 {
     uint64_t t0 = nessie_mono_ns();
     enum nessie_opkind kind = rq->op == SD_OP_DELETE ? NESSIE_OPK_DELETE : NESSIE_OPK_PUT;
@@ -787,7 +793,7 @@ int sd_write(struct nessie_ctx *ctx, const struct key_plan *kp, const struct sd_
     memcpy(msg + 64, kp->key, q->key_len);
     if (q->value_len)
         memcpy(msg + 64 + q->key_len, value, q->value_len);
-    int rc = sd_ship(ctx, kp->home, (uint64_t)q->key_len + q->value_len, true, t0);
+    int rc = sd_ship(ctx, to, (uint64_t)q->key_len + q->value_len, true, t0);
     if (rc == SD_RUN_HERE) {
         if (sd_here(ctx, t0))
             return -1; /* the caller runs it here, within what is left of its budget */
@@ -822,7 +828,7 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
     if (q->seq != seq || q->incarnation != inc || q->version != MSG_WIRE_VERSION ||
         q->op == 0 || q->op >= SD_OP_END ||
         q->key_len == 0 || q->value_len > nd->cfg.max_item_size || plen > slot_payload(st) ||
-        (q->op == SD_OP_STORE && q->sub > NESSIE_PREPEND) || (q->op == SD_OP_ARITH && q->sub > 1))
+        (q->op == SD_OP_STORE && (q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND) || (q->op == SD_OP_ARITH && q->sub > 1))
         return false;
     uint64_t tr = msg_round8(64 + plen), trailer;
     if (fab_local_read(nd->fab, FAB_REGION_MSG, off + 64, msg + 64, (uint32_t)(tr + 8 - 64)) != FAB_OK)
@@ -879,14 +885,19 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         break;
     }
     case SD_OP_STORE:
+        /* A value placed here for room (place.c): counted, then run as any store. */
+        if (q->sub & SD_SUB_PLACED) {
+            CTR_ADD(ctx->ctr.placed_in, 1);
+            CTR_ADD(ctx->ctr.placed_in_bytes, q->value_len);
+        }
         /* A peer's request is checked as nessie_store checks a program's call. */
-        if (q->sub > NESSIE_PREPEND)
+        if ((q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND)
             rc = NESSIE_INVALID;
         else if (mc_item_size(q->key_len, q->value_len, q->flags) > nd->cfg.max_item_size)
             rc = NESSIE_TOO_BIG;
         else
-            rc = proto_store(ctx, &kp, (enum nessie_store_mode)q->sub, val, q->value_len,
-                             q->flags, q->exptime, q->arg, &rp->version);
+            rc = proto_store(ctx, &kp, (enum nessie_store_mode)(q->sub & ~SD_SUB_PLACED), val,
+                             q->value_len, q->flags, q->exptime, q->arg, &rp->version);
         break;
     case SD_OP_DELETE:
         rc = proto_delete(ctx, &kp);

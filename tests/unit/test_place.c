@@ -1,0 +1,201 @@
+/*
+ * test_place.c - placement (kvstore/modes/place.c, issue 29): a node's clients use the
+ * cluster's memory. A client-driven store whose node has no spare page is run by a peer that has
+ * some, and its value lives there; once every node is full, stores go to the node whose victims
+ * are coldest; a node that cannot take a shipped store keeps the value here.
+ *
+ * Nodes are engine instances in this process on the shared-memory fabric, each with a server
+ * thread (the daemon's SD server, in miniature). No evictor thread runs: a writer that finds no
+ * room evicts on its own (write.c, proto_memory_short).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "memory/memory.h"
+#include "memory/layout.h"
+#include <nessie/nessie.h>
+
+#define NODES 3
+#define VALUE_LEN 1000
+
+struct server {
+    struct nessie_node *node;
+    pthread_t thread;
+    _Atomic int stop;
+    bool running;
+};
+
+static struct {
+    char name[64];
+    struct nessie_node *node[NODES];
+    struct nessie_ctx *ctx[NODES];
+    struct server srv[NODES];
+} C;
+
+static void *server_main(void *p)
+{
+    struct server *s = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(s->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load(&s->stop))
+        if (nessie_sd_serve(ctx, 0, 1) == 0)
+            usleep(20);
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+/* Open NODES nodes of 1 MiB of data each (about 800 values of VALUE_LEN bytes), with a server
+ * thread on those in `serving` (a bit per node). */
+static void cluster_open(unsigned serving)
+{
+    static unsigned seq;
+    memset(&C, 0, sizeof(C));
+    snprintf(C.name, sizeof(C.name), "test-place-%d-%u", (int)getpid(), seq++);
+    for (uint32_t i = 0; i < NODES; i++) {
+        struct nessie_config cfg;
+        nessie_config_defaults(&cfg);
+        cfg.cluster = C.name;
+        cfg.nodes = NODES;
+        cfg.self = i;
+        cfg.index_slots = 4096;
+        cfg.data_bytes = 1 << 20;
+        cfg.max_item_size = 4096;
+        cfg.expiration_ms = 20;
+        cfg.op_timeout_ms = 500;
+        cfg.sd_slots = 2;
+        assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
+        assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
+    }
+    for (uint32_t i = 0; i < NODES; i++) {
+        if (!(serving & (1u << i)))
+            continue;
+        struct server *s = &C.srv[i];
+        s->node = C.node[i];
+        assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+        s->running = true;
+    }
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (uint32_t i = 0; i < NODES; i++)
+        if (C.srv[i].running) {
+            atomic_store(&C.srv[i].stop, 1);
+            pthread_join(C.srv[i].thread, NULL);
+        }
+    for (uint32_t i = 0; i < NODES; i++) {
+        nessie_ctx_destroy(C.ctx[i]);
+        nessie_node_close(C.node[i]);
+        fab_unlink(FAB_BACKEND_SHM, C.name, i);
+    }
+    return 0;
+}
+
+static void value_of(char *v, int i)
+{
+    memset(v, 'a' + i % 26, VALUE_LEN);
+    snprintf(v, 16, "value-%d;", i);
+}
+
+static void set_n(struct nessie_ctx *ctx, int from, int to)
+{
+    char k[32], v[VALUE_LEN];
+    for (int i = from; i < to; i++) {
+        snprintf(k, sizeof(k), "place-%d", i);
+        value_of(v, i);
+        assert_int_equal(nessie_store(ctx, NESSIE_SET, k, strlen(k), v, VALUE_LEN, 0, 0, 0, NULL),
+                         NESSIE_OK);
+    }
+}
+
+/* How many of keys [from, to) read back with their value (a miss is an eviction). */
+static int hits(struct nessie_ctx *ctx, int from, int to)
+{
+    char k[32], v[VALUE_LEN];
+    int n = 0;
+    for (int i = from; i < to; i++) {
+        struct nessie_item it;
+        snprintf(k, sizeof(k), "place-%d", i);
+        value_of(v, i);
+        int rc = nessie_get(ctx, k, strlen(k), &it);
+        if (rc == NESSIE_NOT_FOUND)
+            continue;
+        assert_int_equal(rc, NESSIE_OK);
+        assert_int_equal(it.value_len, VALUE_LEN);
+        assert_memory_equal(it.value, v, VALUE_LEN);
+        n++;
+    }
+    return n;
+}
+
+static struct nessie_counters counters(uint32_t n)
+{
+    struct nessie_counters c;
+    nessie_node_counters(C.node[n], &c);
+    return c;
+}
+
+/* Twice what one node holds, written through node 0: every value is kept (the other nodes
+ * hold the rest), none evicted, and what node 0 placed is what its peers took in. Before
+ * placement, node 0 evicted about half of them. */
+static void test_full_node_places_values_on_peers(void **state)
+{
+    (void)state;
+    cluster_open(0x7);
+    set_n(C.ctx[0], 0, 1600);
+    struct nessie_counters c0 = counters(0), c1 = counters(1), c2 = counters(2);
+    assert_true(c0.placed > 0);
+    assert_int_equal(c0.placed, c1.placed_in + c2.placed_in);
+    assert_int_equal(c0.placed_bytes, c1.placed_in_bytes + c2.placed_in_bytes);
+    assert_int_equal(c0.evictions + c1.evictions + c2.evictions, 0);
+    assert_int_equal(hits(C.ctx[0], 0, 1600), 1600);
+    assert_int_equal(hits(C.ctx[2], 0, 1600), 1600); /* any node reads them all */
+}
+
+/* A full node's store whose chosen peer has no server taking it up is run here after all: the
+ * value is kept (node 0 evicts for it), the call does not fail. */
+static void test_placement_without_server_runs_here(void **state)
+{
+    (void)state;
+    cluster_open(0x1); /* node 0 serves; 1 and 2 do not */
+    set_n(C.ctx[0], 0, 1000);
+    assert_int_equal(counters(0).placed, 0);
+    assert_true(counters(0).sd_withdrawn + counters(0).sd_shunned > 0);
+    assert_int_equal(hits(C.ctx[0], 900, 1000), 100); /* the newest are there */
+}
+
+/* Once every node is full, stores keep succeeding, and go where the coldest items are: node 0
+ * evicts, but so do the others (before, only node 0's items were ever evicted). */
+static void test_full_cluster_evicts_everywhere(void **state)
+{
+    (void)state;
+    cluster_open(0x7);
+    set_n(C.ctx[0], 0, 4000);
+    struct nessie_counters c0 = counters(0), c1 = counters(1), c2 = counters(2);
+    assert_true(c1.evictions + c2.evictions > 0);
+    assert_true(c0.placed > 0);
+    assert_int_equal(hits(C.ctx[0], 3950, 4000), 50);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_full_node_places_values_on_peers, teardown),
+        cmocka_unit_test_teardown(test_placement_without_server_runs_here, teardown),
+        cmocka_unit_test_teardown(test_full_cluster_evicts_everywhere, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
