@@ -109,6 +109,7 @@ static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
 static gdouble opt_inject = 0;
 static gint opt_stall_every = 0, opt_stall_ms = 0;
 static gint opt_kill_at = 0, opt_dead_for = 0, opt_lose_at = 0, opt_detect_ms = 300;
+static gint opt_load_on = -1; /* --load-on: the one node whose threads issue operations */
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
@@ -171,6 +172,10 @@ static GOptionEntry entries[] = {
      "verbs: the address of the RDMA netdev the nodes listen on (default 10.77.0.1)", "IP"},
     {"port-base", 0, 0, G_OPTION_ARG_INT, &opt_port_base,
      "verbs: node N listens on port PORT+N (default 7400)", "PORT"},
+    {"load-on", 0, 0, G_OPTION_ARG_INT, &opt_load_on,
+     "only node N's threads issue operations (the --ops OPS among them); the other nodes serve, "
+     "recycle and evict. With a small --data-bytes, node N's values are placed on the others "
+     "(issue 29; the summary's placed= counts them)", "N"},
     {"mode", 0, 0, G_OPTION_ARG_STRING, &opt_mode,
      "who carries out operations: cd (default: the calling node), sd (the key's home node), hy "
      "(GETs cd, writes sd), auto (the selector), or mixed (each operation picks one of those at "
@@ -507,6 +512,10 @@ static void *worker_main(void *p)
     /* Only the workers ship: the parent's checks after the run read every key themselves,
      * with no servers left to ship to. */
     nessie_ctx_set_mode(ctx, run_mode);
+    if (opt_load_on >= 0 && w->node_id != (uint32_t)opt_load_on) {
+        nessie_ctx_destroy(ctx); /* --load-on another node: this one only serves */
+        return NULL;
+    }
     struct event *mine = hist + ((uint64_t)w->node_id * (uint64_t)opt_threads + w->thread) * per_thread;
     _Atomic uint64_t *next = &sh->next[w->node_id][w->thread];
     uint64_t i = atomic_load(next);
@@ -1307,7 +1316,8 @@ int main(int argc, char **argv)
     if (opt_nodes < 1 || opt_nodes > 64 || opt_threads < 1 || opt_keys < 1 || opt_keys > 16384 ||
         opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1 || opt_inject < 0 ||
         opt_inject > 1 || opt_stall_every < 0 || opt_stall_ms < 0 || opt_kill_at < 0 ||
-        opt_dead_for < 0 || opt_lose_at < 0 || opt_detect_ms < 0) {
+        opt_dead_for < 0 || opt_lose_at < 0 || opt_detect_ms < 0 || opt_load_on < -1 ||
+        opt_load_on >= opt_nodes) {
         fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
         return 2;
     }
@@ -1327,7 +1337,8 @@ int main(int argc, char **argv)
         verbs_addrs[n] = verbs_addr[n];
     }
     snprintf(cluster, sizeof(cluster), "stress-%d", (int)getpid());
-    per_thread = (uint64_t)opt_ops / ((uint64_t)opt_nodes * (uint64_t)opt_threads);
+    per_thread = (uint64_t)opt_ops /
+                 ((opt_load_on >= 0 ? 1 : (uint64_t)opt_nodes) * (uint64_t)opt_threads);
     if (per_thread == 0)
         per_thread = 1;
     uint64_t total = per_thread * (uint64_t)opt_nodes * (uint64_t)opt_threads;
@@ -1347,7 +1358,9 @@ int main(int argc, char **argv)
     if (!opt_quiet)
         fprintf(stderr, "nessie-stress: %d nodes x %d threads, %" PRIu64 " ops on %d keys, %" PRId64
                         " index slots and %" PRId64 " data bytes per node, expiration %d ms\n",
-                opt_nodes, opt_threads, total, opt_keys, opt_index_slots, opt_data_bytes,
+                opt_nodes, opt_threads,
+                opt_load_on >= 0 ? per_thread * (uint64_t)opt_threads : total, opt_keys,
+                opt_index_slots, opt_data_bytes,
                 opt_expiration_ms);
 
     pid_t *pids = calloc((size_t)opt_nodes, sizeof(*pids));
@@ -1700,13 +1713,13 @@ int main(int argc, char **argv)
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
            " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
            " dropped=%" PRIu64 " outlived=%" PRIu64 " withdrawn=%" PRIu64 " shunned=%" PRIu64
-           " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 "\n",
+           " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " placed=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
-           sum.view_waits);
+           sum.view_waits, sum.placed);
 
     for (int n = 0; n < opt_nodes; n++) {
         if (nodes[n])
