@@ -289,6 +289,12 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_placed_bytes", c.placed_bytes);
     STAT_U("nessie_placed_in", c.placed_in);
     STAT_U("nessie_placed_in_bytes", c.placed_in_bytes);
+    /* ... and of curr_items, those held now for full peers' clients (the rest are this node's
+     * own clients'), as of the recycle scan's last pass. */
+    uint64_t held, held_bytes;
+    nessie_data_placed(st->node, &held, &held_bytes);
+    STAT_U("nessie_placed_items", held);
+    STAT_U("nessie_placed_item_bytes", held_bytes);
     uint64_t used = nessie_index_used(st->node);
     STAT_U("nessie_index_slots", cfg->index_slots);
     STAT_U("nessie_index_used", used);

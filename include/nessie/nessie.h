@@ -529,6 +529,9 @@ int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots
 /* Live items and their bytes (header, key and value) in this node's data region, as of the
  * last full pass of the recycle scan (memcached's curr_items and bytes). */
 void nessie_data_usage(struct nessie_node *node, uint64_t *items, uint64_t *bytes);
+/* Of those, the values this node holds for the clients of peers that were full (placed here,
+ * issue 29), and their bytes, the same way. */
+void nessie_data_placed(struct nessie_node *node, uint64_t *items, uint64_t *bytes);
 
 /* Non-empty entries of this node's index table (a scan of it: for stats, not per operation). */
 uint64_t nessie_index_used(struct nessie_node *node);

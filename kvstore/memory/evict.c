@@ -531,5 +531,12 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
 
 void nessie_data_usage(struct nessie_node *nd, uint64_t *items, uint64_t *bytes)
 {
-    slab_usage(&nd->slab, items, bytes);
+    uint64_t placed, placed_bytes;
+    slab_usage(&nd->slab, items, bytes, &placed, &placed_bytes);
+}
+
+void nessie_data_placed(struct nessie_node *nd, uint64_t *items, uint64_t *bytes)
+{
+    uint64_t all, all_bytes;
+    slab_usage(&nd->slab, &all, &all_bytes, items, bytes);
 }

@@ -161,6 +161,9 @@ static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
  * duplicate behind it is found by its step 4, which an orphan never ran; so a takeover undoes an
  * orphaned add instead of committing it (protocol/protocol.c, proto_takeover). */
 #define DTE_F_ADD 0x02
+/* A value this owner holds for a full peer's client (modes/place.c, issue 29): counted apart by
+ * the recycle scan, for the stats; it means nothing to the protocol. A MIGRATE's copy keeps it. */
+#define DTE_F_PLACED 0x04
 
 enum dte_kind {
     DTE_KIND_VALUE = 1,

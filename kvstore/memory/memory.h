@@ -156,6 +156,9 @@ struct nessie_ctx {
      * modes/dispatch.c clears it after a call run here in any case. */
     uint64_t call_deadline_ns;
     bool serving;               /* running a peer's shipped call: traffic counted as served */
+    /* DTE_F_* flags the values this context writes carry besides their own: DTE_F_PLACED while a
+     * server runs a store placed here for a full peer (modes/sd.c), else 0. */
+    uint8_t value_flags8;
     /* Server-driven messages (modes/sd.c), one slot long each: [0] the request (built here, or copied
      * out of the ring by a server), [1] the reply (built by a server, or copied in here). */
     unsigned char *sd_buf[2];

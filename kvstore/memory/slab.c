@@ -364,6 +364,10 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
         if (h.kind == DTE_KIND_VALUE) {
             s->cls[cls].used_pass++;
             s->cls[cls].bytes_pass += dte_size(h.key_len, h.value_len);
+            if (h.flags8 & DTE_F_PLACED) {
+                s->cls[cls].placed_pass++;
+                s->cls[cls].placed_bytes_pass += dte_size(h.key_len, h.value_len);
+            }
         }
         return false;
     }
@@ -470,6 +474,10 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
             s->cls[c].used_pass = 0;
             s->cls[c].bytes = s->cls[c].bytes_pass;
             s->cls[c].bytes_pass = 0;
+            s->cls[c].placed = s->cls[c].placed_pass;
+            s->cls[c].placed_pass = 0;
+            s->cls[c].placed_bytes = s->cls[c].placed_bytes_pass;
+            s->cls[c].placed_bytes_pass = 0;
         }
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
@@ -875,13 +883,16 @@ void slab_walk(struct slab *s, uint64_t *pos, size_t n,
     *pos = 0;
 }
 
-void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes)
+void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes, uint64_t *placed,
+                uint64_t *placed_bytes)
 {
-    *items = *bytes = 0;
+    *items = *bytes = *placed = *placed_bytes = 0;
     pthread_mutex_lock(&s->lock);
     for (uint32_t c = 0; c < s->nclasses; c++) {
         *items += s->cls[c].used;
         *bytes += s->cls[c].bytes;
+        *placed += s->cls[c].placed;
+        *placed_bytes += s->cls[c].placed_bytes;
     }
     pthread_mutex_unlock(&s->lock);
 }

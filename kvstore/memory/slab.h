@@ -31,6 +31,8 @@ struct slab_class {
     uint64_t peer_recycled, peer_recycled_pass;
     /* Committed and not recycled (items, and tombstones on their way out), the same way. */
     uint64_t used, used_pass, bytes, bytes_pass;
+    /* ... of which values held for full peers (DTE_F_PLACED), the same way. */
+    uint64_t placed, placed_pass, placed_bytes, placed_bytes_pass;
     uint64_t queued;      /* in the owner's quarantine queue (slab_quarantine) */
     /* Free slots only tombstones may take (DELETE and eviction must work on a full node). */
     uint64_t reserve;
@@ -192,8 +194,10 @@ void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
 void slab_walk(struct slab *s, uint64_t *pos, size_t n,
                bool (*fn)(void *arg, uint32_t cls, uint64_t offset), void *arg);
 
-/* Committed items (not tombstones) and their bytes, as of the recycle scan's last full pass. */
-void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes);
+/* Committed items (not tombstones) and their bytes, and of those the values held for full peers
+ * (DTE_F_PLACED) and theirs, as of the recycle scan's last full pass. */
+void slab_usage(struct slab *s, uint64_t *items, uint64_t *bytes, uint64_t *placed,
+                uint64_t *placed_bytes);
 
 /* Call fn on every slot of every assigned page (for the leak sweep and tests). */
 void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint64_t offset),

@@ -889,6 +889,7 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         if (q->sub & SD_SUB_PLACED) {
             CTR_ADD(ctx->ctr.placed_in, 1);
             CTR_ADD(ctx->ctr.placed_in_bytes, q->value_len);
+            ctx->value_flags8 = DTE_F_PLACED;
         }
         /* A peer's request is checked as nessie_store checks a program's call. */
         if ((q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND)
@@ -898,6 +899,7 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         else
             rc = proto_store(ctx, &kp, (enum nessie_store_mode)(q->sub & ~SD_SUB_PLACED), val,
                              q->value_len, q->flags, q->exptime, q->arg, &rp->version);
+        ctx->value_flags8 = 0;
         break;
     case SD_OP_DELETE:
         rc = proto_delete(ctx, &kp);

@@ -221,6 +221,7 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     memset(h, 0, sizeof(*h));
     h->key_len = (uint8_t)op->klen;
     h->kind = DTE_KIND_VALUE;
+    h->flags8 = op->ctx->value_flags8;
     h->flags = w->flags;
     h->exptime = w->exptime;
     *v1 = w->val;
@@ -233,7 +234,7 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_ADD:
         if (live)
             return NESSIE_NOT_STORED;
-        h->flags8 = DTE_F_ADD;
+        h->flags8 |= DTE_F_ADD;
         break;
     case W_REPLACE:
         if (!live)

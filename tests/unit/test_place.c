@@ -163,6 +163,21 @@ static void test_full_node_places_values_on_peers(void **state)
     assert_int_equal(c0.evictions + c1.evictions + c2.evictions, 0);
     assert_int_equal(hits(C.ctx[0], 0, 1600), 1600);
     assert_int_equal(hits(C.ctx[2], 0, 1600), 1600); /* any node reads them all */
+    /* The stats, once a recycle scan has passed over every region: the values held for node 0
+     * are on 1 and 2 (with migrated copies of node 0's own, which are not counted as held for
+     * it), node 0 holds none for anyone, and every value is held once. */
+    uint64_t items[NODES], bytes[NODES], held[NODES], held_bytes[NODES];
+    for (uint32_t i = 0; i < NODES; i++) {
+        for (int pass = 0; pass < 2; pass++)
+            nessie_recycle_run(C.ctx[i], 1 << 20);
+        nessie_data_usage(C.node[i], &items[i], &bytes[i]);
+        nessie_data_placed(C.node[i], &held[i], &held_bytes[i]);
+    }
+    assert_int_equal(held[0], 0);
+    assert_true(held[1] > 0 && held[1] <= items[1]);
+    assert_true(held[2] > 0 && held[2] <= items[2]);
+    assert_int_equal(items[0] + items[1] + items[2], 1600);
+    assert_true(held[1] + held[2] >= c0.placed * 9 / 10 && held[1] + held[2] <= c0.placed);
 }
 
 /* A full node's store whose chosen peer has no server taking it up is run here after all: the
