@@ -53,6 +53,10 @@
 #define EVICT_FLOOR_MIN 8
 #define EVICT_CRAWL_PER_MS 64
 #define EVICT_CRAWL_MAX 16384
+/* A class has room for others' values (data_hdr.room_classes, modes/place.c) when its free slots
+ * are this many times what the evictor keeps ready: the slack is the node's own writers', and a
+ * class just at it would be pushed into evicting by the first placed values. */
+#define EVICT_ROOM_FACTOR 2
 /* An item written recently counts as read once: it has not had the time to be read, and
  * without this a sample of items read once would give up the item just written (the one a
  * cache's user reads next); ties then go to the older write. Recently is a share of the time
@@ -462,6 +466,7 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
     evict_measure(nd, dt, refused_since);
     bool spare = slab_has_spare_pages(&nd->slab);
     const double period = (double)nd->cfg.expiration_ms / 1000.0;
+    uint64_t room = 0; /* data_hdr.room_classes, as this run finds the classes */
     for (uint32_t cls = 0; cls < nd->nclasses && removed < max_victims; cls++) {
         uint64_t nfree, pending, items, slots, allocs, failed;
         slab_class_state(&nd->slab, cls, &nfree, &pending, &items, &slots, &allocs, &failed);
@@ -517,6 +522,8 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
                 nfree + pending >= want)
                 removed += drain_for(ctx, cls);
         }
+        if (nfree >= EVICT_ROOM_FACTOR * want)
+            room |= 1ULL << cls; /* free beyond what this node's writers need: peers may use it */
         if (nfree + pending >= want)
             continue;
         size_t need = want - (nfree + pending);
@@ -524,6 +531,8 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
             need = max_victims - removed;
         removed += nessie_evict_class(ctx, cls, need);
     }
+    /* A run cut short by max_victims leaves the classes it did not reach without room: a hint. */
+    __atomic_store_n(&nd->hdr->room_classes, room, __ATOMIC_RELAXED);
     nd->evict_last_ns = now;
     pthread_mutex_unlock(&nd->evict_lock);
     return removed;

@@ -283,6 +283,11 @@ struct data_hdr {
      * evict.c): the older, the colder what this node gives up for a new value. 0: it has not
      * evicted. Realtime, as the access hints are: peers compare it with theirs. */
     uint64_t room_victim_ms;
+    /* Bit c: size class c has free slots well beyond what this node's evictor keeps ready for
+     * its own writers (evict.c), so a value of that class takes one without an eviction, spare
+     * pages or not (a node whose pages are all assigned may have emptied many: deletes, expiry,
+     * flush_all). Written by the evictor only; 0 when it does not run. */
+    uint64_t room_classes;
 };
 _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its page");
 
@@ -290,9 +295,11 @@ _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its 
 #define DATA_HDR_OFF_CLOCK ((uint64_t)__builtin_offsetof(struct data_hdr, clock_ns))
 #define DATA_HDR_OFF_FLUSH_AT ((uint64_t)__builtin_offsetof(struct data_hdr, flush_at_ns))
 #define DATA_HDR_OFF_ROOM ((uint64_t)__builtin_offsetof(struct data_hdr, room_spare_pages))
-#define DATA_HDR_ROOM_BYTES 16
-_Static_assert(__builtin_offsetof(struct data_hdr, room_victim_ms) == DATA_HDR_OFF_ROOM + 8,
+#define DATA_HDR_ROOM_BYTES 24
+_Static_assert(__builtin_offsetof(struct data_hdr, room_victim_ms) == DATA_HDR_OFF_ROOM + 8 &&
+               __builtin_offsetof(struct data_hdr, room_classes) == DATA_HDR_OFF_ROOM + 16,
                "the room figures are one READ");
+_Static_assert(ITE_MAX_CLASSES <= 64, "a class is a bit of room_classes");
 
 /* --- the MSG region: server-driven requests and replies (kvstore/modes/sd.c, issue 16) -------------- */
 

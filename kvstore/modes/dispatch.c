@@ -97,7 +97,7 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
     if (dispatch_ships(ctx, true, kp, value_len, &ch)) {
         rc = sd_write(ctx, kp->home, kp, &rq, value, version_out, NULL);
     } else {
-        uint32_t to = place_target(ctx);
+        uint32_t to = place_target(ctx, kp->klen, value_len);
         if (to != ctx->node->cfg.self && sd_can_ship_to(ctx, to, kp->klen + value_len)) {
             ch.est = NULL; /* not the way mode auto chose: nothing to teach it */
             rq.sub |= SD_SUB_PLACED;

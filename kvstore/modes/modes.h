@@ -66,12 +66,13 @@ int sd_write(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp,
 int place_open(struct nessie_node *nd);
 void place_close(struct nessie_node *nd);
 
-/* The node a client-driven store of this node should run on: this node while it has an
- * unassigned page; else a reachable peer that has spare pages (the one with most); else, every
- * node being full, the peer whose recent eviction victims were read a quarter longer ago than
- * this node's, if any, else this node. Never blocks past one READ per peer (at most every
- * PLACE_REFRESH_NS); never fails (a peer it cannot read is not chosen). */
-uint32_t place_target(struct nessie_ctx *ctx);
+/* The node a client-driven store of key_len + value_len bytes should run on: this node while it
+ * has an unassigned page or free slots of the value's class to spare; else a reachable peer that
+ * has either (the one with most spare pages); else, every node being full, the peer whose recent
+ * eviction victims were read a quarter longer ago than this node's, if any, else this node.
+ * Never blocks past one READ per peer (at most every PLACE_REFRESH_NS); never fails (a peer it
+ * cannot read is not chosen). */
+uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len);
 
 /* --- the dispatch (dispatch.c) ------------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
  *
  * A client-driven PUT writes its value into its own node's data table (the paper's decoupling),
  * so a node's clients could use only that node's memory. Here, a store whose node has no
- * unassigned page left is shipped to a peer that has some (the server-driven path, sd.c: the
+ * unassigned page left, nor free slots of its size class to spare, is shipped to a peer that has
+ * either (the server-driven path, sd.c: the
  * peer runs the whole store, client-driven, and writes the value into its own table); once no
  * node has spare pages, to the node whose recent eviction victims were read least recently, so
  * that what the cluster gives up for a new value is its coldest, not the coldest of the busiest
@@ -20,13 +21,14 @@
  * round trip and a peer's server time per placed write, paid only by writers whose node is full.
  * Values larger than a ring slot are not shipped: they stay local (and evict there).
  *
- * The figures (data_hdr.room_spare_pages, room_victim_ms) are published by each owner (slab.c,
- * evict.c) and read here with one READ per peer, at most once every PLACE_REFRESH_NS per node,
+ * The figures (data_hdr.room_spare_pages, room_classes, room_victim_ms) are published by each
+ * owner (slab.c, evict.c) and read here with one READ per peer, at most once every PLACE_REFRESH_NS per node,
  * by whichever call finds them old.
  */
 #include <stdlib.h>
 
 #include "modes.h"
+#include "memory/hash.h"
 
 /* Tunables, with their reasons:
  * - PLACE_REFRESH_NS: peers' figures are read at most this often (one READ per peer): a page of
@@ -48,7 +50,7 @@
 struct place_state {
     _Atomic uint64_t read_ns;
     struct place_peer {
-        _Atomic uint64_t spare, victim_ms;
+        _Atomic uint64_t spare, victim_ms, classes;
     } peer[];
 };
 
@@ -79,15 +81,17 @@ static void place_refresh(struct nessie_ctx *ctx)
     for (uint32_t p = 0; p < nd->cfg.nodes; p++) {
         if (p == nd->cfg.self)
             continue;
-        uint64_t fig[DATA_HDR_ROOM_BYTES / 8] = {0, 0};
+        uint64_t fig[DATA_HDR_ROOM_BYTES / 8] = {0, 0, 0};
         struct fab_wr wr = {.opcode = FAB_OP_READ, .node = p, .region = FAB_REGION_DATA,
                             .offset = DATA_HDR_OFF_ROOM, .local = fig, .length = sizeof(fig)};
         if (mship_unreachable(&nd->view, p) || fab_exec(ctx->ep, &wr) != FAB_OK) {
             fig[0] = 0;          /* no spare page */
             fig[1] = UINT64_MAX; /* victims read "now": never colder than ours */
+            fig[2] = 0;          /* no class with room */
         }
         atomic_store_explicit(&ps->peer[p].spare, fig[0], memory_order_relaxed);
         atomic_store_explicit(&ps->peer[p].victim_ms, fig[1], memory_order_relaxed);
+        atomic_store_explicit(&ps->peer[p].classes, fig[2], memory_order_relaxed);
     }
 }
 
@@ -100,22 +104,35 @@ static uint64_t victim_age(uint64_t victim_ms, uint64_t now_ms)
     return now_ms > victim_ms ? now_ms - victim_ms : 0;
 }
 
-uint32_t place_target(struct nessie_ctx *ctx)
+uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len)
 {
     struct nessie_node *nd = ctx->node;
     const uint32_t self = nd->cfg.self;
     /* The fast path: this node has room. */
     if (nd->cfg.nodes == 1 || __atomic_load_n(&nd->hdr->room_spare_pages, __ATOMIC_RELAXED) > 0)
         return self;
+    int cls = slab_class_for(&nd->slab, dte_size(key_len, (uint32_t)value_len));
+    if (cls < 0)
+        return self; /* too big for any slot: the call says so itself */
+    const uint64_t bit = 1ULL << cls;
+    if (__atomic_load_n(&nd->hdr->room_classes, __ATOMIC_RELAXED) & bit)
+        return self; /* its class has free slots to spare here */
     place_refresh(ctx);
     struct place_state *ps = nd->place;
+    /* A peer with room: the most spare pages, or free slots of the class to spare (ties, such
+     * as several peers with the class's room only, are split by where the scan starts). */
     uint32_t best = self;
-    uint64_t best_spare = PLACE_MIN_SPARE - 1;
-    for (uint32_t p = 0; p < nd->cfg.nodes; p++) {
+    uint64_t best_score = 0;
+    const uint32_t n = nd->cfg.nodes, start = (uint32_t)(hash_xorshift(&ctx->rng) % n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = (start + i) % n;
         uint64_t spare = atomic_load_explicit(&ps->peer[p].spare, memory_order_relaxed);
-        if (p != self && spare > best_spare && !mship_unreachable(&nd->view, p)) {
+        bool room = spare >= PLACE_MIN_SPARE ||
+                    (atomic_load_explicit(&ps->peer[p].classes, memory_order_relaxed) & bit);
+        /* score: spare pages, plus one so that a class's room alone also counts */
+        if (p != self && room && spare + 1 > best_score && !mship_unreachable(&nd->view, p)) {
             best = p;
-            best_spare = spare;
+            best_score = spare + 1;
         }
     }
     if (best != self)

@@ -180,6 +180,31 @@ static void test_full_node_places_values_on_peers(void **state)
     assert_true(held[1] + held[2] >= c0.placed * 9 / 10 && held[1] + held[2] <= c0.placed);
 }
 
+/* A node whose pages are all assigned but that has freed many slots (here, deletes) writes its
+ * values there again once its evictor has seen the free slots, rather than place them on peers
+ * that still have spare pages (before room_classes, every store of a node without a spare page
+ * was placed). */
+static void test_freed_slots_are_used_before_peers(void **state)
+{
+    (void)state;
+    cluster_open(0x7);
+    set_n(C.ctx[0], 0, 1600);
+    char k[32];
+    for (int i = 0; i < 400; i++) { /* the first values went to node 0's own table */
+        snprintf(k, sizeof(k), "place-%d", i);
+        assert_int_equal(nessie_delete(C.ctx[0], k, strlen(k)), NESSIE_OK);
+    }
+    uint64_t placed = counters(0).placed;
+    usleep(3 * 20 * 1000); /* the slots' quarantine (expiration_ms 20) */
+    for (int pass = 0; pass < 2; pass++)
+        nessie_recycle_run(C.ctx[0], 1 << 20);
+    nessie_evict_run(C.ctx[0], 256);
+    assert_int_equal(counters(0).evictions, 0);
+    set_n(C.ctx[0], 2000, 2100);
+    assert_int_equal(counters(0).placed, placed);
+    assert_int_equal(hits(C.ctx[1], 2000, 2100), 100);
+}
+
 /* A full node's store whose chosen peer has no server taking it up is run here after all: the
  * value is kept (node 0 evicts for it), the call does not fail. */
 static void test_placement_without_server_runs_here(void **state)
@@ -209,6 +234,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_full_node_places_values_on_peers, teardown),
+        cmocka_unit_test_teardown(test_freed_slots_are_used_before_peers, teardown),
         cmocka_unit_test_teardown(test_placement_without_server_runs_here, teardown),
         cmocka_unit_test_teardown(test_full_cluster_evicts_everywhere, teardown),
     };
