@@ -22,8 +22,8 @@
  * Values larger than a ring slot are not shipped: they stay local (and evict there).
  *
  * The figures (data_hdr.room_spare_pages, room_classes, room_victim_ms) are published by each
- * owner (slab.c, evict.c) and read here with one READ per peer, at most once every PLACE_REFRESH_NS per node,
- * by whichever call finds them old.
+ * owner (slab.c, evict.c) and read here with one READ per peer, at most once every
+ * PLACE_REFRESH_NS per node, by whichever call finds them old.
  */
 #include <stdlib.h>
 

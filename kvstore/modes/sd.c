@@ -828,7 +828,8 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
     if (q->seq != seq || q->incarnation != inc || q->version != MSG_WIRE_VERSION ||
         q->op == 0 || q->op >= SD_OP_END ||
         q->key_len == 0 || q->value_len > nd->cfg.max_item_size || plen > slot_payload(st) ||
-        (q->op == SD_OP_STORE && (q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND) || (q->op == SD_OP_ARITH && q->sub > 1))
+        (q->op == SD_OP_STORE && (q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND) ||
+        (q->op == SD_OP_ARITH && q->sub > 1))
         return false;
     uint64_t tr = msg_round8(64 + plen), trailer;
     if (fab_local_read(nd->fab, FAB_REGION_MSG, off + 64, msg + 64, (uint32_t)(tr + 8 - 64)) != FAB_OK)
