@@ -189,8 +189,8 @@ struct nessie_counters {
     uint64_t sd_shunned;          /* calls run here, not shipped: their home's servers looked
                                      dead or stalled (their heartbeat stood still) */
     uint64_t sd_expired;          /* requests a server took up after their budget: not run */
-    /* Placement (issue 29): stores this node's clients made while it was full, run on a peer with
-     * room (and their value bytes); and stores run here for peers that were full. */
+    /* Placement (issue 29): stores this node's clients made while it was full, stored by a peer
+     * with room (and their value bytes); and stores stored here for peers that were full. */
     uint64_t placed, placed_bytes;
     uint64_t placed_in, placed_in_bytes;
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and

@@ -162,7 +162,8 @@ static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
  * orphaned add instead of committing it (protocol/protocol.c, proto_takeover). */
 #define DTE_F_ADD 0x02
 /* A value this owner holds for a full peer's client (modes/place.c, issue 29): counted apart by
- * the recycle scan, for the stats; it means nothing to the protocol. A MIGRATE's copy keeps it. */
+ * the recycle scan, for the stats; it means nothing to the protocol. A MIGRATE's copy keeps it,
+ * although the copy lands in the migrating node's region: the stat is approximate. */
 #define DTE_F_PLACED 0x04
 
 enum dte_kind {
@@ -279,14 +280,14 @@ struct data_hdr {
      * protocol, like any shipped write). After flush_at_ns, so a region formatted before reads
      * as no figure (zeros): no layout version change. */
     uint64_t room_spare_pages; /* unassigned pages a value may still take (slab.c) */
-    /* CLOCK_REALTIME ms of the last read of the items this node evicted lately (smoothed,
-     * evict.c): the older, the colder what this node gives up for a new value. 0: it has not
-     * evicted. Realtime, as the access hints are: peers compare it with theirs. */
+    /* CLOCK_REALTIME ms of the last read (or the write) of the items this node evicted lately
+     * (smoothed, evict.c): the older, the colder what this node gives up for a new value. 0: it
+     * has not evicted. Realtime, as the access hints are: peers compare it with theirs. */
     uint64_t room_victim_ms;
     /* Bit c: size class c has free slots well beyond what this node's evictor keeps ready for
      * its own writers (evict.c), so a value of that class takes one without an eviction, spare
      * pages or not (a node whose pages are all assigned may have emptied many: deletes, expiry,
-     * flush_all). Written by the evictor only; 0 when it does not run. */
+     * flush_all). Written by the evictor only; 0 until it has run (a restart keeps the last). */
     uint64_t room_classes;
 };
 _Static_assert(sizeof(struct data_hdr) <= DATA_HDR_BYTES, "data header fits its page");

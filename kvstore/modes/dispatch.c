@@ -102,7 +102,7 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
             ch.est = NULL; /* not the way mode auto chose: nothing to teach it */
             rq.sub |= SD_SUB_PLACED;
             rc = sd_write(ctx, to, kp, &rq, value, version_out, NULL);
-            if (rc >= 0) {
+            if (rc == NESSIE_OK) {
                 CTR_ADD(ctx->ctr.placed, 1);
                 CTR_ADD(ctx->ctr.placed_bytes, value_len);
             }

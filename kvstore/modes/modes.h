@@ -34,6 +34,9 @@ bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value
  * another node, the request fits a ring slot, and its servers are not shunned (sd_can_ship's
  * rules for any node: placement ships stores to nodes that are not the key's home). */
 bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len);
+/* Whether calls to home run here for now: its servers looked dead or stalled (a withdrawal won
+ * there), until a probe sees its heartbeat move. One relaxed load; never blocks. */
+bool sd_home_shunned(const struct nessie_node *nd, uint32_t home);
 
 /* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD), then, once
  * it ended, teach the selector how long it took. */
@@ -67,8 +70,9 @@ int place_open(struct nessie_node *nd);
 void place_close(struct nessie_node *nd);
 
 /* The node a client-driven store of key_len + value_len bytes should run on: this node while it
- * has an unassigned page or free slots of the value's class to spare; else a reachable peer that
- * has either (the one with most spare pages); else, every node being full, the peer whose recent
+ * has an unassigned page or free slots of the value's class to spare; else a reachable peer, not
+ * shunned, that has PLACE_MIN_SPARE spare pages or free slots of the class to spare (the one with
+ * most spare pages); else, every node being full, the peer whose recent
  * eviction victims were read a quarter longer ago than this node's, if any, else this node.
  * Never blocks past one READ per peer (at most every PLACE_REFRESH_NS); never fails (a peer it
  * cannot read is not chosen). */

@@ -57,7 +57,12 @@ struct place_state {
 int place_open(struct nessie_node *nd)
 {
     nd->place = calloc(1, sizeof(*nd->place) + nd->cfg.nodes * sizeof(struct place_peer));
-    return nd->place ? NESSIE_OK : NESSIE_NO_MEMORY;
+    if (!nd->place)
+        return NESSIE_NO_MEMORY;
+    /* Until a first read: no room, and victims read "now" (never colder than ours). */
+    for (uint32_t p = 0; p < nd->cfg.nodes; p++)
+        atomic_init(&nd->place->peer[p].victim_ms, UINT64_MAX);
+    return NESSIE_OK;
 }
 
 void place_close(struct nessie_node *nd)
@@ -68,7 +73,8 @@ void place_close(struct nessie_node *nd)
 
 /* Read every reachable peer's room figures if the last read is PLACE_REFRESH_NS old (one
  * thread of the node at a time; the others use the figures as they are). A peer that cannot be
- * read counts as full and never evicting, so nothing is placed on it until it can be. */
+ * read counts as full with victims read just now (the hottest), so nothing is placed on it until
+ * it can be read. */
 static void place_refresh(struct nessie_ctx *ctx)
 {
     struct nessie_node *nd = ctx->node;
@@ -130,7 +136,8 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
         bool room = spare >= PLACE_MIN_SPARE ||
                     (atomic_load_explicit(&ps->peer[p].classes, memory_order_relaxed) & bit);
         /* score: spare pages, plus one so that a class's room alone also counts */
-        if (p != self && room && spare + 1 > best_score && !mship_unreachable(&nd->view, p)) {
+        if (p != self && room && spare + 1 > best_score && !mship_unreachable(&nd->view, p) &&
+            !sd_home_shunned(nd, p)) {
             best = p;
             best_score = spare + 1;
         }
@@ -142,7 +149,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
     uint64_t mine = victim_age(__atomic_load_n(&nd->hdr->room_victim_ms, __ATOMIC_RELAXED), now_ms);
     uint64_t best_age = mine / PLACE_COLDER_DEN * PLACE_COLDER_NUM;
     for (uint32_t p = 0; p < nd->cfg.nodes; p++) {
-        if (p == self || mship_unreachable(&nd->view, p))
+        if (p == self || mship_unreachable(&nd->view, p) || sd_home_shunned(nd, p))
             continue;
         uint64_t age = victim_age(atomic_load_explicit(&ps->peer[p].victim_ms,
                                                        memory_order_relaxed), now_ms);

@@ -340,6 +340,12 @@ bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
     return true;
 }
 
+bool sd_home_shunned(const struct nessie_node *nd, uint32_t home)
+{
+    return home < nd->cfg.nodes &&
+           atomic_load_explicit(&nd->sd->home[home].shunned, memory_order_relaxed);
+}
+
 bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len)
 {
     return sd_can_ship_to(ctx, kp->home, kp->klen + value_len);
@@ -886,12 +892,10 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         break;
     }
     case SD_OP_STORE:
-        /* A value placed here for room (place.c): counted, then run as any store. */
-        if (q->sub & SD_SUB_PLACED) {
-            CTR_ADD(ctx->ctr.placed_in, 1);
-            CTR_ADD(ctx->ctr.placed_in_bytes, q->value_len);
+        /* A value placed here for room (place.c): run as any store, its entry marked, and
+         * counted once stored. */
+        if (q->sub & SD_SUB_PLACED)
             ctx->value_flags8 = DTE_F_PLACED;
-        }
         /* A peer's request is checked as nessie_store checks a program's call. */
         if ((q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND)
             rc = NESSIE_INVALID;
@@ -900,6 +904,10 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         else
             rc = proto_store(ctx, &kp, (enum nessie_store_mode)(q->sub & ~SD_SUB_PLACED), val,
                              q->value_len, q->flags, q->exptime, q->arg, &rp->version);
+        if (rc == NESSIE_OK && ctx->value_flags8) {
+            CTR_ADD(ctx->ctr.placed_in, 1);
+            CTR_ADD(ctx->ctr.placed_in_bytes, q->value_len);
+        }
         ctx->value_flags8 = 0;
         break;
     case SD_OP_DELETE:
