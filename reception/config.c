@@ -72,6 +72,11 @@ static const struct cfg_key schema[] = {
      "clusters on one host need two names. [A-Za-z0-9_-]."},
     {"cluster", "nodes", CFG_U32, 1, NESSIE_NODES_MAX, "1", NULL, NULL, F(engine.nodes),
      "Nodes in the cluster."},
+    {"cluster", "node_ids", CFG_U32, 0, NESSIE_NODES_MAX, "0", NULL, NULL, F(engine.node_ids),
+     "Node-id capacity: the ids 0..node_ids-1 a node of this cluster may ever have (0: nodes).\n"
+     "Positions are hashed over it, so it is fixed for the cluster's life and the same on every\n"
+     "node; ids from nodes on are absent (hold nothing) until a node is added (issue 30). At most\n"
+     "64 x nodes. Each id costs every node 2 x sd_slots x max_item_size bytes of request rings."},
     {"cluster", "fabric", CFG_ENUM, 0, 0, "shm", NULL, "shm|verbs", F(engine.backend),
      "shm: every node on this host (one-sided access through shared memory).\n"
      "verbs: RDMA (rdma-core) between hosts."},
@@ -418,12 +423,19 @@ static int check_whole(struct recep_config *cfg, const char *where)
 {
     struct nessie_config *e = &cfg->engine;
     if (e->backend == NESSIE_BACKEND_VERBS) {
-        if (cfg->naddr != e->nodes) {
+        uint32_t ids = e->node_ids ? e->node_ids : e->nodes;
+        if (cfg->naddr != ids) {
             log_error("config %s: [cluster] fabric = verbs needs addresses = HOST:PORT, ... with "
-                      "one entry per node (%u), found %u", where, e->nodes, cfg->naddr);
+                      "one entry per node id (%u), found %u", where, ids, cfg->naddr);
             return -1;
         }
         e->addrs = cfg->addr_ptr;
+    }
+    if (e->node_ids && (e->node_ids < e->nodes ||
+                        e->node_ids > NESSIE_NODE_IDS_PER_NODE_MAX * (uint64_t)e->nodes)) {
+        log_error("config %s: [cluster] node_ids = %u: must be 0, or nodes (%u) to %u x nodes",
+                  where, e->node_ids, e->nodes, NESSIE_NODE_IDS_PER_NODE_MAX);
+        return -1;
     }
     e->device = cfg->device[0] ? cfg->device : NULL;
     const char *pct = strchr(cfg->socket_name, '%');

@@ -182,6 +182,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     /* Nessie's own. */
     STAT_U("nessie_node", cfg->self);
     STAT_U("nessie_nodes", cfg->nodes);
+    STAT_U("nessie_node_ids", cfg->node_ids ? cfg->node_ids : cfg->nodes);
     STAT_U("nessie_requests", requests);
     STAT_U("nessie_workers_asleep", asleep);
     char name[96];

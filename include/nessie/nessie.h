@@ -66,10 +66,15 @@ enum nessie_backend {
     NESSIE_BACKEND_VERBS,   /* RDMA verbs (rdma-core): RC queue pairs, connected with librdmacm */
 };
 
+/* The node-id capacity's ceiling per member (node_ids below): placement draws each way about
+ * node_ids / members times (kvstore/memory/keys.c), so the ratio bounds a call's hashing, and at
+ * 64 the chance that a way runs out of draws is below e^-64. */
+#define NESSIE_NODE_IDS_PER_NODE_MAX 64
+
 struct nessie_config {
     enum nessie_backend backend;
     const char *cluster;        /* fabric cluster name */
-    const char *const *addrs;   /* verbs: each node's listener, HOST:PORT (nodes entries) */
+    const char *const *addrs;   /* verbs: each node's listener, HOST:PORT (node_ids entries) */
     const char *device;         /* verbs: the RDMA device this node's address must be on, or NULL */
     uint32_t nodes;             /* nodes in the cluster */
     uint32_t self;              /* the node this process plays */
@@ -103,13 +108,22 @@ struct nessie_config {
     } mode;
     /* Requests one node may have in flight to one home node at once (1..64, default 4): the
      * slots of its request ring there. Each slot holds a request and its reply inline, so the
-     * MSG region costs 2 x nodes x sd_slots x (max item, at most 1 MiB) bytes per node. */
+     * MSG region costs 2 x node_ids x sd_slots x (max item, at most 1 MiB) bytes per node. */
     uint32_t sd_slots;
     /* With views (issue 28): how long a call that could not reach a node waits, at most, for the
      * view that fences it, ms; it is then run again under that view (0, the default: no views
      * will come, and such a call fails at once with NESSIE_FABRIC_ERROR). A daemon with
      * [membership] mode = etcd derives it from its lease (reception/members.c). At most 600000. */
     uint32_t view_wait_ms;
+    /* Node-id capacity (issue 30): the ids 0..node_ids-1 a member of the cluster may ever have;
+     * 0, the default, is nodes. Like index_slots, a constant of the cluster's life: positions
+     * are drawn over it (memory/keys.c), so every node must be given the same. Nodes 0..nodes-1
+     * are the members; the ids from nodes on are absent (nothing placed on them, never touched)
+     * until a change of membership adds them. At most NESSIE_NODE_IDS_PER_NODE_MAX x nodes and
+     * 1024. Each id costs every
+     * node 2 x sd_slots x (max item) bytes of MSG region (sd_slots above); over verbs, addrs
+     * has node_ids entries (NULL for an id that has no host yet). */
+    uint32_t node_ids;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */

@@ -107,7 +107,8 @@ struct fab_ep_stats {
 struct fab_config {
     enum fab_backend backend;
     const char *cluster;     /* cluster name: [A-Za-z0-9_-], 1..FAB_CLUSTER_NAME_MAX chars */
-    uint32_t nodes;          /* nodes in the cluster, 1..FAB_MAX_NODES */
+    uint32_t nodes;          /* node ids the cluster may have, 1..FAB_MAX_NODES: its
+                              * capacity, not its members (engine.c) */
     uint32_t self;           /* this process's node */
     uint64_t region_size[FAB_REGION_COUNT]; /* bytes, same on every node; multiple of 8 */
     /* verbs only: each node's listener, "HOST:PORT" (nodes entries; copied by fab_open), and the

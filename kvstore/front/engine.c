@@ -70,6 +70,10 @@ static int check_config(const struct nessie_config *c)
         why = "no cluster name";
     else if (c->nodes == 0 || c->nodes > ITE_MAX_NODES || c->self >= c->nodes)
         why = "node id outside the cluster (or more than 1024 nodes)";
+    else if (c->node_ids &&
+             (c->node_ids < c->nodes || c->node_ids > ITE_MAX_NODES ||
+              c->node_ids > (uint64_t)c->nodes * NESSIE_NODE_IDS_PER_NODE_MAX))
+        why = "node_ids must be 0 or nodes..64 x nodes, at most 1024";
     else if (c->ways < 2 || c->ways > NESSIE_MAX_WAYS)
         why = "ways must be 2..8";
     else if (c->filter_bits > ITE_FILTER_BITS_MAX)
@@ -154,6 +158,8 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     nd->cfg = *cfg;
     snprintf(nd->cluster, sizeof(nd->cluster), "%s", cfg->cluster);
     nd->cfg.cluster = nd->cluster;
+    if (nd->cfg.node_ids == 0)
+        nd->cfg.node_ids = nd->cfg.nodes;
     if (nd->cfg.op_timeout_ms == 0)
         nd->cfg.op_timeout_ms = nd->cfg.expiration_ms > OP_TIMEOUT_MIN_DEFAULT_MS
                                     ? nd->cfg.expiration_ms
@@ -162,11 +168,11 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     struct fab_config fc = {
         .backend = (enum fab_backend)cfg->backend,
         .cluster = cfg->cluster,
-        .nodes = cfg->nodes,
+        .nodes = nd->cfg.node_ids,
         .self = cfg->self,
         .region_size = {[FAB_REGION_INDEX] = cfg->index_slots * 8,
                         [FAB_REGION_DATA] = cfg->data_bytes,
-                        [FAB_REGION_MSG] = msg_region_bytes(cfg->nodes, cfg->sd_slots,
+                        [FAB_REGION_MSG] = msg_region_bytes(nd->cfg.node_ids, cfg->sd_slots,
                                                             cfg->max_item_size)},
         .addrs = cfg->addrs,
         .device = cfg->device,
@@ -208,6 +214,8 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         return NESSIE_NO_MEMORY;
     }
     nd->view_ready = true;
+    for (uint32_t id = nd->cfg.nodes; id < nd->cfg.node_ids; id++)
+        mship_set_absent(&nd->view, id, true);
     fab_set_fence(nd->fab, &nd->view);
     if (sd_open(nd) != NESSIE_OK) {
         log_error("engine: node %u: out of memory for the request rings' state", cfg->self);
@@ -343,7 +351,7 @@ int nessie_ctx_create(struct nessie_node *nd, struct nessie_ctx **out)
     if (!ctx)
         return NESSIE_NO_MEMORY;
     ctx->node = nd;
-    ctx->clock_seen = calloc(nd->cfg.nodes, sizeof(*ctx->clock_seen));
+    ctx->clock_seen = calloc(nd->cfg.node_ids, sizeof(*ctx->clock_seen));
     if (!ctx->clock_seen || fab_ep_create(nd->fab, 0, &ctx->ep) != FAB_OK) {
         free(ctx->clock_seen);
         free(ctx);
@@ -478,12 +486,13 @@ static int flush_at_write(struct nessie_ctx *ctx, uint32_t n, uint64_t at)
 }
 
 /* The nodes a flush should reach: all but those a view fenced (issue 28), which never serve
- * again and whose memory is never touched, so missing them is nothing to warn about. */
+ * again and whose memory is never touched, so missing them is nothing to warn about, and absent
+ * ids (issue 30), which have no memory. */
 static uint32_t engine_members(const struct nessie_node *nd)
 {
-    uint32_t n = nd->cfg.nodes;
-    for (uint32_t i = 0; i < nd->cfg.nodes; i++)
-        n -= mship_fenced(&nd->view, i);
+    uint32_t n = nd->cfg.node_ids;
+    for (uint32_t i = 0; i < nd->cfg.node_ids; i++)
+        n -= mship_fenced(&nd->view, i) || mship_absent(&nd->view, i);
     return n;
 }
 
@@ -498,7 +507,7 @@ int nessie_flush(struct nessie_ctx *ctx)
     uint64_t t = VERSION_TIME(nessie_real_ns());
     bool reach[ITE_MAX_NODES];
     uint32_t reached = 0;
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++) {
         uint64_t lv;
         struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
                             .offset = __builtin_offsetof(struct data_hdr, last_version),
@@ -513,19 +522,19 @@ int nessie_flush(struct nessie_ctx *ctx)
      * versions a little ahead of real time (a clock is pushed past the time when one node
      * writes faster than its granule). FLUSH_MARGIN_NS covers that lead with room to spare; the
      * cost is CAS tokens that jump ahead by as much. */
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++)
-        if (!reach[n]) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++)
+        if (!reach[n] && !mship_absent(&nd->view, n)) { /* an absent id has no clock */
             t = VERSION_TIME(t + FLUSH_MARGIN_NS);
             break;
         }
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++) {
         if (reach[n] && flush_raise(ctx, n, t) != FAB_OK)
             reach[n] = false;
         reached += reach[n];
     }
     /* A delayed flush still pending is replaced by this one, as in memcached (the last
      * flush_all wins); one whose time has come is covered by this one (t is later). */
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++)
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++)
         if (reach[n] && flush_at_write(ctx, n, 0) != FAB_OK) {
             reach[n] = false;
             reached--;
@@ -547,7 +556,7 @@ int nessie_flush_delayed(struct nessie_ctx *ctx, int64_t exptime)
         return nessie_flush(ctx);
     uint64_t at = (uint64_t)when_s * 1000000000ULL;
     uint32_t reached = 0;
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++) {
         /* A delayed flush whose time has come on this node stays in effect: it moves into the
          * flush word (raised by CAS, never lowered) before the new time replaces it. */
         uint64_t old;
@@ -576,7 +585,7 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
 {
     struct nessie_node *nd = ctx->node;
     uint64_t mine = nessie_flush_ns(nd);
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++) {
         uint64_t f;
         struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
                             .offset = DATA_HDR_OFF_FLUSH, .local = &f, .length = 8};
@@ -598,7 +607,7 @@ void nessie_flush_catch_up(struct nessie_ctx *ctx)
      * node was away): the latest of theirs, not ours; ours only if none answers. */
     uint64_t at = 0;
     bool heard = false;
-    for (uint32_t n = 0; n < nd->cfg.nodes; n++) {
+    for (uint32_t n = 0; n < nd->cfg.node_ids; n++) {
         uint64_t f;
         struct fab_wr wr = {.opcode = FAB_OP_READ, .node = n, .region = FAB_REGION_DATA,
                             .offset = DATA_HDR_OFF_FLUSH_AT, .local = &f, .length = 8};

@@ -100,6 +100,14 @@ struct mship_state {
      * positions are no longer drawn elsewhere; they stay on the node, fenced still, so calls
      * that need them wait. Set by mship_rejoin, cleared when the readmitting view is installed. */
     _Atomic uint64_t rejoining[NESSIE_NODES_MAX / 64];
+    /* Absent ids (issue 30): ids below the cluster's node-id capacity that are not members (never
+     * joined yet). Nothing is placed on them and nothing of them is touched: placement draws
+     * around them as around a fenced node, and the fabric refuses them. Unlike a fence, absence
+     * says nothing about data: no entry can name an absent id's data. Set and cleared by
+     * mship_set_absent; relaxed, as fenced; nabsent lets a cluster with none (the default:
+     * capacity == nodes) skip the bitmap with one load. */
+    _Atomic uint32_t nabsent;
+    _Atomic uint64_t absent[NESSIE_NODES_MAX / 64];
     /* Per node, the incarnation its fence is for (the member's in the view that fenced it): a
      * view may readmit the node only at a newer one. Under lock. */
     uint64_t fenced_inc[NESSIE_NODES_MAX];
@@ -147,6 +155,11 @@ void mship_suspend(struct mship_state *st, uint32_t node);
 /* A view that readmits node was read (not acted on yet: "Rejoin"): from now on its positions
  * are no longer drawn elsewhere. Never blocks; idempotent. */
 void mship_rejoin(struct mship_state *st, uint32_t node);
+
+/* Mark node absent (or present again): see absent above. Returns NESSIE_OK, or NESSIE_INVALID
+ * for an id past NESSIE_NODES_MAX or this node itself (a node is always a member of its own
+ * cluster), and then nothing changes. Idempotent; never blocks. */
+int mship_set_absent(struct mship_state *st, uint32_t node, bool absent);
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
  * good. Never blocks. */
@@ -199,6 +212,37 @@ static inline bool mship_lost(const struct mship_state *st, uint32_t node)
     return mship_fenced(st, node) && !mship_rejoining(st, node);
 }
 
+/* Whether any id is absent: one relaxed load (false when the capacity is the node count). */
+static inline bool mship_any_absent(const struct mship_state *st)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&st->nabsent, memory_order_relaxed) != 0;
+}
+
+/* Whether node is an absent id (see absent above). Never blocks. */
+static inline bool mship_absent(const struct mship_state *st, uint32_t node)
+{
+    if (!mship_any_absent(st) || node >= NESSIE_NODES_MAX)
+        return false;
+    uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->absent[node / 64],
+                                      memory_order_relaxed);
+    return (w >> (node % 64)) & 1;
+}
+
+/* Whether placement may put index positions on node: it is neither absent nor fenced, unless
+ * rejoining ("Rejoin": a rejoining node keeps its positions). memory/keys.c draws again around
+ * every node this is false for. Never blocks. */
+static inline bool mship_placed(const struct mship_state *st, uint32_t node)
+{
+    return !mship_absent(st, node) && !mship_lost(st, node);
+}
+
+/* Whether placement must look at the bitmaps at all: some node is fenced or absent. Two
+ * relaxed loads; false for a static cluster at full capacity, always. */
+static inline bool mship_any_unplaced(const struct mship_state *st)
+{
+    return mship_any_fenced(st) || mship_any_absent(st);
+}
+
 /* Whether any node is rejoining (a readmitting view read here, not acted on yet). Reads every
  * word of the bitmap: for the rare paths that meet an orphan, never a call's common path. */
 static inline bool mship_any_rejoining(const struct mship_state *st)
@@ -223,14 +267,14 @@ static inline bool mship_self_fenced(const struct mship_state *st)
     return mship_fenced(st, st->self);
 }
 
-/* Whether node's memory must not be touched: fenced, or suspended. Never blocks. */
+/* Whether node's memory must not be touched: fenced, suspended or absent. Never blocks. */
 static inline bool mship_unreachable(const struct mship_state *st, uint32_t node)
 {
     if (node >= NESSIE_NODES_MAX)
         return false;
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->suspended[node / 64],
                                       memory_order_relaxed);
-    return ((w >> (node % 64)) & 1) || mship_fenced(st, node);
+    return ((w >> (node % 64)) & 1) || mship_fenced(st, node) || mship_absent(st, node);
 }
 
 #endif

@@ -18,6 +18,9 @@ int mship_init(struct mship_state *st, uint32_t self)
         atomic_init(&st->suspended[i], 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->rejoining[i], 0);
+    atomic_init(&st->nabsent, 0);
+    for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
+        atomic_init(&st->absent[i], 0);
     memset(st->fenced_inc, 0, sizeof(st->fenced_inc));
     for (uint32_t i = 0; i < NESSIE_NODES_MAX; i++)
         atomic_init(&st->lives[i], 0);
@@ -129,6 +132,26 @@ void mship_renew(struct mship_state *st, uint64_t until_ns)
            !atomic_compare_exchange_weak_explicit(&st->valid_until_ns, &cur, until_ns,
                                                   memory_order_release, memory_order_relaxed))
         ;
+}
+
+int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
+{
+    if (node >= NESSIE_NODES_MAX || node == st->self)
+        return NESSIE_INVALID;
+    /* The bit and the count move together under the lock, so two callers cannot both count
+     * one change; readers load them without it (see absent in membership.h). */
+    uint64_t bit = 1ULL << (node % 64);
+    pthread_rwlock_wrlock(&st->lock);
+    uint64_t w = atomic_load_explicit(&st->absent[node / 64], memory_order_relaxed);
+    if (absent && !(w & bit)) {
+        atomic_fetch_or_explicit(&st->absent[node / 64], bit, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->nabsent, 1, memory_order_relaxed);
+    } else if (!absent && (w & bit)) {
+        atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
+    }
+    pthread_rwlock_unlock(&st->lock);
+    return NESSIE_OK;
 }
 
 void mship_suspend(struct mship_state *st, uint32_t node)

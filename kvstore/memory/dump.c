@@ -35,7 +35,7 @@ static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const struct key_
         if (w == mine)
             return 1;
         uint32_t cls = ite_class(w);
-        if (cls >= nd->nclasses || ite_node(w) >= nd->cfg.nodes ||
+        if (cls >= nd->nclasses || ite_node(w) >= nd->cfg.node_ids ||
             DTE_HDR_SIZE + kp->klen > nd->class_size[cls])
             continue; /* not an entry that can hold this key */
         unsigned char hk[DTE_HDR_SIZE + NESSIE_KEY_MAX];

@@ -16,7 +16,16 @@
  * it touches nothing of the lost node (suspended), so its calls there fail and wait instead of
  * acting under the old placement (membership.h, "Acting on a view"). A fenced node that is
  * rejoining (a view readmitting it read) keeps its positions: calls that need them wait until
- * the view is acted on and the node is reachable (membership.h, "Rejoin"). */
+ * the view is acted on and the node is reachable (membership.h, "Rejoin").
+ *
+ * Node-id capacity (issue 30): positions are drawn over every id the cluster may ever have
+ * (cfg.node_ids, fixed when it is made, like index_slots), and an id that is not a member
+ * (absent) is drawn around as a fenced one is. So placement is a function of the set of placed
+ * nodes alone: a node that joins takes exactly the draws that reach it before any other placed
+ * node, about 1/(N+1) of the positions, and one that leaves gives up exactly its own, 1/N. At a
+ * capacity equal to the node count, nothing is absent and the draws are the ones before
+ * capacities existed (tests/unit/test_keys.c pins them). Each way costs about capacity/members
+ * draws, so a capacity of a few times the node count is cheap and a far larger one is not. */
 #define KEYS_WAY_STEP 0x9e3779b97f4a7c15ULL
 /* Draws per way before a fenced position is kept anyway (its calls then fail at the fabric): only
  * a cluster with fewer live index slots than ways, or a broken hash, gets that far. */
@@ -24,8 +33,8 @@
 
 static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64_t *pos)
 {
-    uint64_t total = (uint64_t)nd->cfg.nodes * nd->cfg.index_slots;
-    bool fence = mship_any_fenced(&nd->view);
+    uint64_t total = (uint64_t)nd->cfg.node_ids * nd->cfg.index_slots;
+    bool fence = mship_any_unplaced(&nd->view);
     for (uint32_t i = 0; i < nd->cfg.ways; i++) {
         uint32_t draws = 0;
         for (uint64_t draw = i;; draw += NESSIE_WAYS_MAX) {
@@ -34,8 +43,7 @@ static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64
             for (uint32_t j = 0; j < i; j++)
                 dup = dup || pos[j] == p;
             uint32_t owner = (uint32_t)(p / nd->cfg.index_slots);
-            bool out = fence && mship_fenced(&nd->view, owner) &&
-                       !mship_rejoining(&nd->view, owner) && ++draws < KEYS_DRAWS_MAX;
+            bool out = fence && !mship_placed(&nd->view, owner) && ++draws < KEYS_DRAWS_MAX;
             if ((!dup || total <= i) && !out) {
                 pos[i] = p;
                 break;

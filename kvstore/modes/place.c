@@ -56,11 +56,11 @@ struct place_state {
 
 int place_open(struct nessie_node *nd)
 {
-    nd->place = calloc(1, sizeof(*nd->place) + nd->cfg.nodes * sizeof(struct place_peer));
+    nd->place = calloc(1, sizeof(*nd->place) + nd->cfg.node_ids * sizeof(struct place_peer));
     if (!nd->place)
         return NESSIE_NO_MEMORY;
     /* Until a first read: no room, and victims read "now" (never colder than ours). */
-    for (uint32_t p = 0; p < nd->cfg.nodes; p++)
+    for (uint32_t p = 0; p < nd->cfg.node_ids; p++)
         atomic_init(&nd->place->peer[p].victim_ms, UINT64_MAX);
     return NESSIE_OK;
 }
@@ -84,7 +84,7 @@ static void place_refresh(struct nessie_ctx *ctx)
         !atomic_compare_exchange_strong_explicit(&ps->read_ns, &at, now, memory_order_relaxed,
                                                  memory_order_relaxed))
         return;
-    for (uint32_t p = 0; p < nd->cfg.nodes; p++) {
+    for (uint32_t p = 0; p < nd->cfg.node_ids; p++) {
         if (p == nd->cfg.self)
             continue;
         uint64_t fig[DATA_HDR_ROOM_BYTES / 8] = {0, 0, 0};
@@ -115,7 +115,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
     struct nessie_node *nd = ctx->node;
     const uint32_t self = nd->cfg.self;
     /* The fast path: this node has room. */
-    if (nd->cfg.nodes == 1 || __atomic_load_n(&nd->hdr->room_spare_pages, __ATOMIC_RELAXED) > 0)
+    if (nd->cfg.node_ids == 1 || __atomic_load_n(&nd->hdr->room_spare_pages, __ATOMIC_RELAXED) > 0)
         return self;
     int cls = slab_class_for(&nd->slab, dte_size(key_len, (uint32_t)value_len));
     if (cls < 0)
@@ -129,7 +129,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
      * as several peers with the class's room only, are split by where the scan starts). */
     uint32_t best = self;
     uint64_t best_score = 0;
-    const uint32_t n = nd->cfg.nodes, start = (uint32_t)(hash_xorshift(&ctx->rng) % n);
+    const uint32_t n = nd->cfg.node_ids, start = (uint32_t)(hash_xorshift(&ctx->rng) % n);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p = (start + i) % n;
         uint64_t spare = atomic_load_explicit(&ps->peer[p].spare, memory_order_relaxed);
@@ -148,7 +148,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
     uint64_t now_ms = nessie_real_ns() / 1000000ULL;
     uint64_t mine = victim_age(__atomic_load_n(&nd->hdr->room_victim_ms, __ATOMIC_RELAXED), now_ms);
     uint64_t best_age = mine / PLACE_COLDER_DEN * PLACE_COLDER_NUM;
-    for (uint32_t p = 0; p < nd->cfg.nodes; p++) {
+    for (uint32_t p = 0; p < nd->cfg.node_ids; p++) {
         if (p == self || mship_unreachable(&nd->view, p) || sd_home_shunned(nd, p))
             continue;
         uint64_t age = victim_age(atomic_load_explicit(&ps->peer[p].victim_ms,

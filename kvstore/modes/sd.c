@@ -202,7 +202,7 @@ int sd_open(struct nessie_node *nd)
     struct sd_state *st = calloc(1, sizeof(*st));
     if (!st)
         return NESSIE_NO_MEMORY;
-    st->nodes = nd->cfg.nodes;
+    st->nodes = nd->cfg.node_ids;
     st->slots = nd->cfg.sd_slots;
     st->slot_bytes = msg_slot_bytes(nd->cfg.max_item_size);
     st->msg = fab_local_base(nd->fab, FAB_REGION_MSG);
@@ -342,7 +342,7 @@ bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
 
 bool sd_home_shunned(const struct nessie_node *nd, uint32_t home)
 {
-    return home < nd->cfg.nodes &&
+    return home < nd->cfg.node_ids &&
            atomic_load_explicit(&nd->sd->home[home].shunned, memory_order_relaxed);
 }
 

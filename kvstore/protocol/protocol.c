@@ -313,7 +313,7 @@ static bool owner_clock(struct op *op, uint64_t ite, uint64_t *now)
     struct fab_wr wr = {.opcode = FAB_OP_READ, .node = node, .region = FAB_REGION_DATA,
                         .offset = DATA_HDR_OFF_CLOCK, .local = &published, .length = 8};
     CTR_ADD(OPC(op->ctx).dte_reads, 1);
-    if (node >= op->node->cfg.nodes || fab_exec(op->ctx->ep, &wr) != FAB_OK)
+    if (node >= op->node->cfg.node_ids || fab_exec(op->ctx->ep, &wr) != FAB_OK)
         return false;
     struct nessie_clock_seen *seen = &op->ctx->clock_seen[node];
     uint64_t mine = nessie_mono_ns();

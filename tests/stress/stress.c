@@ -110,6 +110,9 @@ static gdouble opt_inject = 0;
 static gint opt_stall_every = 0, opt_stall_ms = 0;
 static gint opt_kill_at = 0, opt_dead_for = 0, opt_lose_at = 0, opt_detect_ms = 300;
 static gint opt_load_on = -1; /* --load-on: the one node whose threads issue operations */
+/* --node-ids: the cluster's node-id capacity (nessie.h, node_ids; 0: --nodes), so ids from
+ * --nodes on are absent and placement draws around them (issue 30). */
+static gint opt_node_ids = 0;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
@@ -124,6 +127,8 @@ static const char *verbs_addrs[64];
 
 static GOptionEntry entries[] = {
     {"nodes", 'n', 0, G_OPTION_ARG_INT, &opt_nodes, "node processes (default 3)", "N"},
+    {"node-ids", 0, 0, G_OPTION_ARG_INT, &opt_node_ids,
+     "node-id capacity: ids from --nodes up to C-1 are absent (default: --nodes)", "C"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt_threads, "threads per node (default 4)", "T"},
     {"keys", 'k', 0, G_OPTION_ARG_INT, &opt_keys, "distinct keys (default 32)", "K"},
     {"ops", 'o', 0, G_OPTION_ARG_INT64, &opt_ops, "operations in all (default 100000)", "OPS"},
@@ -273,6 +278,7 @@ static void config_for(struct nessie_config *cfg, uint32_t self)
     nessie_config_defaults(cfg);
     cfg->cluster = cluster;
     cfg->nodes = (uint32_t)opt_nodes;
+    cfg->node_ids = (uint32_t)opt_node_ids;
     cfg->self = self;
     cfg->index_slots = (uint64_t)opt_index_slots;
     cfg->data_bytes = (uint64_t)opt_data_bytes;
@@ -1317,7 +1323,8 @@ int main(int argc, char **argv)
         opt_ops < 1 || opt_index_slots < 4 || opt_expiration_ms < 1 || opt_inject < 0 ||
         opt_inject > 1 || opt_stall_every < 0 || opt_stall_ms < 0 || opt_kill_at < 0 ||
         opt_dead_for < 0 || opt_lose_at < 0 || opt_detect_ms < 0 || opt_load_on < -1 ||
-        opt_load_on >= opt_nodes) {
+        opt_load_on >= opt_nodes || (opt_node_ids && (opt_node_ids < opt_nodes ||
+                                                      opt_node_ids > 64))) {
         fprintf(stderr, "nessie-stress: option out of range (see --help)\n");
         return 2;
     }
@@ -1331,7 +1338,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "nessie-stress: --fabric must be shm or verbs\n");
         return 2;
     }
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < (opt_node_ids ? opt_node_ids : opt_nodes); n++) {
         snprintf(verbs_addr[n], sizeof(verbs_addr[n]), "%s:%d", opt_addr ? opt_addr : "10.77.0.1",
                  opt_port_base + n);
         verbs_addrs[n] = verbs_addr[n];
@@ -1355,13 +1362,16 @@ int main(int argc, char **argv)
         perror("nessie-stress: mmap");
         return 2;
     }
+    char capacity[48] = "";
+    if (opt_node_ids)
+        snprintf(capacity, sizeof(capacity), ", node-id capacity %d", opt_node_ids);
     if (!opt_quiet)
         fprintf(stderr, "nessie-stress: %d nodes x %d threads, %" PRIu64 " ops on %d keys, %" PRId64
-                        " index slots and %" PRId64 " data bytes per node, expiration %d ms\n",
+                        " index slots and %" PRId64 " data bytes per node, expiration %d ms%s\n",
                 opt_nodes, opt_threads,
                 opt_load_on >= 0 ? per_thread * (uint64_t)opt_threads : total, opt_keys,
                 opt_index_slots, opt_data_bytes,
-                opt_expiration_ms);
+                opt_expiration_ms, capacity);
 
     pid_t *pids = calloc((size_t)opt_nodes, sizeof(*pids));
     for (int n = 0; n < opt_nodes; n++) {

@@ -4,7 +4,9 @@
  * draw what the running ones do (keys.h: changing it re-homes every key). These golden vectors
  * pin the placement as it is, with all nodes placed and with one fenced (the failover redraw),
  * so that a change of the formula (issue 30's node-id capacity, a faster hash) shows here: the
- * checksums of 100,000 keys' plans at three configurations.
+ * checksums of 100,000 keys' plans at three configurations. Issue 30's node-id capacity is
+ * checked here too: at a capacity equal to the node count it is the pinned placement, and an add
+ * or a retire moves about 1/N of the positions, each to (or from) the node that changes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,18 +39,20 @@ static void fnv(uint64_t *h, uint64_t v)
     }
 }
 
-/* Open node 0 of a cluster of `nodes` (its own regions only: a plan needs no peer), fence
- * `fenced` (a node id, or -1) by a view, and checksum the plans of KEYS keys: positions, filter
- * bits, home. */
-static uint64_t plans_checksum(uint32_t nodes, uint64_t index_slots, uint32_t ways, int fenced)
+static char node_name[64];
+
+/* Open node 0 of a cluster of `nodes` members and node-id capacity node_ids (0: nodes), with
+ * its own regions only (a plan needs no peer). Close it with close_node. */
+static struct nessie_node *open_node(uint32_t nodes, uint32_t node_ids, uint64_t index_slots,
+                                     uint32_t ways)
 {
     static unsigned seq;
-    char name[64];
-    snprintf(name, sizeof(name), "test-keys-%d-%u", (int)getpid(), seq++);
+    snprintf(node_name, sizeof(node_name), "test-keys-%d-%u", (int)getpid(), seq++);
     struct nessie_config cfg;
     nessie_config_defaults(&cfg);
-    cfg.cluster = name;
+    cfg.cluster = node_name;
     cfg.nodes = nodes;
+    cfg.node_ids = node_ids;
     cfg.self = 0;
     cfg.index_slots = index_slots;
     cfg.ways = ways;
@@ -56,6 +60,21 @@ static uint64_t plans_checksum(uint32_t nodes, uint64_t index_slots, uint32_t wa
     cfg.max_item_size = 4096;
     struct nessie_node *nd;
     assert_int_equal(nessie_node_open(&cfg, &nd), NESSIE_OK);
+    return nd;
+}
+
+static void close_node(struct nessie_node *nd)
+{
+    nessie_node_close(nd);
+    fab_unlink(FAB_BACKEND_SHM, node_name, 0);
+}
+
+/* Open node 0 of a cluster of `nodes` (capacity node_ids), fence `fenced` (a node id, or -1) by
+ * a view, and checksum the plans of KEYS keys: positions, filter bits, home. */
+static uint64_t plans_checksum_at(uint32_t nodes, uint32_t node_ids, uint64_t index_slots,
+                                  uint32_t ways, int fenced)
+{
+    struct nessie_node *nd = open_node(nodes, node_ids, index_slots, ways);
     if (fenced >= 0) {
         struct nessie_view *v = calloc(1, sizeof(*v));
         assert_non_null(v);
@@ -82,9 +101,48 @@ static uint64_t plans_checksum(uint32_t nodes, uint64_t index_slots, uint32_t wa
         fnv(&h, kp.filter);
         fnv(&h, kp.home);
     }
-    nessie_node_close(nd);
-    fab_unlink(FAB_BACKEND_SHM, name, 0);
+    close_node(nd);
     return h;
+}
+
+static uint64_t plans_checksum(uint32_t nodes, uint64_t index_slots, uint32_t ways, int fenced)
+{
+    return plans_checksum_at(nodes, 0, index_slots, ways, fenced);
+}
+
+/* The positions of KEYS keys (ways each, key-major) as node nd draws them; free() them. */
+static uint64_t *plans_positions(struct nessie_node *nd, uint32_t ways)
+{
+    uint64_t *pos = calloc((size_t)KEYS * ways, sizeof(*pos));
+    assert_non_null(pos);
+    char k[32];
+    for (int i = 0; i < KEYS; i++) {
+        int len = snprintf(k, sizeof(k), "key:%08d", i);
+        struct key_plan kp;
+        key_plan_make(&kp, nd, k, (size_t)len);
+        memcpy(&pos[(size_t)i * ways], kp.pos, ways * sizeof(*pos));
+    }
+    return pos;
+}
+
+/* Of the positions in a and b (KEYS keys' plans), how many differ, and of those how many moved
+ * to a node other than `to` (or were on a node other than `from`, when from >= 0). */
+struct moved {
+    uint64_t moved, elsewhere;
+};
+static struct moved plans_moved(const uint64_t *a, const uint64_t *b, uint32_t ways,
+                                uint64_t index_slots, int from, int to)
+{
+    struct moved m = {0, 0};
+    for (size_t i = 0; i < (size_t)KEYS * ways; i++) {
+        if (a[i] == b[i])
+            continue;
+        m.moved++;
+        if ((to >= 0 && b[i] / index_slots != (uint64_t)to) ||
+            (from >= 0 && a[i] / index_slots != (uint64_t)from))
+            m.elsewhere++;
+    }
+    return m;
 }
 
 /* The checksum, printed when it differs so that an intended change of format can record it. */
@@ -111,11 +169,136 @@ static void test_plans_with_a_fence_are_pinned(void **state)
                     "3 nodes x 1024 slots, 3 ways, node 2 fenced");
 }
 
+/* Issue 30: a capacity equal to the node count is the placement before capacities existed. */
+static void test_full_capacity_is_the_pinned_placement(void **state)
+{
+    (void)state;
+    expect_checksum(plans_checksum_at(3, 3, 1024, 3, -1), GOLDEN_3x1024x3,
+                    "3 nodes of capacity 3 x 1024 slots, 3 ways");
+    expect_checksum(plans_checksum_at(3, 3, 1024, 3, 2), GOLDEN_3x1024x3_FENCED_2,
+                    "3 nodes of capacity 3 x 1024 slots, 3 ways, node 2 fenced");
+}
+
+/* Ids past the members hold no position and are never a key's home; the ways stay distinct. */
+static void test_absent_ids_hold_nothing(void **state)
+{
+    (void)state;
+    const uint32_t ways = 4;
+    const uint64_t slots = 1024;
+    struct nessie_node *nd = open_node(3, 8, slots, ways);
+    uint64_t per_node[8] = {0};
+    char k[32];
+    for (int i = 0; i < KEYS; i++) {
+        int len = snprintf(k, sizeof(k), "key:%08d", i);
+        struct key_plan kp;
+        key_plan_make(&kp, nd, k, (size_t)len);
+        assert_true(kp.home < 3);
+        for (uint32_t w = 0; w < ways; w++) {
+            per_node[kp.pos[w] / slots]++;
+            for (uint32_t j = 0; j < w; j++)
+                assert_true(kp.pos[j] != kp.pos[w]);
+        }
+    }
+    for (uint32_t n = 3; n < 8; n++)
+        assert_int_equal(per_node[n], 0);
+    /* ... and the members share the positions evenly (within 3 %). */
+    for (uint32_t n = 0; n < 3; n++)
+        assert_true(per_node[n] > (uint64_t)KEYS * ways / 3 * 97 / 100 &&
+                    per_node[n] < (uint64_t)KEYS * ways / 3 * 103 / 100);
+    close_node(nd);
+}
+
+/* An added node takes about 1/(N+1) of the positions (N members before), and what moves, moves
+ * to it: the issue's "<= 1.1/N of the index positions move (N after the add)". */
+static void test_an_add_moves_one_in_n(void **state)
+{
+    (void)state;
+    const uint32_t ways = 3, cap = 8;
+    const uint64_t slots = 4096;
+    for (uint32_t n = 2; n < cap; n++) {
+        struct nessie_node *before = open_node(n, cap, slots, ways);
+        uint64_t *a = plans_positions(before, ways);
+        close_node(before);
+        struct nessie_node *after = open_node(n + 1, cap, slots, ways);
+        uint64_t *b = plans_positions(after, ways);
+        close_node(after);
+        struct moved m = plans_moved(a, b, ways, slots, -1, (int)n);
+        double frac = (double)m.moved / ((double)KEYS * ways);
+        fprintf(stderr, "add: %u -> %u nodes: %.4f of positions moved (1/N = %.4f), %llu not to "
+                        "the new node\n", n, n + 1, frac, 1.0 / (n + 1),
+                (unsigned long long)m.elsewhere);
+        assert_true(frac <= 1.1 / (n + 1));
+        assert_true(frac >= 0.9 / (n + 1));
+        /* Only the duplicate rule moves a position elsewhere: a later way that took its next
+         * draw because an earlier way held one, now moved. */
+        assert_true(m.elsewhere * 1000 <= m.moved);
+        free(a);
+        free(b);
+    }
+}
+
+/* A node that leaves (made absent, as a retire will) gives up exactly its own positions, each
+ * to a node that stays: about 1/N. */
+static void test_a_retire_moves_one_in_n(void **state)
+{
+    (void)state;
+    const uint32_t ways = 3, nodes = 4;
+    const uint64_t slots = 4096;
+    struct nessie_node *nd = open_node(nodes, 6, slots, ways);
+    uint64_t *a = plans_positions(nd, ways);
+    assert_int_equal(mship_set_absent(&nd->view, 2, true), NESSIE_OK);
+    uint64_t *b = plans_positions(nd, ways);
+    struct moved m = plans_moved(a, b, ways, slots, 2, -1);
+    double frac = (double)m.moved / ((double)KEYS * ways);
+    fprintf(stderr, "retire: node 2 of %u: %.4f of positions moved (1/N = %.4f), %llu not from "
+                    "it\n", nodes, frac, 1.0 / nodes, (unsigned long long)m.elsewhere);
+    assert_true(frac <= 1.1 / nodes && frac >= 0.9 / nodes);
+    assert_true(m.elsewhere * 1000 <= m.moved);
+    for (size_t i = 0; i < (size_t)KEYS * ways; i++)
+        assert_true(b[i] / slots != 2);
+    /* Present again: the placement before, exactly (a function of the placed set). */
+    assert_int_equal(mship_set_absent(&nd->view, 2, false), NESSIE_OK);
+    uint64_t *c = plans_positions(nd, ways);
+    assert_memory_equal(a, c, (size_t)KEYS * ways * sizeof(*a));
+    /* A node cannot make itself absent. */
+    assert_int_equal(mship_set_absent(&nd->view, 0, true), NESSIE_INVALID);
+    free(a);
+    free(b);
+    free(c);
+    close_node(nd);
+}
+
+/* The capacity is checked at open: below the node count, past 64 per node or 1024: refused. */
+static void test_capacity_is_checked(void **state)
+{
+    (void)state;
+    struct nessie_config cfg;
+    nessie_config_defaults(&cfg);
+    cfg.cluster = "test-keys-bad";
+    cfg.nodes = 3;
+    cfg.self = 0;
+    cfg.index_slots = 64;
+    cfg.data_bytes = 1 << 20;
+    cfg.max_item_size = 4096;
+    struct nessie_node *nd = NULL;
+    const uint32_t bad[] = {1, 2, 3 * 64 + 1, 1025};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg.node_ids = bad[i];
+        assert_int_equal(nessie_node_open(&cfg, &nd), NESSIE_INVALID);
+        assert_null(nd);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plans_are_pinned),
         cmocka_unit_test(test_plans_with_a_fence_are_pinned),
+        cmocka_unit_test(test_full_capacity_is_the_pinned_placement),
+        cmocka_unit_test(test_absent_ids_hold_nothing),
+        cmocka_unit_test(test_an_add_moves_one_in_n),
+        cmocka_unit_test(test_a_retire_moves_one_in_n),
+        cmocka_unit_test(test_capacity_is_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
