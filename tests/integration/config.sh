@@ -36,8 +36,9 @@ grep -q '^sweep_every_s = [1-9]' "$dir/defaults.conf" ||
 # 2. Round trips: the defaults, and every key away from its default.
 "$recep" --config "$dir/defaults.conf" --print-config >"$dir/again.conf" &&
     cmp -s "$dir/defaults.conf" "$dir/again.conf" || bad "the defaults do not round-trip"
-set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.fabric=verbs \
-    "cluster.addresses=10.1.2.3:7470, 10.1.2.4:7471, [fe80::1]:7472" cluster.device=mlx5_0 \
+set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.node_ids=4 cluster.fabric=verbs \
+    "cluster.addresses=10.1.2.3:7470, 10.1.2.4:7471, [fe80::1]:7472, 10.1.2.5:7473" \
+    cluster.device=mlx5_0 \
     cluster.index_slots=4096 cluster.data_bytes=16777216 cluster.ways=4 cluster.filter_bits=5 \
     cluster.max_item_size=262144 cluster.expiration_ms=250 cluster.op_timeout_ms=900 \
     cluster.migrate_depth=2 cluster.evict=false cluster.mode=auto cluster.sd_slots=8 \
@@ -110,6 +111,13 @@ refuse "bad number" '[reception] workers = "2x"' --set reception.workers=2x
 refuse "no such file" "$dir/none.conf" --config "$dir/none.conf"
 refuse "--set without a key" 'expected GROUP.KEY=VALUE' --set nodes=3
 refuse "verbs without addresses" 'needs addresses' --set cluster.fabric=verbs
+refuse "verbs with an address per node, not per node id" 'one entry per node id (4), found 3' \
+    --set cluster.fabric=verbs --set cluster.nodes=3 --set cluster.node_ids=4 \
+    --set "cluster.addresses=10.1.2.3:7470, 10.1.2.4:7471, 10.1.2.5:7472"
+refuse "a node-id capacity below the nodes" 'node_ids = 2: must be 0, or nodes (3) to 64 x nodes' \
+    --set cluster.nodes=3 --set cluster.node_ids=2
+refuse "a node-id capacity past 64 per node" 'node_ids = 129' --set cluster.nodes=2 \
+    --set cluster.node_ids=129
 refuse "cluster name outside [A-Za-z0-9_-]" 'expected letters, digits, _ and - only' --set "cluster.name=a b"
 refuse "a string the file cannot hold" 'no blanks at its ends' --set "reception.socket=n%u.sock "
 refuse "etcd without endpoints" 'mode = etcd needs endpoints' --set membership.mode=etcd
