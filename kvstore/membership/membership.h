@@ -108,6 +108,8 @@ struct mship_state {
      * capacity == nodes) skip the bitmap with one load. */
     _Atomic uint32_t nabsent;
     _Atomic uint64_t absent[NESSIE_NODES_MAX / 64];
+    /* The change of membership in progress ("Changes" below): MSHIP_CHANGE_WORD, or 0. */
+    _Atomic uint32_t change;
     /* Per node, the incarnation its fence is for (the member's in the view that fenced it): a
      * view may readmit the node only at a newer one. Under lock. */
     uint64_t fenced_inc[NESSIE_NODES_MAX];
@@ -122,6 +124,28 @@ struct mship_state {
      * "Acting on a view" above). 0: no lease in force (static membership, or none given yet). */
     _Atomic uint64_t valid_until_ns;
 };
+
+/* Changes of membership (issue 30): a node added to the cluster or retired from it online.
+ * While one is in progress, every call's plan is the union of the placements before and after
+ * (memory/keys.h), and its phase says which of them takes no new entry: announced, the arriving
+ * positions; moving, the leaving ones (model/elastic.pml checks why, and why the mover of the
+ * leaving entries waits as it does). One change at a time. The change is one word, so a plan
+ * reads it once: the node, the kind, the phase. Committing it makes the node present (an add) or
+ * absent (a retire), then clears the word with release, so a plan that loads the word with
+ * acquire and finds no change also finds the node's new absence bit. */
+enum mship_change_kind { MSHIP_CHANGE_ADD = 1, MSHIP_CHANGE_RETIRE = 2 };
+enum mship_change_phase { MSHIP_PHASE_ANNOUNCE = 1, MSHIP_PHASE_MOVE = 2 };
+#define MSHIP_CHANGE_WORD(node, kind, phase) \
+    (((uint32_t)(node) + 1) | (uint32_t)(kind) << 16 | (uint32_t)(phase) << 24)
+static inline uint32_t mship_change_node(uint32_t w) { return (w & 0xFFFF) - 1; }
+static inline enum mship_change_kind mship_change_kind(uint32_t w)
+{
+    return (enum mship_change_kind)((w >> 16) & 0xFF);
+}
+static inline enum mship_change_phase mship_change_phase(uint32_t w)
+{
+    return (enum mship_change_phase)(w >> 24);
+}
 
 /* Start with no view (epoch 0, no members, no fence) for node self. Returns NESSIE_OK, or
  * NESSIE_NO_MEMORY when the lock cannot be made. */
@@ -160,6 +184,23 @@ void mship_rejoin(struct mship_state *st, uint32_t node);
  * for an id past NESSIE_NODES_MAX or this node itself (a node is always a member of its own
  * cluster), and then nothing changes. Idempotent; never blocks. */
 int mship_set_absent(struct mship_state *st, uint32_t node, bool absent);
+
+/* Begin a change of node (an add: node absent now; a retire: node present now, not this node)
+ * or move it to a later phase. Returns NESSIE_OK; NESSIE_INVALID for a node or kind that does not
+ * fit the cluster as it is, a phase that goes back, or a change of another node while one is in
+ * progress, and then nothing changes. Never blocks but on readers' copies. */
+int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_kind kind,
+                     enum mship_change_phase phase);
+
+/* End the change in progress: an added node becomes present, a retired one absent (see
+ * "Changes"). Returns NESSIE_OK, or NESSIE_INVALID when no change is in progress. */
+int mship_change_commit(struct mship_state *st);
+
+/* The change in progress (MSHIP_CHANGE_WORD), or 0: one load, acquire ("Changes"). */
+static inline uint32_t mship_change(const struct mship_state *st)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&st->change, memory_order_acquire);
+}
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
  * good. Never blocks. */

@@ -19,6 +19,7 @@ int mship_init(struct mship_state *st, uint32_t self)
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->rejoining[i], 0);
     atomic_init(&st->nabsent, 0);
+    atomic_init(&st->change, 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->absent[i], 0);
     memset(st->fenced_inc, 0, sizeof(st->fenced_inc));
@@ -150,6 +151,52 @@ int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
         atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed);
         atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
     }
+    pthread_rwlock_unlock(&st->lock);
+    return NESSIE_OK;
+}
+
+int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_kind kind,
+                     enum mship_change_phase phase)
+{
+    if (node >= NESSIE_NODES_MAX || (kind != MSHIP_CHANGE_ADD && kind != MSHIP_CHANGE_RETIRE) ||
+        (phase != MSHIP_PHASE_ANNOUNCE && phase != MSHIP_PHASE_MOVE))
+        return NESSIE_INVALID;
+    int rc = NESSIE_OK;
+    pthread_rwlock_wrlock(&st->lock);
+    uint32_t cur = atomic_load_explicit(&st->change, memory_order_relaxed);
+    bool absent = (atomic_load_explicit(&st->absent[node / 64], memory_order_relaxed) >>
+                   (node % 64)) & 1;
+    if (cur && (mship_change_node(cur) != node || mship_change_kind(cur) != kind ||
+                mship_change_phase(cur) > phase))
+        rc = NESSIE_INVALID; /* another change, or a phase going back */
+    else if (kind == MSHIP_CHANGE_ADD ? !absent : (absent || node == st->self))
+        rc = NESSIE_INVALID;
+    else
+        atomic_store_explicit(&st->change, MSHIP_CHANGE_WORD(node, kind, phase),
+                              memory_order_release);
+    pthread_rwlock_unlock(&st->lock);
+    return rc;
+}
+
+int mship_change_commit(struct mship_state *st)
+{
+    pthread_rwlock_wrlock(&st->lock);
+    uint32_t cur = atomic_load_explicit(&st->change, memory_order_relaxed);
+    if (!cur) {
+        pthread_rwlock_unlock(&st->lock);
+        return NESSIE_INVALID;
+    }
+    uint32_t node = mship_change_node(cur);
+    uint64_t bit = 1ULL << (node % 64);
+    /* The node's bit first, the word after with release: see "Changes". */
+    if (mship_change_kind(cur) == MSHIP_CHANGE_ADD) {
+        atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_or_explicit(&st->absent[node / 64], bit, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->nabsent, 1, memory_order_relaxed);
+    }
+    atomic_store_explicit(&st->change, 0, memory_order_release);
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;
 }

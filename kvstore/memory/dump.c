@@ -26,7 +26,7 @@ static int dump_current(struct nessie_ctx *ctx, uint64_t mine, const struct key_
 {
     struct nessie_node *nd = ctx->node;
     const uint64_t *pos = kp->pos;
-    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+    for (uint32_t i = 0; i < kp->n; i++) {
         uint64_t w;
         if (nessie_ite_read_pos(ctx->ep, nd, pos[i], &w) != NESSIE_OK)
             return -1;

@@ -1,6 +1,8 @@
 /* keys.c - see keys.h. */
 #include "keys.h"
 
+#include <string.h>
+
 #include "hash.h"
 #include "memory.h"
 
@@ -31,10 +33,17 @@
  * a cluster with fewer live index slots than ways, or a broken hash, gets that far. */
 #define KEYS_DRAWS_MAX 4096
 
-static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64_t *pos)
+/* No override: placement as the view has it. */
+#define KEYS_NO_OVERRIDE UINT32_MAX
+
+/* The ways positions of the key with this digest, drawn around every node that is not placed;
+ * node ov (unless KEYS_NO_OVERRIDE) counts as placed or not by ov_placed, whatever the view says:
+ * a change of membership works out its two placements that way. */
+static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64_t *pos,
+                           uint32_t ov, bool ov_placed)
 {
     uint64_t total = (uint64_t)nd->cfg.node_ids * nd->cfg.index_slots;
-    bool fence = mship_any_unplaced(&nd->view);
+    bool fence = mship_any_unplaced(&nd->view) || (ov != KEYS_NO_OVERRIDE && !ov_placed);
     for (uint32_t i = 0; i < nd->cfg.ways; i++) {
         uint32_t draws = 0;
         for (uint64_t draw = i;; draw += NESSIE_WAYS_MAX) {
@@ -43,13 +52,57 @@ static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64
             for (uint32_t j = 0; j < i; j++)
                 dup = dup || pos[j] == p;
             uint32_t owner = (uint32_t)(p / nd->cfg.index_slots);
-            bool out = fence && !mship_placed(&nd->view, owner) && ++draws < KEYS_DRAWS_MAX;
+            bool placed = owner == ov ? ov_placed : mship_placed(&nd->view, owner);
+            bool out = fence && !placed && ++draws < KEYS_DRAWS_MAX;
             if ((!dup || total <= i) && !out) {
                 pos[i] = p;
                 break;
             }
         }
     }
+}
+
+/* The plan's positions: the placement's ways, or during a change (membership.h, "Changes") the
+ * union T: the placement before, in way order, then what the placement after adds, with each
+ * position's role and the phase's no-insert bits. Returns the count. */
+static uint32_t plan_all(const struct nessie_node *nd, uint64_t digest, uint64_t *pos,
+                         uint8_t *role, uint32_t *no_insert)
+{
+    const uint32_t ways = nd->cfg.ways;
+    uint32_t change = mship_change(&nd->view);
+    *no_insert = 0;
+    if (!change) {
+        plan_positions(nd, digest, pos, KEYS_NO_OVERRIDE, false);
+        memset(role, KEY_STAY, ways);
+        return ways;
+    }
+    uint32_t node = mship_change_node(change);
+    bool add = mship_change_kind(change) == MSHIP_CHANGE_ADD;
+    uint64_t after[NESSIE_WAYS_MAX];
+    plan_positions(nd, digest, pos, node, !add);  /* before: an added node not yet placed */
+    plan_positions(nd, digest, after, node, add); /* after: a retired one no longer */
+    uint32_t n = ways;
+    for (uint32_t i = 0; i < ways; i++) {
+        role[i] = KEY_LEAVING;
+        for (uint32_t j = 0; j < ways; j++)
+            if (after[j] == pos[i])
+                role[i] = KEY_STAY;
+    }
+    for (uint32_t j = 0; j < ways; j++) {
+        bool known = false;
+        for (uint32_t i = 0; i < ways; i++)
+            known = known || pos[i] == after[j];
+        if (!known) {
+            pos[n] = after[j];
+            role[n++] = KEY_ARRIVING;
+        }
+    }
+    enum key_role shut = mship_change_phase(change) == MSHIP_PHASE_ANNOUNCE ? KEY_ARRIVING
+                                                                            : KEY_LEAVING;
+    for (uint32_t i = 0; i < n; i++)
+        if (role[i] == shut)
+            *no_insert |= 1u << i;
+    return n;
 }
 
 static uint32_t plan_filter(const struct nessie_node *nd, uint64_t digest)
@@ -64,15 +117,31 @@ void key_plan_make(struct key_plan *p, const struct nessie_node *nd, const void 
     uint64_t digest = hash_key(key, klen, NESSIE_HASH_SEED);
     p->key = key;
     p->klen = (uint32_t)klen;
-    plan_positions(nd, digest, p->pos);
+    p->n = plan_all(nd, digest, p->pos, p->role, &p->no_insert);
     p->filter = plan_filter(nd, digest);
+    /* During a change, pos[0] is the placement before's: shipped calls go where they went
+     * until the change is committed. */
     p->home = (uint32_t)(p->pos[0] / nd->cfg.index_slots);
 }
 
 void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,
                           uint64_t *pos)
 {
-    plan_positions(nd, hash_key(key, key_len, NESSIE_HASH_SEED), pos);
+    uint32_t change = mship_change(&nd->view);
+    uint64_t digest = hash_key(key, key_len, NESSIE_HASH_SEED);
+    if (!change)
+        plan_positions(nd, digest, pos, KEYS_NO_OVERRIDE, false);
+    else
+        plan_positions(nd, digest, pos, mship_change_node(change),
+                       mship_change_kind(change) != MSHIP_CHANGE_ADD);
+}
+
+uint32_t nessie_key_plan_positions(const struct nessie_node *nd, const void *key, size_t key_len,
+                                   uint64_t pos[NESSIE_PLAN_MAX])
+{
+    uint8_t role[NESSIE_PLAN_MAX];
+    uint32_t no_insert;
+    return plan_all(nd, hash_key(key, key_len, NESSIE_HASH_SEED), pos, role, &no_insert);
 }
 
 uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)

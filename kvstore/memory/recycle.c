@@ -156,9 +156,9 @@ static int sweep_referenced(struct nessie_ctx *ctx, uint64_t ite)
         return 0; /* no key: it was never published whole */
     fab_local_read(nd->fab, FAB_REGION_DATA, ite_offset(ite) + DTE_HDR_SIZE, hk + DTE_HDR_SIZE,
                    h.key_len);
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(nd, hk + DTE_HDR_SIZE, h.key_len, pos);
-    for (uint32_t i = 0; i < nd->cfg.ways; i++) {
+    uint64_t pos[NESSIE_PLAN_MAX];
+    uint32_t n = nessie_key_plan_positions(nd, hk + DTE_HDR_SIZE, h.key_len, pos);
+    for (uint32_t i = 0; i < n; i++) {
         uint64_t w;
         if (nessie_ite_read_pos(ctx->ep, nd, pos[i], &w) != NESSIE_OK)
             return -1;

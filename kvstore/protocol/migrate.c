@@ -55,8 +55,8 @@ static enum attempt take_back(struct op *op, uint64_t src, uint64_t sv, bool rec
  * NESSIE_OK (src is free, or holds the key now), A_RETRY on a concurrent operation, or A_DONE
  * with NESSIE_INDEX_FULL when the depth limit is reached.
  */
-enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
-                           int *status)
+enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, uint32_t key_n,
+                           unsigned depth, int *status)
 {
     struct nessie_ctx *ctx = op->ctx;
     struct nessie_node *nd = op->node;
@@ -134,7 +134,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * write the key there, under the view before, and a value taken out now and another written
      * after would be lost twice by one view change. Once the view is acted on, nobody acts under
      * the one before (membership.h, "Rejoin"): the migration tries again. */
-    if (!pos_in(src, spos, op->n)) {
+    if (!pos_in(src, spos, sp.n)) {
         if (mship_any_rejoining(&nd->view)) {
             count_abort(op, NESSIE_ABORT_MIGRATE);
             goto out;
@@ -143,8 +143,10 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         goto out;
     }
     uint64_t dst = UINT64_MAX, dv = 0;
-    for (uint32_t i = 0; i < op->n; i++) {
-        if (spos[i] == src || pos_in(spos[i], key_pos, op->n))
+    for (uint32_t i = 0; i < sp.n; i++) {
+        /* Not a position the change of membership keeps from new entries (keys.h): a copy is
+         * one, for its key (model/elastic.pml, policies A and B). */
+        if (spos[i] == src || pos_in(spos[i], key_pos, key_n) || ((sp.no_insert >> i) & 1))
             continue;
         uint64_t w;
         if ((*status = ite_read(op, spos[i], &w)) != NESSIE_OK) {
@@ -166,7 +168,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     if (!ite_empty(dv)) {
         /* Step 4.2: free the destination first, recursively. */
         enum nessie_opkind k = ctx->kind;
-        enum attempt r = proto_migrate(op, dst, spos, depth + 1, status);
+        enum attempt r = proto_migrate(op, dst, spos, sp.n, depth + 1, status);
         ctx->kind = k;
         if (r != A_DONE || *status != NESSIE_OK) {
             if (r == A_RETRY)

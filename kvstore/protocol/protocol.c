@@ -64,7 +64,8 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
     op->last_abort = -1;
     op->key = kp->key;
     op->klen = kp->klen;
-    op->n = nd->cfg.ways;
+    op->n = kp->n;
+    op->no_insert = kp->no_insert;
     memcpy(op->pos, kp->pos, sizeof(op->pos[0]) * op->n);
     op->filter = kp->filter;
     /* node | incarnation | context | sequence: unique across the cluster and across restarts,
@@ -366,9 +367,9 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
         return rc;
     if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
         return NESSIE_OK;
-    uint64_t pos[NESSIE_MAX_WAYS];
-    nessie_key_positions(op->node, v->key, v->h.key_len, pos);
-    for (uint32_t i = 0; i < op->n; i++) {
+    uint64_t pos[NESSIE_PLAN_MAX];
+    uint32_t n = nessie_key_plan_positions(op->node, v->key, v->h.key_len, pos);
+    for (uint32_t i = 0; i < n; i++) {
         uint64_t w;
         if ((rc = ite_read(op, pos[i], &w)) != NESSIE_OK)
             return rc;
@@ -449,8 +450,8 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
  * and *changed. */
 int proto_reverse_pass(struct op *op, bool *changed)
 {
-    struct fab_wr wr[NESSIE_MAX_WAYS];
-    uint64_t now[NESSIE_MAX_WAYS];
+    struct fab_wr wr[NESSIE_PLAN_MAX];
+    uint64_t now[NESSIE_PLAN_MAX];
     uint32_t cnt = op->n - 1;
     *changed = false;
     for (uint32_t k = 0; k < cnt; k++) {
@@ -471,8 +472,8 @@ int proto_reverse_pass(struct op *op, bool *changed)
     uint32_t got = 0;
     int status = NESSIE_OK;
     while (got < cnt) {
-        struct fab_wc wc[NESSIE_MAX_WAYS];
-        int k = fab_poll(op->ctx->ep, wc, NESSIE_MAX_WAYS);
+        struct fab_wc wc[NESSIE_PLAN_MAX];
+        int k = fab_poll(op->ctx->ep, wc, NESSIE_PLAN_MAX);
         for (int j = 0; j < k; j++)
             if (wc[j].status != FAB_OK)
                 status = NESSIE_FABRIC_ERROR;

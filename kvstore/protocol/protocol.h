@@ -37,8 +37,9 @@ struct op {
     struct nessie_node *node;
     const unsigned char *key;
     uint32_t klen;
-    uint32_t n;                     /* ways */
-    uint64_t pos[NESSIE_MAX_WAYS];  /* global ITE positions of the key, I_1..I_n */
+    uint32_t n;                     /* positions: the ways, more during a change (keys.h) */
+    uint32_t no_insert;             /* bit i: pos[i] takes no new entry (keys.h) */
+    uint64_t pos[NESSIE_PLAN_MAX];  /* global ITE positions of the key, I_1..I_n */
     uint32_t filter;
     uint64_t id;                    /* creator id written into this call's DTEs */
     uint64_t deadline;              /* monotonic ns: no attempt starts after it (B, and W once) */
@@ -47,7 +48,7 @@ struct op {
     bool spent;                     /* its budget ended before it started (a shipped call that
                                        its caller runs after a withdrawal): no attempt runs */
     uint64_t attempt_start;         /* monotonic ns: Step 0 timer of the current attempt */
-    uint64_t seen[NESSIE_MAX_WAYS]; /* ITE values as this attempt last read or wrote them */
+    uint64_t seen[NESSIE_PLAN_MAX]; /* ITE values as this attempt last read or wrote them */
     uint64_t rec[NESSIE_MAX_REC];   /* I_rec: ITEs whose DTEs to recycle once the call is done */
     uint32_t nrec;
     uint64_t mine;                  /* ITE of this call's published (or possibly published: its
@@ -302,10 +303,11 @@ int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
 
 /* --- MIGRATE (migrate.c) --------------------------------------------------------------------- */
 
-/* MIGRATE the entry at position src out of the way of key_pos (the N positions of the key that
- * needs room); depth counts recursion. */
-enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, unsigned depth,
-                           int *status);
+/* MIGRATE the entry at position src out of the way of key_pos (the key_n positions of the key
+ * that needs room); depth counts recursion. The destination is never a position its key's plan
+ * keeps from new entries (keys.h, no_insert). */
+enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, uint32_t key_n,
+                           unsigned depth, int *status);
 
 /* --- the calls, client-driven ------------------------------------------------------------- */
 

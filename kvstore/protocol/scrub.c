@@ -39,9 +39,9 @@ static int scrub_is_orphan(struct op *op, uint64_t pos, uint64_t w, bool *orphan
     int rc = proto_dte_fetch(op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
     if (rc != NESSIE_OK || !match || v.h.key_len == 0)
         return rc; /* not readable as an entry with a key now (stale, in flux): left alone */
-    uint64_t kp[NESSIE_WAYS_MAX];
-    nessie_key_positions(op->node, v.key, v.h.key_len, kp);
-    for (uint32_t i = 0; i < op->node->cfg.ways; i++)
+    uint64_t kp[NESSIE_PLAN_MAX];
+    uint32_t n = nessie_key_plan_positions(op->node, v.key, v.h.key_len, kp);
+    for (uint32_t i = 0; i < n; i++)
         if (kp[i] == pos)
             return NESSIE_OK;
     *orphan = true;

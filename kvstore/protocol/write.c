@@ -488,7 +488,9 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
             return A_DONE;
         op->seen[i] = ite;
         if (ite_empty(ite)) {
-            if (!needs_present(w->mode) && !op->mine) { /* Step 2.1 */
+            /* Step 2.1; never at a position a change of membership keeps from new entries
+             * (keys.h: the insert policies of model/elastic.pml) */
+            if (!needs_present(w->mode) && !op->mine && !((op->no_insert >> i) & 1)) {
                 cand = (int)i;
                 break;
             }
@@ -563,7 +565,9 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
          * the index is declared full. */
         enum attempt r = A_DONE;
         for (uint32_t i = 0; i < op->n; i++) {
-            r = proto_migrate(op, op->pos[i], op->pos, 0, status);
+            if ((op->no_insert >> i) & 1)
+                continue; /* room there would not be ours to take */
+            r = proto_migrate(op, op->pos[i], op->pos, op->n, 0, status);
             if (r == A_DONE && *status == NESSIE_OK)
                 return A_RETRY_NOW;
             if (!(r == A_DONE && *status == NESSIE_INDEX_FULL))

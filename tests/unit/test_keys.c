@@ -268,6 +268,155 @@ static void test_a_retire_moves_one_in_n(void **state)
     close_node(nd);
 }
 
+/* The plan during a change (issue 30, step 3): the union T of the placements before and after,
+ * the one before first, each position's role, the phase's no-insert bits; home stays before's.
+ * After the commit, the plan is the placement of a cluster that always had the new members. */
+static void check_change(uint32_t nodes, uint32_t cap, uint32_t node, bool add)
+{
+    const uint32_t ways = 3;
+    const uint64_t slots = 4096;
+    const int keys = KEYS / 4;
+    struct nessie_node *ref = open_node(add ? nodes + 1 : nodes, cap, slots, ways);
+    if (!add)
+        assert_int_equal(mship_set_absent(&ref->view, node, true), NESSIE_OK);
+    uint64_t *after = plans_positions(ref, ways);
+    close_node(ref);
+    struct nessie_node *nd = open_node(nodes, cap, slots, ways);
+    uint64_t *before = plans_positions(nd, ways);
+    enum mship_change_kind kind = add ? MSHIP_CHANGE_ADD : MSHIP_CHANGE_RETIRE;
+    uint64_t moved = 0, total = 0;
+    for (int phase = MSHIP_PHASE_ANNOUNCE; phase <= MSHIP_PHASE_MOVE; phase++) {
+        assert_int_equal(mship_change_set(&nd->view, node, kind, phase), NESSIE_OK);
+        char k[32];
+        for (int i = 0; i < keys; i++) {
+            int len = snprintf(k, sizeof(k), "key:%08d", i);
+            struct key_plan kp;
+            key_plan_make(&kp, nd, k, (size_t)len);
+            const uint64_t *b = &before[(size_t)i * ways], *a = &after[(size_t)i * ways];
+            assert_true(kp.n >= ways && kp.n <= 2 * ways);
+            assert_memory_equal(kp.pos, b, ways * sizeof(*b)); /* before's, first, in order */
+            assert_int_equal(kp.home, b[0] / slots);
+            uint32_t want_shut = 0;
+            for (uint32_t p = 0; p < kp.n; p++) {
+                bool in_b = false, in_a = false;
+                for (uint32_t w = 0; w < ways; w++) {
+                    in_b = in_b || b[w] == kp.pos[p];
+                    in_a = in_a || a[w] == kp.pos[p];
+                }
+                assert_true(in_b || in_a);
+                enum key_role want = in_b && in_a ? KEY_STAY : in_b ? KEY_LEAVING : KEY_ARRIVING;
+                assert_int_equal(kp.role[p], want);
+                if (want == (phase == MSHIP_PHASE_ANNOUNCE ? KEY_ARRIVING : KEY_LEAVING))
+                    want_shut |= 1u << p;
+                /* what moves, moves to the added node, or from the retired one */
+                if (want == KEY_ARRIVING && add)
+                    assert_int_equal(kp.pos[p] / slots, node);
+                if (want == KEY_LEAVING && !add)
+                    assert_int_equal(kp.pos[p] / slots, node);
+                for (uint32_t q = 0; q < p; q++)
+                    assert_true(kp.pos[q] != kp.pos[p]);
+            }
+            assert_int_equal(kp.no_insert, want_shut);
+            /* every position after's is in the plan */
+            for (uint32_t w = 0; w < ways; w++) {
+                bool in = false;
+                for (uint32_t p = 0; p < kp.n; p++)
+                    in = in || kp.pos[p] == a[w];
+                assert_true(in);
+            }
+            if (phase == MSHIP_PHASE_ANNOUNCE) {
+                moved += kp.n - ways;
+                total += ways;
+            }
+        }
+    }
+    double frac = (double)moved / (double)total, n_after = add ? nodes + 1 : nodes;
+    assert_true(frac <= 1.1 / n_after);
+    assert_true(frac >= 0.9 / n_after);
+    /* A change of another node, or going back a phase, is refused while this one is on. */
+    assert_int_equal(mship_change_set(&nd->view, add ? 0 : cap - 1, kind, MSHIP_PHASE_MOVE),
+                     NESSIE_INVALID);
+    assert_int_equal(mship_change_set(&nd->view, node, kind, MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_INVALID);
+    assert_int_equal(mship_change_commit(&nd->view), NESSIE_OK);
+    assert_int_equal(mship_change(&nd->view), 0);
+    uint64_t *now = plans_positions(nd, ways);
+    for (int i = 0; i < keys; i++) {
+        assert_memory_equal(&now[(size_t)i * ways], &after[(size_t)i * ways], ways * sizeof(*now));
+    }
+    assert_int_equal(mship_change_commit(&nd->view), NESSIE_INVALID);
+    free(before);
+    free(after);
+    free(now);
+    close_node(nd);
+}
+
+static void test_a_change_plans_the_union(void **state)
+{
+    (void)state;
+    check_change(3, 4, 3, true);   /* add node 3 to 0..2 */
+    check_change(4, 4, 2, false);  /* retire node 2 of 0..3 */
+    check_change(2, 8, 2, true);   /* a small cluster of a large capacity */
+    check_change(5, 6, 4, false);  /* retire the last node, capacity to spare */
+}
+
+/* Only what fits the cluster begins: an add of a present node, a retire of an absent one or of
+ * the node itself, an unknown kind or phase. */
+static void test_a_change_that_does_not_fit_is_refused(void **state)
+{
+    (void)state;
+    struct nessie_node *nd = open_node(3, 5, 64, 3);
+    assert_int_equal(mship_change_set(&nd->view, 1, MSHIP_CHANGE_ADD, MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_INVALID);
+    assert_int_equal(mship_change_set(&nd->view, 4, MSHIP_CHANGE_RETIRE, MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_INVALID);
+    assert_int_equal(mship_change_set(&nd->view, 0, MSHIP_CHANGE_RETIRE, MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_INVALID);
+    assert_int_equal(mship_change_set(&nd->view, 3, 7, MSHIP_PHASE_ANNOUNCE), NESSIE_INVALID);
+    assert_int_equal(mship_change_set(&nd->view, 3, MSHIP_CHANGE_ADD, 9), NESSIE_INVALID);
+    assert_int_equal(mship_change(&nd->view), 0);
+    assert_int_equal(mship_change_commit(&nd->view), NESSIE_INVALID);
+    close_node(nd);
+}
+
+/* The issue's figure over many shapes: an add or a retire moves at most 1.1/N of the index
+ * positions (N after the add), at node-id capacities from N to 4N. */
+static void test_moves_stay_within_the_figure(void **state)
+{
+    (void)state;
+    const uint32_t ways = 3;
+    const uint64_t slots = 1024;
+    const int keys = KEYS / 10;
+    char k[32];
+    for (uint32_t n = 2; n <= 8; n++) {
+        for (uint32_t f = 1; f <= 4; f *= 2) {
+            uint32_t cap = n * f < n + 1 ? n + 1 : n * f;
+            for (int add = 0; add <= 1; add++) {
+                uint32_t nodes = add ? n - 1 : n, node = add ? n - 1 : n / 2;
+                if (nodes < 1 || (!add && n < 2))
+                    continue;
+                struct nessie_node *nd = open_node(nodes, cap, slots, ways);
+                assert_int_equal(mship_change_set(&nd->view, node,
+                                                  add ? MSHIP_CHANGE_ADD : MSHIP_CHANGE_RETIRE,
+                                                  MSHIP_PHASE_ANNOUNCE), NESSIE_OK);
+                uint64_t moved = 0;
+                for (int i = 0; i < keys; i++) {
+                    int len = snprintf(k, sizeof(k), "key:%08d", i);
+                    struct key_plan kp;
+                    key_plan_make(&kp, nd, k, (size_t)len);
+                    moved += kp.n - ways;
+                }
+                double frac = (double)moved / ((double)keys * ways);
+                if (frac > 1.1 / n)
+                    fprintf(stderr, "%s at N=%u, capacity %u: %.4f moved, 1.1/N = %.4f\n",
+                            add ? "add" : "retire", n, cap, frac, 1.1 / n);
+                assert_true(frac <= 1.1 / n);
+                close_node(nd);
+            }
+        }
+    }
+}
+
 /* The capacity is checked at open: below the node count, past 64 per node or 1024: refused. */
 static void test_capacity_is_checked(void **state)
 {
@@ -299,6 +448,9 @@ int main(void)
         cmocka_unit_test(test_an_add_moves_one_in_n),
         cmocka_unit_test(test_a_retire_moves_one_in_n),
         cmocka_unit_test(test_capacity_is_checked),
+        cmocka_unit_test(test_a_change_plans_the_union),
+        cmocka_unit_test(test_a_change_that_does_not_fit_is_refused),
+        cmocka_unit_test(test_moves_stay_within_the_figure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
