@@ -386,6 +386,24 @@ size_t nessie_scrub_run(struct nessie_ctx *ctx, size_t scan_slots);
  * readmission by then. Whoever agrees views waits for every live member's before readmitting a
  * node, and before acting on a view that fences a node readmitted earlier. One atomic load. */
 uint32_t nessie_scrub_done(const struct nessie_node *node);
+/*
+ * Move a change of membership's leaving entries out of this node's index (issue 30): in the
+ * change's move phase, one pass over the index, looking at up to scan_slots slots from where the
+ * last run stopped; each entry at a position its key's plan says is leaving is MIGRATEd to one of
+ * the key's arriving positions. The caller starts it only once the phase allows (membership.h in
+ * kvstore, "Changes": no attempt under the announce phase's policy, nor one that ran alongside
+ * one, can still act), runs it from one thread, and commits the change only after every member's
+ * pass is over. Stops at an entry it cannot judge yet and starts there next time. Returns how
+ * many entries it moved.
+ */
+size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots);
+/* Whether this node's pass for the change in progress is over (false outside a move phase). */
+bool nessie_move_over(const struct nessie_node *node);
+/* Index slots this node's pass has still to look at (0 when none is owed), and entries it has
+ * moved ever. One or two atomic loads. */
+uint64_t nessie_move_left(const struct nessie_node *node);
+uint64_t nessie_moved(const struct nessie_node *node);
+
 /* How many changes of the fence this node has installed (what nessie_scrub_done counts up to).
  * One atomic load. */
 uint32_t nessie_fence_changes(const struct nessie_node *node);

@@ -68,7 +68,8 @@ static int check_config(const struct nessie_config *c)
     const char *why = NULL;
     if (!c->cluster)
         why = "no cluster name";
-    else if (c->nodes == 0 || c->nodes > ITE_MAX_NODES || c->self >= c->nodes)
+    else if (c->nodes == 0 || c->nodes > ITE_MAX_NODES ||
+             c->self >= (c->node_ids ? c->node_ids : c->nodes))
         why = "node id outside the cluster (or more than 1024 nodes)";
     else if (c->node_ids &&
              (c->node_ids < c->nodes || c->node_ids > ITE_MAX_NODES ||
@@ -214,8 +215,11 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         return NESSIE_NO_MEMORY;
     }
     nd->view_ready = true;
+    /* Ids from nodes on are absent; a node whose own id is one of them is joining (issue 30):
+     * it places nothing anywhere until a change of membership adds it. */
     for (uint32_t id = nd->cfg.nodes; id < nd->cfg.node_ids; id++)
-        mship_set_absent(&nd->view, id, true);
+        if (id != nd->cfg.self)
+            mship_set_absent(&nd->view, id, true);
     fab_set_fence(nd->fab, &nd->view);
     if (sd_open(nd) != NESSIE_OK) {
         log_error("engine: node %u: out of memory for the request rings' state", cfg->self);

@@ -130,9 +130,11 @@ struct mship_state {
  * (memory/keys.h), and its phase says which of them takes no new entry: announced, the arriving
  * positions; moving, the leaving ones (model/elastic.pml checks why, and why the mover of the
  * leaving entries waits as it does). One change at a time. The change is one word, so a plan
- * reads it once: the node, the kind, the phase. Committing it makes the node present (an add) or
- * absent (a retire), then clears the word with release, so a plan that loads the word with
- * acquire and finds no change also finds the node's new absence bit. */
+ * reads it once: the node, the kind, the phase. An added node is present (reachable, its absence
+ * bit cleared) from the change's start: the plans read its positions, and the change word, not
+ * its bit, says whether it is placed. Committing a retire makes the node absent, then clears the
+ * word with release, so a plan that loads the word with acquire and finds no change also finds
+ * the node's new absence bit. */
 enum mship_change_kind { MSHIP_CHANGE_ADD = 1, MSHIP_CHANGE_RETIRE = 2 };
 enum mship_change_phase { MSHIP_PHASE_ANNOUNCE = 1, MSHIP_PHASE_MOVE = 2 };
 #define MSHIP_CHANGE_WORD(node, kind, phase) \

@@ -169,11 +169,20 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
     if (cur && (mship_change_node(cur) != node || mship_change_kind(cur) != kind ||
                 mship_change_phase(cur) > phase))
         rc = NESSIE_INVALID; /* another change, or a phase going back */
-    else if (kind == MSHIP_CHANGE_ADD ? !absent : (absent || node == st->self))
+    else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent && node != st->self /* the joiner */
+                                              : (absent || node == st->self)))
         rc = NESSIE_INVALID;
-    else
+    else {
+        /* An added node is reachable from the change's start: plans read its positions (its
+         * absence bit no longer matters to placement, which the change word overrides). */
+        if (kind == MSHIP_CHANGE_ADD && absent) {
+            atomic_fetch_and_explicit(&st->absent[node / 64], ~(1ULL << (node % 64)),
+                                      memory_order_relaxed);
+            atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
+        }
         atomic_store_explicit(&st->change, MSHIP_CHANGE_WORD(node, kind, phase),
                               memory_order_release);
+    }
     pthread_rwlock_unlock(&st->lock);
     return rc;
 }
@@ -190,8 +199,9 @@ int mship_change_commit(struct mship_state *st)
     uint64_t bit = 1ULL << (node % 64);
     /* The node's bit first, the word after with release: see "Changes". */
     if (mship_change_kind(cur) == MSHIP_CHANGE_ADD) {
-        atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
+        /* (the joining node itself never had its bit) */
+        if (atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed) & bit)
+            atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
     } else {
         atomic_fetch_or_explicit(&st->absent[node / 64], bit, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->nabsent, 1, memory_order_relaxed);
