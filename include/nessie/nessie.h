@@ -470,6 +470,22 @@ struct nessie_view {
  * reads of the view.
  */
 int nessie_view_install(struct nessie_node *node, const struct nessie_view *view);
+
+/*
+ * Changes of membership (issue 30): node id added to the cluster (a joining node, absent until
+ * now, or this node itself when it is the one joining) or retired from it (a member other than
+ * this node), online. Whoever agrees views steps every member through the phases in order,
+ * announce then move, and commits the change once every member's mover pass is over; the waits
+ * between them are in kvstore/membership/membership.h, "Changes", and model/elastic.pml. A phase
+ * is acted on when it is set. Returns NESSIE_OK, or NESSIE_INVALID (a change that does not fit the
+ * cluster as it is, another change in progress, a phase going back; no change to commit), and
+ * then nothing changes.
+ */
+enum nessie_change_kind { NESSIE_CHANGE_ADD = 1, NESSIE_CHANGE_RETIRE = 2 };
+enum nessie_change_phase { NESSIE_CHANGE_ANNOUNCE = 1, NESSIE_CHANGE_MOVE = 2 };
+int nessie_change_set(struct nessie_node *node, uint32_t id, enum nessie_change_kind kind,
+                      enum nessie_change_phase phase);
+int nessie_change_commit(struct nessie_node *node);
 /* Copy this node's current view into *out, consistently (never half of one view and half of
  * another), from any thread. Returns NESSIE_OK, or NESSIE_INVALID for NULL arguments (nothing
  * written). Before any install: epoch 0, no members. */

@@ -261,6 +261,36 @@ void nessie_node_close(struct nessie_node *nd)
     free(nd);
 }
 
+_Static_assert((int)NESSIE_CHANGE_ADD == (int)MSHIP_CHANGE_ADD &&
+                   (int)NESSIE_CHANGE_RETIRE == (int)MSHIP_CHANGE_RETIRE &&
+                   (int)NESSIE_CHANGE_ANNOUNCE == (int)MSHIP_PHASE_ANNOUNCE &&
+                   (int)NESSIE_CHANGE_MOVE == (int)MSHIP_PHASE_MOVE,
+               "the public change enums are membership.h's");
+
+int nessie_change_set(struct nessie_node *nd, uint32_t id, enum nessie_change_kind kind,
+                      enum nessie_change_phase phase)
+{
+    if (!nd || id >= nd->cfg.node_ids)
+        return NESSIE_INVALID;
+    int rc = mship_change_set(&nd->view, id, (enum mship_change_kind)kind,
+                              (enum mship_change_phase)phase);
+    if (rc == NESSIE_OK)
+        log_debug("engine: node %u: %s of node %u: %s", nd->cfg.self,
+                  kind == NESSIE_CHANGE_ADD ? "add" : "retire", id,
+                  phase == NESSIE_CHANGE_ANNOUNCE ? "announced" : "moving");
+    return rc;
+}
+
+int nessie_change_commit(struct nessie_node *nd)
+{
+    if (!nd)
+        return NESSIE_INVALID;
+    int rc = mship_change_commit(&nd->view);
+    if (rc == NESSIE_OK)
+        log_debug("engine: node %u: change of membership committed", nd->cfg.self);
+    return rc;
+}
+
 int nessie_view_install(struct nessie_node *nd, const struct nessie_view *view)
 {
     if (!nd || !view)

@@ -113,6 +113,10 @@ static gint opt_load_on = -1; /* --load-on: the one node whose threads issue ope
 /* --node-ids: the cluster's node-id capacity (nessie.h, node_ids; 0: --nodes), so ids from
  * --nodes on are absent and placement draws around them (issue 30). */
 static gint opt_node_ids = 0;
+/* --add-node-at: when node --nodes (the next id) joins the cluster online (issue 30); all_nodes
+ * counts it with the others (the nodes whose tables the run opens and checks). */
+static gint opt_add_at = 0;
+static int all_nodes;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
@@ -165,6 +169,11 @@ static GOptionEntry entries[] = {
      "the kill it starts again on new tables and rejoins (a view readmits it), if the run still "
      "goes on. Prints a lost-node: line on the live nodes' calls in the --dead-for MS after the "
      "kill, and a rejoin: line", "MS"},
+    {"add-node-at", 0, 0, G_OPTION_ARG_INT, &opt_add_at,
+     "add a node MS after the start (id --nodes, node-id capacity at least --nodes + 1): it "
+     "opens its tables, then the parent steps every node through the change (announce, move, "
+     "commit) as a coordination service would, each node's mover migrating the entries that "
+     "leave; it runs no client threads. Prints an add: line", "MS"},
     {"detect-ms", 0, 0, G_OPTION_ARG_INT, &opt_detect_ms,
      "with --lose-node-at: how long after the kill the view fencing the node is published, the "
      "coordination service's detection time (default 300)", "MS"},
@@ -227,6 +236,15 @@ struct shared {
     struct node_report node[64];
     _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
     struct views views;
+    /* --add-node-at: the change's phase the parent publishes (0 none, 1 announce, 2 move, 3
+     * committed), each node's installed and acknowledged phases, when each phase was published
+     * and when every node had installed the commit, entries each node's mover moved. */
+    struct {
+        _Atomic int phase, failed;
+        _Atomic int installed[64], acked[64];
+        _Atomic uint64_t phase_ns[4], done_ns;
+        _Atomic uint64_t moved[64];
+    } chg;
 };
 
 /* Evictions the engine made (nessie_set_evict_hook), in shared memory like the history: each is
@@ -712,6 +730,72 @@ static void *viewer_main(void *p)
     return NULL;
 }
 
+/*
+ * --add-node-at: the node's side of the change (the daemon's, in miniature; model/elastic.pml
+ * says why each wait). A phase is installed when first seen. The announce phase is acknowledged
+ * an attempt's span later (no attempt of this node under the placement before is in flight);
+ * the mover starts two spans after the move phase was installed (no attempt under the announce
+ * phase's policy, nor one that ran alongside one, can still act), and the move phase is
+ * acknowledged when its pass is over; the commit is acknowledged at once. An attempt's span here
+ * is the expiration period plus the longer of the fabric's request bound and an injected stall
+ * (a stalled request lands that late), with a margin.
+ */
+struct changer {
+    struct nessie_node *node;
+    uint32_t id;
+    _Atomic int stop, have;
+};
+
+static void *changer_main(void *p)
+{
+    struct changer *c = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(c->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    uint64_t late_ms = nessie_node_request_bound_ms(c->node);
+    if (opt_stall_every && (uint64_t)opt_stall_ms > late_ms)
+        late_ms = (uint64_t)opt_stall_ms;
+    const uint64_t span_ns = ((uint64_t)opt_expiration_ms + late_ms + 5) * 1000000ULL;
+    const uint32_t added = (uint32_t)opt_nodes;
+    uint64_t at_ns = 0;
+    int have = 0;
+    void *ret = NULL;
+    while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
+        int phase = atomic_load_explicit(&sh->chg.phase, memory_order_acquire);
+        if (phase > have) {
+            int rc = phase == 3 ? nessie_change_commit(c->node)
+                                : nessie_change_set(c->node, added, NESSIE_CHANGE_ADD,
+                                                    (enum nessie_change_phase)phase);
+            if (rc != NESSIE_OK) {
+                fprintf(stderr, "nessie-stress: node %u: change phase %d not installed: %s\n",
+                        c->id, phase, nessie_strerror(rc));
+                atomic_store(&sh->chg.failed, 1);
+                ret = (void *)1;
+                break;
+            }
+            have = phase;
+            at_ns = nessie_mono_ns();
+            atomic_store(&sh->chg.installed[c->id], have);
+            atomic_store_explicit(&c->have, have, memory_order_release);
+        }
+        int acked = atomic_load(&sh->chg.acked[c->id]);
+        uint64_t now = nessie_mono_ns();
+        if (have == 1 && acked < 1 && now >= at_ns + span_ns)
+            atomic_store(&sh->chg.acked[c->id], 1);
+        if (have == 2 && acked < 2 && now >= at_ns + 2 * span_ns) {
+            atomic_fetch_add(&sh->chg.moved[c->id], nessie_move_run(ctx, 1024));
+            if (nessie_move_over(c->node))
+                atomic_store(&sh->chg.acked[c->id], 2);
+        }
+        if (have == 3 && acked < 3)
+            atomic_store(&sh->chg.acked[c->id], 3);
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    nessie_ctx_destroy(ctx);
+    return ret;
+}
+
 /* Run node id: restart when it was killed and starts again on its tables; rejoin when it was
  * lost and comes back on new ones (--lose-node-at: its threads wait until a view readmits it). */
 static int node_main(uint32_t id, bool restart, bool rejoin)
@@ -751,15 +835,20 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
     }
 
     struct recycler rec = {.node = node, .id = id}, srv = {.node = node};
-    pthread_t rt, st;
+    pthread_t rt, st, ct;
     pthread_create(&rt, NULL, recycler_main, &rec);
     pthread_create(&st, NULL, server_main, &srv);
+    struct changer chg = {.node = node, .id = id};
+    if (opt_add_at)
+        pthread_create(&ct, NULL, changer_main, &chg);
+    /* The added node runs no client threads: it is there to take its share of the index. */
+    const int threads = id < (uint32_t)opt_nodes ? opt_threads : 0;
     /* A rejoining node serves nothing until a view readmits it (its calls would fail). */
     while (rejoin && atomic_load(&sh->views.installed[id]) < 3)
         usleep(1000);
     pthread_t *th = calloc((size_t)opt_threads, sizeof(*th));
     struct worker *w = calloc((size_t)opt_threads, sizeof(*w));
-    for (int t = 0; t < opt_threads; t++) {
+    for (int t = 0; t < threads; t++) {
         w[t] = (struct worker){.node = node, .node_id = id, .thread = (uint32_t)t,
                                .rng = (uint64_t)opt_seed * 0x9e3779b97f4a7c15ULL + id * 1000 + t + 1};
         w[t].last_version = calloc((size_t)opt_keys, sizeof(uint64_t));
@@ -770,15 +859,20 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
         pthread_create(&th[t], NULL, worker_main, &w[t]);
     }
     int failed = 0;
-    for (int t = 0; t < opt_threads; t++) {
+    for (int t = 0; t < threads; t++) {
         void *r;
         pthread_join(th[t], &r);
         failed |= r != NULL;
     }
+    /* --add-node-at: the change is committed here before this node is done (the parent starts
+     * it at the latest when every node's threads are done). */
+    while (opt_add_at && atomic_load_explicit(&chg.have, memory_order_acquire) < 3 &&
+           !atomic_load(&sh->chg.failed))
+        usleep(1000);
     /* Stay up until every node is done: over verbs a node's tables are reachable only while its
      * process serves them (on shm they outlive it, which would hide a node that left early). */
     atomic_store(&sh->finished[id], 1);
-    for (int n = 0; n < opt_nodes; n++)
+    for (int n = 0; n < all_nodes; n++)
         while (!atomic_load(&sh->finished[n]))
             usleep(1000);
     atomic_store_explicit(&rec.stop, 1, memory_order_release);
@@ -787,9 +881,15 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
      * that closed while a peer's recycler was still at work on it would look dead to that peer
      * (its request outstanding, then refused), and the peer's half-done eviction would leak. */
     atomic_store(&sh->quiet[id], 1);
-    for (int n = 0; n < opt_nodes; n++)
+    for (int n = 0; n < all_nodes; n++)
         while (!atomic_load(&sh->quiet[n]))
             usleep(1000);
+    if (opt_add_at) {
+        void *r;
+        atomic_store_explicit(&chg.stop, 1, memory_order_release);
+        pthread_join(ct, &r);
+        failed |= r != NULL;
+    }
     /* Every node's workers are done, so nothing is shipped any more. */
     atomic_store_explicit(&srv.stop, 1, memory_order_release);
     pthread_join(st, NULL);
@@ -804,7 +904,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
     nessie_node_counters(node, &sh->node[id].ctr);
     sh->node[id].failed = failed;
     free(th);
-    for (int t = 0; t < opt_threads; t++)
+    for (int t = 0; t < threads; t++)
         free(w[t].last_version);
     free(w);
     nessie_node_close(node);
@@ -839,9 +939,9 @@ static void describe_key(struct nessie_node **nodes, const char *key)
         uint64_t ite = idx[pos[i] % cfg->index_slots];
         fprintf(stderr, "  I_%u node %u slot %" PRIu64 ": %016" PRIx64, i + 1, n,
                 pos[i] % cfg->index_slots, ite);
-        if (ite && ite_node(ite) < (uint32_t)opt_nodes && !nodes[ite_node(ite)]) {
+        if (ite && ite_node(ite) < (uint32_t)all_nodes && !nodes[ite_node(ite)]) {
             fprintf(stderr, " -> the lost node's data");
-        } else if (ite && ite_node(ite) < (uint32_t)opt_nodes) {
+        } else if (ite && ite_node(ite) < (uint32_t)all_nodes) {
             const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[ite_node(ite)]),
                                                        FAB_REGION_DATA);
             const struct dte_hdr *h = (const struct dte_hdr *)(data + ite_offset(ite));
@@ -859,7 +959,7 @@ static void describe_key(struct nessie_node **nodes, const char *key)
 static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
 {
     uint64_t stuck = 0;
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         struct nessie_ctx *ctx;
         if (!nodes[n])
             continue; /* lost */
@@ -910,11 +1010,11 @@ static bool key_meets_lost(struct nessie_node **nodes, int n, const struct dte_h
     nessie_key_positions(nodes[n], h + 1, h->key_len, pos);
     for (uint32_t i = 0; i < cfg->ways; i++) {
         uint32_t pn = (uint32_t)(pos[i] / cfg->index_slots);
-        if (pn >= (uint32_t)opt_nodes || !nodes[pn])
+        if (pn >= (uint32_t)all_nodes || !nodes[pn])
             continue;
         const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[pn]), FAB_REGION_INDEX);
         uint64_t ite = idx[pos[i] % cfg->index_slots];
-        if (ite && ite_node(ite) < (uint32_t)opt_nodes && !nodes[ite_node(ite)])
+        if (ite && ite_node(ite) < (uint32_t)all_nodes && !nodes[ite_node(ite)])
             return true;
     }
     return false;
@@ -935,7 +1035,7 @@ static uint64_t count_leaks(struct nessie_node **nodes, uint64_t *lost_left, uin
      * entry's previous version) is added twice, and the second add replaces the first key. */
     GHashTable *ref = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
     GArray *keys = g_array_new(FALSE, FALSE, sizeof(gint64));
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         if (!nodes[n])
             continue;
         const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_INDEX);
@@ -965,10 +1065,10 @@ static uint64_t count_leaks(struct nessie_node **nodes, uint64_t *lost_left, uin
         }
     }
     bool some_lost = false;
-    for (int n = 0; n < opt_nodes; n++)
+    for (int n = 0; n < all_nodes; n++)
         some_lost = some_lost || !nodes[n];
     uint64_t leaked = 0;
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         if (!nodes[n])
             continue;
         const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_DATA);
@@ -1334,6 +1434,19 @@ int main(int argc, char **argv)
                         "--kill-node-at nor --crash-every\n");
         return 2;
     }
+    /* One change of membership at a time, and none with a node that dies (issue 30, S9). */
+    if (opt_add_at && (opt_lose_at || opt_kill_at || opt_crash_every || opt_add_at < 0)) {
+        fprintf(stderr, "nessie-stress: --add-node-at goes with none of --lose-node-at, "
+                        "--kill-node-at, --crash-every\n");
+        return 2;
+    }
+    if (opt_add_at && !opt_node_ids)
+        opt_node_ids = opt_nodes + 1;
+    if (opt_add_at && (opt_node_ids <= opt_nodes || opt_nodes + 1 > 64)) {
+        fprintf(stderr, "nessie-stress: --add-node-at needs --node-ids above --nodes\n");
+        return 2;
+    }
+    all_nodes = opt_nodes + (opt_add_at ? 1 : 0);
     if (opt_fabric && strcmp(opt_fabric, "shm") != 0 && strcmp(opt_fabric, "verbs") != 0) {
         fprintf(stderr, "nessie-stress: --fabric must be shm or verbs\n");
         return 2;
@@ -1373,7 +1486,7 @@ int main(int argc, char **argv)
                 opt_index_slots, opt_data_bytes,
                 opt_expiration_ms, capacity);
 
-    pid_t *pids = calloc((size_t)opt_nodes, sizeof(*pids));
+    pid_t *pids = calloc((size_t)all_nodes, sizeof(*pids));
     for (int n = 0; n < opt_nodes; n++) {
         pids[n] = fork();
         if (pids[n] == 0)
@@ -1411,8 +1524,47 @@ int main(int argc, char **argv)
     /* ... and --dead-for MS after the kill it starts again on new tables (back_at_ns), and view
      * 3 readmits it once every live node's scrub is done for view 2 (readmit_ns). */
     uint64_t back_at_ns = 0, readmit_ns = 0;
+    /* --add-node-at: node opt_nodes is started at add_ns (or once every node's threads are done,
+     * if that is sooner), then the change is stepped through its phases as every node
+     * acknowledges the one before; add_done_ns: every node had installed the commit. */
+    const int added = opt_nodes;
+    uint64_t add_ns = opt_add_at ? t0 + (uint64_t)opt_add_at * 1000000ULL : 0, add_done_ns = 0;
+    bool add_started = false;
     while (running > 0) {
         int st;
+        if (add_ns && !add_started) {
+            bool all_done = true;
+            for (int n = 0; n < opt_nodes; n++)
+                all_done = all_done && atomic_load(&sh->finished[n]);
+            if (all_done || nessie_mono_ns() >= add_ns) {
+                add_started = true;
+                add_ns = nessie_mono_ns();
+                if (!opt_quiet)
+                    fprintf(stderr, "nessie-stress: node %d starts and joins\n", added);
+                pids[added] = fork();
+                if (pids[added] == 0)
+                    _exit(node_main((uint32_t)added, false, false));
+                running++;
+            }
+        }
+        int phase = atomic_load(&sh->chg.phase);
+        if (add_started && !add_done_ns && !atomic_load(&sh->chg.failed)) {
+            bool up = atomic_load(&sh->ready) >= all_nodes && !sh->node[added].failed;
+            bool acked = true, installed = true;
+            for (int n = 0; n < all_nodes; n++) {
+                acked = acked && atomic_load(&sh->chg.acked[n]) >= phase;
+                installed = installed && atomic_load(&sh->chg.installed[n]) >= 3;
+            }
+            if (phase == 0 ? up : phase < 3 && acked) {
+                atomic_store(&sh->chg.phase_ns[phase + 1], nessie_mono_ns());
+                atomic_store_explicit(&sh->chg.phase, phase + 1, memory_order_release);
+                if (!opt_quiet)
+                    fprintf(stderr, "nessie-stress: add of node %d: %s\n", added,
+                            phase == 0 ? "announced" : phase == 1 ? "moving" : "committed");
+            } else if (phase == 3 && installed) {
+                add_done_ns = nessie_mono_ns();
+            }
+        }
         if (lost && view_ns && !back_at_ns &&
             nessie_mono_ns() >= lose_ns + (uint64_t)opt_dead_for * 1000000ULL) {
             /* Only while every live node still runs its operations: one that finished already
@@ -1498,9 +1650,11 @@ int main(int argc, char **argv)
             if (pids[victim] == 0)
                 _exit(node_main((uint32_t)victim, true, false));
         }
-        pid_t pid = waitpid(-1, &st, opt_crash_every || opt_kill_at || opt_lose_at ? WNOHANG : 0);
+        pid_t pid = waitpid(-1, &st,
+                            opt_crash_every || opt_kill_at || opt_lose_at || opt_add_at ? WNOHANG
+                                                                                       : 0);
         if (pid > 0) {
-            for (int n = 0; n < opt_nodes; n++) {
+            for (int n = 0; n < all_nodes; n++) {
                 if (pids[n] != pid)
                     continue;
                 pids[n] = 0;
@@ -1516,7 +1670,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (!opt_crash_every) {
-            if (opt_kill_at || opt_lose_at)
+            if (opt_kill_at || opt_lose_at || opt_add_at)
                 usleep(1000);
             continue;
         }
@@ -1571,8 +1725,8 @@ int main(int argc, char **argv)
     /* Quiescence: re-attach every node here and look at what is left. A lost node is not
      * re-attached (nodes[victim] stays NULL): its memory is gone; the live nodes install the
      * view that fences it, so that their calls, like their peers', leave it out. */
-    struct nessie_node **nodes = calloc((size_t)opt_nodes, sizeof(*nodes));
-    for (int n = 0; n < opt_nodes; n++) {
+    struct nessie_node **nodes = calloc((size_t)all_nodes, sizeof(*nodes));
+    for (int n = 0; n < all_nodes; n++) {
         if (lost && !readmit_ns && n == victim)
             continue;
         struct nessie_config cfg;
@@ -1581,6 +1735,12 @@ int main(int argc, char **argv)
          * (it reports a stuck key at once). */
         cfg.view_wait_ms = 0;
         if (nessie_node_open(&cfg, &nodes[n]) != NESSIE_OK)
+            return 2;
+        /* --add-node-at: the change was committed on every node; so it is here. */
+        if (add_done_ns &&
+            (nessie_change_set(nodes[n], (uint32_t)opt_nodes, NESSIE_CHANGE_ADD,
+                               NESSIE_CHANGE_ANNOUNCE) != NESSIE_OK ||
+             nessie_change_commit(nodes[n]) != NESSIE_OK))
             return 2;
         if (lost) {
             struct nessie_view *v = calloc(1, sizeof(*v));
@@ -1616,7 +1776,7 @@ int main(int argc, char **argv)
         usleep((useconds_t)grace_us); /* entries the killed writers left are orphans now */
         /* Orphan ages are judged on their owner's published clock: publish each node's, as its
          * recycler thread does in a daemon. */
-        for (int n = 0; n < opt_nodes; n++) {
+        for (int n = 0; n < all_nodes; n++) {
             struct nessie_ctx *ctx;
             if (!nodes[n])
                 continue;
@@ -1631,7 +1791,7 @@ int main(int argc, char **argv)
     if (faulty) {
         /* The leak sweep confirms over two passes a grace period apart. */
         for (int pass = 0; pass < 2; pass++) {
-            for (int n = 0; n < opt_nodes; n++) {
+            for (int n = 0; n < all_nodes; n++) {
                 struct nessie_ctx *ctx;
                 if (!nodes[n])
                     continue;
@@ -1655,7 +1815,7 @@ int main(int argc, char **argv)
                   : 0;
 
     struct nessie_counters sum = {0};
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         const uint64_t *src = (const uint64_t *)&sh->node[n].ctr;
         uint64_t *dst = (uint64_t *)&sum;
         for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
@@ -1697,8 +1857,35 @@ int main(int argc, char **argv)
                                                 fenced_ns, lost_left, lost_ites);
     bool rejoin_short = readmit_ns && !rejoin_report(total, victim, lose_ns, back_at_ns,
                                                      readmit_ns, rejoined_ns, end_ns);
+    /* --add-node-at: how the change went, and how the calls fared while it ran. */
+    uint64_t moved = 0;
+    for (int n = 0; n < all_nodes; n++)
+        moved += atomic_load(&sh->chg.moved[n]);
+    bool add_short = false;
+    if (opt_add_at) {
+        uint64_t from = atomic_load(&sh->chg.phase_ns[1]), to = add_done_ns, calls = 0, failed_calls = 0;
+        for (uint64_t i = 0; i < total && from && to; i++) {
+            if (!hist[i].call_ns || hist[i].call_ns < from || hist[i].call_ns > to)
+                continue;
+            calls++;
+            failed_calls += hist[i].done && (hist[i].outcome == LC_FAILED || hist[i].outcome == LC_UNKNOWN);
+        }
+        add_short = !add_done_ns;
+        if (!add_done_ns)
+            fprintf(stderr, "add: node %d was not added (the change did not complete)\n",
+                    opt_nodes);
+        else
+            printf("add: node %d joined: announced %.1f ms after the start, moving %.1f ms later, "
+                   "committed %.1f ms after that, on every node %.1f ms after; %" PRIu64
+                   " entries moved; calls meanwhile: %" PRIu64 ", %" PRIu64 " failed\n",
+                   opt_nodes, (double)(from - t0) / 1e6,
+                   (double)(atomic_load(&sh->chg.phase_ns[2]) - from) / 1e6,
+                   (double)(atomic_load(&sh->chg.phase_ns[3]) - atomic_load(&sh->chg.phase_ns[2])) / 1e6,
+                   (double)(add_done_ns - atomic_load(&sh->chg.phase_ns[3])) / 1e6, moved, calls,
+                   failed_calls);
+    }
     uint64_t injected = 0, stalls = 0;
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         injected += atomic_load(&sh->node[n].injected);
         stalls += atomic_load(&sh->node[n].stalls);
     }
@@ -1723,15 +1910,16 @@ int main(int argc, char **argv)
            " migrations=%" PRIu64 " recursive=%" PRIu64 " recycled=%" PRIu64 " undecided=%" PRIu64
            " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
            " dropped=%" PRIu64 " outlived=%" PRIu64 " withdrawn=%" PRIu64 " shunned=%" PRIu64
-           " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " placed=%" PRIu64 "\n",
+           " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " moved=%" PRIu64
+           " placed=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
-           sum.view_waits, sum.placed);
+           sum.view_waits, moved, sum.placed);
 
-    for (int n = 0; n < opt_nodes; n++) {
+    for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])
             nessie_node_close(nodes[n]);
         fab_unlink(FAB_BACKEND_SHM, cluster, (uint32_t)n);
@@ -1743,7 +1931,7 @@ int main(int argc, char **argv)
      * run, whose few possibly-applied operations keep histories decidable. */
     bool forgive = faulty && !opt_lose_at;
     return (failed || violations || stuck || leaked || (undecided && !forgive) || never_killed ||
-            never_lost || lost_short || rejoin_short || elog_full)
+            never_lost || lost_short || rejoin_short || elog_full || add_short)
                ? 1
                : 0;
 }
