@@ -481,7 +481,11 @@ int nessie_view_install(struct nessie_node *node, const struct nessie_view *view
  * cluster as it is, another change in progress, a phase going back; no change to commit), and
  * then nothing changes.
  */
-enum nessie_change_kind { NESSIE_CHANGE_ADD = 1, NESSIE_CHANGE_RETIRE = 2 };
+enum nessie_change_kind {
+    NESSIE_CHANGE_ADD = 1,
+    NESSIE_CHANGE_RETIRE = 2, /* refused (NESSIE_INVALID) until its relocation of the retired
+                                 node's values exists */
+};
 enum nessie_change_phase { NESSIE_CHANGE_ANNOUNCE = 1, NESSIE_CHANGE_MOVE = 2 };
 int nessie_change_set(struct nessie_node *node, uint32_t id, enum nessie_change_kind kind,
                       enum nessie_change_phase phase);

@@ -242,6 +242,7 @@ struct shared {
     struct {
         _Atomic int phase, failed;
         _Atomic int installed[64], acked[64];
+        _Atomic uint64_t installed_ns[64];
         _Atomic uint64_t phase_ns[4], done_ns;
         _Atomic uint64_t moved[64];
     } chg;
@@ -750,8 +751,10 @@ static void *changer_main(void *p)
 {
     struct changer *c = p;
     struct nessie_ctx *ctx;
-    if (nessie_ctx_create(c->node, &ctx) != NESSIE_OK)
+    if (nessie_ctx_create(c->node, &ctx) != NESSIE_OK) {
+        atomic_store(&sh->chg.failed, 1);
         return (void *)1;
+    }
     uint64_t late_ms = nessie_node_request_bound_ms(c->node);
     if (opt_stall_every && (uint64_t)opt_stall_ms > late_ms)
         late_ms = (uint64_t)opt_stall_ms;
@@ -775,6 +778,7 @@ static void *changer_main(void *p)
             }
             have = phase;
             at_ns = nessie_mono_ns();
+            atomic_store(&sh->chg.installed_ns[c->id], at_ns);
             atomic_store(&sh->chg.installed[c->id], have);
             atomic_store_explicit(&c->have, have, memory_order_release);
         }
@@ -782,7 +786,16 @@ static void *changer_main(void *p)
         uint64_t now = nessie_mono_ns();
         if (have == 1 && acked < 1 && now >= at_ns + span_ns)
             atomic_store(&sh->chg.acked[c->id], 1);
-        if (have == 2 && acked < 2 && now >= at_ns + 2 * span_ns) {
+        /* Two spans after every node installed the move phase (the model's QUIET is over every
+         * node, and here no view lease stops a node that is late to install it). */
+        uint64_t last_ns = at_ns;
+        for (int n = 0; have == 2 && n < all_nodes; n++) {
+            uint64_t t = atomic_load(&sh->chg.installed_ns[n]);
+            last_ns = atomic_load(&sh->chg.installed[n]) >= 2 && t > last_ns ? t
+                      : atomic_load(&sh->chg.installed[n]) >= 2      ? last_ns
+                                                                     : UINT64_MAX / 2;
+        }
+        if (have == 2 && acked < 2 && now >= last_ns + 2 * span_ns) {
             atomic_fetch_add(&sh->chg.moved[c->id], nessie_move_run(ctx, 1024));
             if (nessie_move_over(c->node))
                 atomic_store(&sh->chg.acked[c->id], 2);
@@ -864,8 +877,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
         pthread_join(th[t], &r);
         failed |= r != NULL;
     }
-    /* --add-node-at: the change is committed here before this node is done (the parent starts
-     * it at the latest when every node's threads are done). */
+    /* --add-node-at: the change is committed here before this node is done. */
     while (opt_add_at && atomic_load_explicit(&chg.have, memory_order_acquire) < 3 &&
            !atomic_load(&sh->chg.failed))
         usleep(1000);
@@ -1524,19 +1536,16 @@ int main(int argc, char **argv)
     /* ... and --dead-for MS after the kill it starts again on new tables (back_at_ns), and view
      * 3 readmits it once every live node's scrub is done for view 2 (readmit_ns). */
     uint64_t back_at_ns = 0, readmit_ns = 0;
-    /* --add-node-at: node opt_nodes is started at add_ns (or once every node's threads are done,
-     * if that is sooner), then the change is stepped through its phases as every node
-     * acknowledges the one before; add_done_ns: every node had installed the commit. */
+    /* --add-node-at: node opt_nodes is started at add_ns (nodes whose threads are done wait for
+     * it: node_main), then the change is stepped through its phases as every node acknowledges
+     * the one before; add_done_ns: every node had installed the commit. */
     const int added = opt_nodes;
     uint64_t add_ns = opt_add_at ? t0 + (uint64_t)opt_add_at * 1000000ULL : 0, add_done_ns = 0;
     bool add_started = false;
     while (running > 0) {
         int st;
         if (add_ns && !add_started) {
-            bool all_done = true;
-            for (int n = 0; n < opt_nodes; n++)
-                all_done = all_done && atomic_load(&sh->finished[n]);
-            if (all_done || nessie_mono_ns() >= add_ns) {
+            if (nessie_mono_ns() >= add_ns) {
                 add_started = true;
                 add_ns = nessie_mono_ns();
                 if (!opt_quiet)
@@ -1663,9 +1672,14 @@ int main(int argc, char **argv)
                     fprintf(stderr, "nessie-stress: node %d failed\n", n);
                     failed = 1;
                 }
-                /* The others wait for every node to finish (node_main): one that died will not. */
+                /* The others wait for every node to finish (node_main): one that died will not;
+                 * nor for a change it can no longer take part in. */
                 atomic_store(&sh->finished[n], 1);
                 atomic_store(&sh->quiet[n], 1);
+                if (opt_add_at && !add_done_ns && !atomic_load(&sh->chg.failed)) {
+                    fprintf(stderr, "nessie-stress: node %d ended during the add\n", n);
+                    atomic_store(&sh->chg.failed, 1);
+                }
             }
             continue;
         }
