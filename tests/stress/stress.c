@@ -790,10 +790,10 @@ static void *changer_main(void *p)
          * node, and here no view lease stops a node that is late to install it). */
         uint64_t last_ns = at_ns;
         for (int n = 0; have == 2 && n < all_nodes; n++) {
+            /* The phase first, its time after: stored in the other order (seq_cst). */
+            bool in = atomic_load(&sh->chg.installed[n]) >= 2;
             uint64_t t = atomic_load(&sh->chg.installed_ns[n]);
-            last_ns = atomic_load(&sh->chg.installed[n]) >= 2 && t > last_ns ? t
-                      : atomic_load(&sh->chg.installed[n]) >= 2      ? last_ns
-                                                                     : UINT64_MAX / 2;
+            last_ns = !in ? UINT64_MAX / 2 : t > last_ns ? t : last_ns;
         }
         if (have == 2 && acked < 2 && now >= last_ns + 2 * span_ns) {
             atomic_fetch_add(&sh->chg.moved[c->id], nessie_move_run(ctx, 1024));
