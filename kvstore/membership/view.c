@@ -135,14 +135,12 @@ void mship_renew(struct mship_state *st, uint64_t until_ns)
         ;
 }
 
-int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
+/* Set or clear node's absence bit, counting it in nabsent; idempotent. The caller holds the
+ * lock: the bit and the count move together under it, so two callers cannot both count one
+ * change; readers load them without it (see absent in membership.h). */
+static void absent_locked(struct mship_state *st, uint32_t node, bool absent)
 {
-    if (node >= NESSIE_NODES_MAX || node == st->self)
-        return NESSIE_INVALID;
-    /* The bit and the count move together under the lock, so two callers cannot both count
-     * one change; readers load them without it (see absent in membership.h). */
     uint64_t bit = 1ULL << (node % 64);
-    pthread_rwlock_wrlock(&st->lock);
     uint64_t w = atomic_load_explicit(&st->absent[node / 64], memory_order_relaxed);
     if (absent && !(w & bit)) {
         atomic_fetch_or_explicit(&st->absent[node / 64], bit, memory_order_relaxed);
@@ -151,6 +149,14 @@ int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
         atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed);
         atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
     }
+}
+
+int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
+{
+    if (node >= NESSIE_NODES_MAX || node == st->self)
+        return NESSIE_INVALID;
+    pthread_rwlock_wrlock(&st->lock);
+    absent_locked(st, node, absent);
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;
 }
@@ -175,11 +181,8 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
     else {
         /* An added node is reachable from the change's start: plans read its positions (its
          * absence bit no longer matters to placement, which the change word overrides). */
-        if (kind == MSHIP_CHANGE_ADD && absent) {
-            atomic_fetch_and_explicit(&st->absent[node / 64], ~(1ULL << (node % 64)),
-                                      memory_order_relaxed);
-            atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
-        }
+        if (kind == MSHIP_CHANGE_ADD)
+            absent_locked(st, node, false);
         atomic_store_explicit(&st->change, MSHIP_CHANGE_WORD(node, kind, phase),
                               memory_order_release);
     }
@@ -195,17 +198,8 @@ int mship_change_commit(struct mship_state *st)
         pthread_rwlock_unlock(&st->lock);
         return NESSIE_INVALID;
     }
-    uint32_t node = mship_change_node(cur);
-    uint64_t bit = 1ULL << (node % 64);
     /* The node's bit first, the word after with release: see "Changes". */
-    if (mship_change_kind(cur) == MSHIP_CHANGE_ADD) {
-        /* (the joining node itself never had its bit) */
-        if (atomic_fetch_and_explicit(&st->absent[node / 64], ~bit, memory_order_relaxed) & bit)
-            atomic_fetch_sub_explicit(&st->nabsent, 1, memory_order_relaxed);
-    } else {
-        atomic_fetch_or_explicit(&st->absent[node / 64], bit, memory_order_relaxed);
-        atomic_fetch_add_explicit(&st->nabsent, 1, memory_order_relaxed);
-    }
+    absent_locked(st, mship_change_node(cur), mship_change_kind(cur) == MSHIP_CHANGE_RETIRE);
     atomic_store_explicit(&st->change, 0, memory_order_release);
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;

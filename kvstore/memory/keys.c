@@ -62,6 +62,18 @@ static void plan_positions(const struct nessie_node *nd, uint64_t digest, uint64
     }
 }
 
+/* The ways positions of the placement in force before the change word `change` (0: none) is
+ * committed: an added node not yet placed, a retired one still placed. */
+static void plan_before(const struct nessie_node *nd, uint64_t digest, uint64_t *pos,
+                        uint32_t change)
+{
+    if (!change)
+        plan_positions(nd, digest, pos, KEYS_NO_OVERRIDE, false);
+    else
+        plan_positions(nd, digest, pos, mship_change_node(change),
+                       mship_change_kind(change) != MSHIP_CHANGE_ADD);
+}
+
 /* The plan's positions: the placement's ways, or during a change (membership.h, "Changes") the
  * union T: the placement before, in way order, then what the placement after adds, with each
  * position's role and the phase's no-insert bits. Returns the count. */
@@ -71,16 +83,14 @@ static uint32_t plan_all(const struct nessie_node *nd, uint64_t digest, uint64_t
     const uint32_t ways = nd->cfg.ways;
     uint32_t change = mship_change(&nd->view);
     *no_insert = 0;
+    plan_before(nd, digest, pos, change);
     if (!change) {
-        plan_positions(nd, digest, pos, KEYS_NO_OVERRIDE, false);
         memset(role, KEY_STAY, ways);
         return ways;
     }
-    uint32_t node = mship_change_node(change);
-    bool add = mship_change_kind(change) == MSHIP_CHANGE_ADD;
     uint64_t after[NESSIE_WAYS_MAX];
-    plan_positions(nd, digest, pos, node, !add);  /* before: an added node not yet placed */
-    plan_positions(nd, digest, after, node, add); /* after: a retired one no longer */
+    plan_positions(nd, digest, after, mship_change_node(change),
+                   mship_change_kind(change) == MSHIP_CHANGE_ADD);
     uint32_t n = ways;
     for (uint32_t i = 0; i < ways; i++) {
         role[i] = KEY_LEAVING;
@@ -127,13 +137,7 @@ void key_plan_make(struct key_plan *p, const struct nessie_node *nd, const void 
 void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,
                           uint64_t *pos)
 {
-    uint32_t change = mship_change(&nd->view);
-    uint64_t digest = hash_key(key, key_len, NESSIE_HASH_SEED);
-    if (!change)
-        plan_positions(nd, digest, pos, KEYS_NO_OVERRIDE, false);
-    else
-        plan_positions(nd, digest, pos, mship_change_node(change),
-                       mship_change_kind(change) != MSHIP_CHANGE_ADD);
+    plan_before(nd, hash_key(key, key_len, NESSIE_HASH_SEED), pos, mship_change(&nd->view));
 }
 
 uint32_t nessie_key_plan_positions(const struct nessie_node *nd, const void *key, size_t key_len,
