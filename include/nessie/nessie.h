@@ -181,6 +181,8 @@ struct nessie_counters {
     uint64_t view_waits;          /* calls that waited for a view (issue 28): for their node's
                                      view lease to be renewed, or for a view to fence a node
                                      they could not reach */
+    uint64_t replans;             /* attempts that planned their key again: a change of
+                                     membership took a step since the call's plan (issue 30) */
     uint64_t staged, marked, freed; /* recycling pipeline */
     uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
     /* Eviction and reclamation, with memcached's meanings (stats): */

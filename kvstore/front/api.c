@@ -18,8 +18,9 @@ static int api_plan(struct nessie_ctx *ctx, const void *key, size_t key_len, str
     if (key_check(key, key_len) != NESSIE_OK)
         return NESSIE_BAD_KEY;
     /* This node lost from the view (issue 28): its peers no longer read its memory, so it must
-     * not serve from it either; it is out until it rejoins. */
-    if (mship_self_fenced(&ctx->node->view))
+     * not serve from it either; it is out until it rejoins. A joining node is out until a change
+     * adds it (issue 30): its peers do not read it yet. */
+    if (mship_self_out(&ctx->node->view))
         return NESSIE_FABRIC_ERROR;
     key_plan_make(kp, ctx->node, key, key_len);
     return NESSIE_OK;
@@ -50,7 +51,7 @@ static bool api_wait_again(struct nessie_ctx *ctx, struct api_wait *w, int rc)
 {
     struct nessie_node *nd = ctx->node;
     if (rc != NESSIE_FABRIC_ERROR || nd->cfg.view_wait_ms == 0 ||
-        mship_self_fenced(&nd->view))
+        mship_self_out(&nd->view))
         return false;
     uint64_t now = nessie_mono_ns();
     if (w->until_ns == 0) {
@@ -137,7 +138,7 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
 {
     if (!ctx || !done || (n && (!keys || !lens)) || (!bufs != !caps))
         return NESSIE_INVALID;
-    if (mship_self_fenced(&ctx->node->view))
+    if (mship_self_out(&ctx->node->view))
         return NESSIE_FABRIC_ERROR; /* out of the view: api_plan */
     if (ctx->node->cfg.view_wait_ms == 0 || n == 0)
         /* Each key is checked and planned on its own: a bad one is answered through done. */

@@ -216,10 +216,10 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     }
     nd->view_ready = true;
     /* Ids from nodes on are absent; a node whose own id is one of them is joining (issue 30):
-     * it places nothing anywhere until a change of membership adds it. */
+     * absent to itself too, it places nothing on itself and serves no call (mship_self_out)
+     * until a change of membership adds it. */
     for (uint32_t id = nd->cfg.nodes; id < nd->cfg.node_ids; id++)
-        if (id != nd->cfg.self)
-            mship_set_absent(&nd->view, id, true);
+        mship_set_absent(&nd->view, id, true);
     fab_set_fence(nd->fab, &nd->view);
     if (sd_open(nd) != NESSIE_OK) {
         log_error("engine: node %u: out of memory for the request rings' state", cfg->self);

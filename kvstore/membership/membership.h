@@ -108,8 +108,12 @@ struct mship_state {
      * capacity == nodes) skip the bitmap with one load. */
     _Atomic uint32_t nabsent;
     _Atomic uint64_t absent[NESSIE_NODES_MAX / 64];
-    /* The change of membership in progress ("Changes" below): MSHIP_CHANGE_WORD, or 0. */
-    _Atomic uint32_t change;
+    /* The placement's step ("Changes" below): in its low half the change of membership in
+     * progress (MSHIP_CHANGE_WORD, or 0), in its high half how many steps placement has taken
+     * (a change's start, each phase, its commit, an absence set), so two steps never look the
+     * same: a call that planned at one step and finds another plans again. Under the lock;
+     * release, read with acquire (mship_step). */
+    _Atomic uint64_t step;
     /* Per node, the incarnation its fence is for (the member's in the view that fenced it): a
      * view may readmit the node only at a newer one. Under lock. */
     uint64_t fenced_inc[NESSIE_NODES_MAX];
@@ -134,7 +138,13 @@ struct mship_state {
  * bit cleared) from the change's start: the plans read its positions, and the change word, not
  * its bit, says whether it is placed. Committing a retire makes the node absent, then clears the
  * word with release, so a plan that loads the word with acquire and finds no change also finds
- * the node's new absence bit. */
+ * the node's new absence bit.
+ *
+ * A call may span several phases (its attempts retry for up to its budget), and the model's
+ * insert policies and the mover's waits hold for attempts, not calls: so every attempt plans
+ * under the step it reads after its timer starts (protocol.h, RUN_ATTEMPTS), and the step's
+ * count tells it whether the placement moved since its last plan, even from a change's commit
+ * back to no change. */
 enum mship_change_kind { MSHIP_CHANGE_ADD = 1, MSHIP_CHANGE_RETIRE = 2 };
 enum mship_change_phase { MSHIP_PHASE_ANNOUNCE = 1, MSHIP_PHASE_MOVE = 2 };
 #define MSHIP_CHANGE_WORD(node, kind, phase) \
@@ -182,15 +192,17 @@ void mship_suspend(struct mship_state *st, uint32_t node);
  * are no longer drawn elsewhere. Never blocks; idempotent. */
 void mship_rejoin(struct mship_state *st, uint32_t node);
 
-/* Mark node absent (or present again): see absent above. Returns NESSIE_OK, or NESSIE_INVALID
- * for an id past NESSIE_NODES_MAX or this node itself (a node is always a member of its own
- * cluster), and then nothing changes. Idempotent; never blocks. */
+/* Mark node absent (or present again): see absent above. This node itself may be absent only
+ * while it is joining (opened with an id past the first members: front/engine.c), and is out
+ * then (mship_self_out). Returns NESSIE_OK, or NESSIE_INVALID for an id past NESSIE_NODES_MAX,
+ * and then nothing changes. Idempotent; never blocks but on readers' copies. */
 int mship_set_absent(struct mship_state *st, uint32_t node, bool absent);
 
 /* Begin a change of node (an add: node absent now; a retire: node present now, not this node)
- * or move it to a later phase. Returns NESSIE_OK; NESSIE_INVALID for a node or kind that does not
- * fit the cluster as it is, a phase that goes back, or a change of another node while one is in
- * progress, and then nothing changes. Never blocks but on readers' copies. */
+ * at its announce phase, or move it to a later phase. Returns NESSIE_OK; NESSIE_INVALID for a
+ * node or kind that does not fit the cluster as it is, a change that starts past its announce
+ * phase, a phase that goes back, or a change of another node while one is in progress, and
+ * then nothing changes. Never blocks but on readers' copies. */
 int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_kind kind,
                      enum mship_change_phase phase);
 
@@ -198,10 +210,19 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
  * "Changes"). Returns NESSIE_OK, or NESSIE_INVALID when no change is in progress. */
 int mship_change_commit(struct mship_state *st);
 
+/* The placement's step (see step above): one load, acquire ("Changes"). */
+static inline uint64_t mship_step(const struct mship_state *st)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)&st->step, memory_order_acquire);
+}
+
+/* The change a step is in (MSHIP_CHANGE_WORD), or 0. */
+static inline uint32_t mship_step_change(uint64_t step) { return (uint32_t)step; }
+
 /* The change in progress (MSHIP_CHANGE_WORD), or 0: one load, acquire ("Changes"). */
 static inline uint32_t mship_change(const struct mship_state *st)
 {
-    return atomic_load_explicit((_Atomic uint32_t *)&st->change, memory_order_acquire);
+    return mship_step_change(mship_step(st));
 }
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
@@ -308,6 +329,13 @@ static inline uint32_t mship_lives(const struct mship_state *st, uint32_t node)
 static inline bool mship_self_fenced(const struct mship_state *st)
 {
     return mship_fenced(st, st->self);
+}
+
+/* Whether this node serves no call: fenced, or joining (absent until a change adds it: its
+ * peers do not read its memory yet, so nothing may be written there that an entry names). */
+static inline bool mship_self_out(const struct mship_state *st)
+{
+    return mship_self_fenced(st) || mship_absent(st, st->self);
 }
 
 /* Whether node's memory must not be touched: fenced, suspended or absent. Never blocks. */

@@ -19,7 +19,7 @@ int mship_init(struct mship_state *st, uint32_t self)
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->rejoining[i], 0);
     atomic_init(&st->nabsent, 0);
-    atomic_init(&st->change, 0);
+    atomic_init(&st->step, 0);
     for (uint32_t i = 0; i < NESSIE_NODES_MAX / 64; i++)
         atomic_init(&st->absent[i], 0);
     memset(st->fenced_inc, 0, sizeof(st->fenced_inc));
@@ -151,12 +151,22 @@ static void absent_locked(struct mship_state *st, uint32_t node, bool absent)
     }
 }
 
+/* Placement takes a step: the change word now is `change` (0: none), and the count moves. The
+ * caller holds the lock and has set the bits the step changes: release, so a plan that reads
+ * the step with acquire finds them (see step in membership.h). */
+static void step_locked(struct mship_state *st, uint32_t change)
+{
+    uint64_t cur = atomic_load_explicit(&st->step, memory_order_relaxed);
+    atomic_store_explicit(&st->step, ((cur >> 32) + 1) << 32 | change, memory_order_release);
+}
+
 int mship_set_absent(struct mship_state *st, uint32_t node, bool absent)
 {
-    if (node >= NESSIE_NODES_MAX || node == st->self)
+    if (node >= NESSIE_NODES_MAX)
         return NESSIE_INVALID;
     pthread_rwlock_wrlock(&st->lock);
     absent_locked(st, node, absent);
+    step_locked(st, mship_step_change(atomic_load_explicit(&st->step, memory_order_relaxed)));
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;
 }
@@ -169,22 +179,23 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
         return NESSIE_INVALID;
     int rc = NESSIE_OK;
     pthread_rwlock_wrlock(&st->lock);
-    uint32_t cur = atomic_load_explicit(&st->change, memory_order_relaxed);
+    uint32_t cur = mship_step_change(atomic_load_explicit(&st->step, memory_order_relaxed));
     bool absent = (atomic_load_explicit(&st->absent[node / 64], memory_order_relaxed) >>
                    (node % 64)) & 1;
     if (cur && (mship_change_node(cur) != node || mship_change_kind(cur) != kind ||
                 mship_change_phase(cur) > phase))
         rc = NESSIE_INVALID; /* another change, or a phase going back */
-    else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent && node != st->self /* the joiner */
-                                              : (absent || node == st->self)))
+    else if (!cur && phase != MSHIP_PHASE_ANNOUNCE)
+        rc = NESSIE_INVALID; /* every change is announced first (model/elastic.pml) */
+    else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent : (absent || node == st->self)))
         rc = NESSIE_INVALID;
     else {
         /* An added node is reachable from the change's start: plans read its positions (its
          * absence bit no longer matters to placement, which the change word overrides). */
         if (kind == MSHIP_CHANGE_ADD)
             absent_locked(st, node, false);
-        atomic_store_explicit(&st->change, MSHIP_CHANGE_WORD(node, kind, phase),
-                              memory_order_release);
+        if (cur != MSHIP_CHANGE_WORD(node, kind, phase))
+            step_locked(st, MSHIP_CHANGE_WORD(node, kind, phase));
     }
     pthread_rwlock_unlock(&st->lock);
     return rc;
@@ -193,14 +204,14 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
 int mship_change_commit(struct mship_state *st)
 {
     pthread_rwlock_wrlock(&st->lock);
-    uint32_t cur = atomic_load_explicit(&st->change, memory_order_relaxed);
+    uint32_t cur = mship_step_change(atomic_load_explicit(&st->step, memory_order_relaxed));
     if (!cur) {
         pthread_rwlock_unlock(&st->lock);
         return NESSIE_INVALID;
     }
     /* The node's bit first, the word after with release: see "Changes". */
     absent_locked(st, mship_change_node(cur), mship_change_kind(cur) == MSHIP_CHANGE_RETIRE);
-    atomic_store_explicit(&st->change, 0, memory_order_release);
+    step_locked(st, 0);
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;
 }

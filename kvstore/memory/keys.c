@@ -77,11 +77,11 @@ static void plan_before(const struct nessie_node *nd, uint64_t digest, uint64_t 
 /* The plan's positions: the placement's ways, or during a change (membership.h, "Changes") the
  * union T: the placement before, in way order, then what the placement after adds, with each
  * position's role and the phase's no-insert bits. Returns the count. */
-static uint32_t plan_all(const struct nessie_node *nd, uint64_t digest, uint64_t *pos,
-                         uint8_t *role, uint32_t *no_insert)
+static uint32_t plan_all(const struct nessie_node *nd, uint64_t digest, uint64_t step,
+                         uint64_t *pos, uint8_t *role, uint32_t *no_insert)
 {
     const uint32_t ways = nd->cfg.ways;
-    uint32_t change = mship_change(&nd->view);
+    uint32_t change = mship_step_change(step);
     *no_insert = 0;
     plan_before(nd, digest, pos, change);
     if (!change) {
@@ -124,10 +124,17 @@ static uint32_t plan_filter(const struct nessie_node *nd, uint64_t digest)
 
 void key_plan_make(struct key_plan *p, const struct nessie_node *nd, const void *key, size_t klen)
 {
+    key_plan_at(p, nd, key, klen, mship_step(&nd->view));
+}
+
+void key_plan_at(struct key_plan *p, const struct nessie_node *nd, const void *key, size_t klen,
+                 uint64_t step)
+{
     uint64_t digest = hash_key(key, klen, NESSIE_HASH_SEED);
     p->key = key;
     p->klen = (uint32_t)klen;
-    p->n = plan_all(nd, digest, p->pos, p->role, &p->no_insert);
+    p->step = step;
+    p->n = plan_all(nd, digest, step, p->pos, p->role, &p->no_insert);
     p->filter = plan_filter(nd, digest);
     /* During a change, pos[0] is the placement before's: shipped calls go where they went
      * until the change is committed. */
@@ -145,7 +152,8 @@ uint32_t nessie_key_plan_positions(const struct nessie_node *nd, const void *key
 {
     uint8_t role[NESSIE_PLAN_MAX];
     uint32_t no_insert;
-    return plan_all(nd, hash_key(key, key_len, NESSIE_HASH_SEED), pos, role, &no_insert);
+    return plan_all(nd, hash_key(key, key_len, NESSIE_HASH_SEED), mship_step(&nd->view), pos,
+                    role, &no_insert);
 }
 
 uint32_t nessie_key_filter(const struct nessie_node *nd, const void *key, size_t len)

@@ -44,6 +44,7 @@ struct key_plan {
     uint32_t filter;                /* the filter bits of its ITEs (paper 4.3.2) */
     uint32_t n;                     /* positions in pos: the ways, up to twice that in a change */
     uint32_t no_insert;             /* bit i: pos[i] takes no new entry (0 outside a change) */
+    uint64_t step;                  /* the placement's step it was made at (mship_step) */
     uint8_t role[NESSIE_PLAN_MAX];  /* enum key_role of each position (all KEY_STAY outside) */
     uint64_t pos[NESSIE_PLAN_MAX];  /* global ITE positions I_1..I_n (node * index_slots + slot),
                                        all different */
@@ -59,6 +60,10 @@ static inline int key_check(const void *key, size_t klen)
 /* Work out the plan of key (klen bytes, already checked by the caller) on nd's geometry. Never
  * fails; reads no memory but the key's. */
 void key_plan_make(struct key_plan *p, const struct nessie_node *nd, const void *key, size_t klen);
+/* The same at a given step of placement (mship_step: one the caller read), not the current one:
+ * what a call that finds the placement moved plans again with (protocol.h, RUN_ATTEMPTS). */
+void key_plan_at(struct key_plan *p, const struct nessie_node *nd, const void *key, size_t klen,
+                 uint64_t step);
 
 /* The same figures one at a time, for what is not a call (the sweep, the dump, the evictor,
  * tests): each hashes the key once. nessie_key_positions fills the ways positions of the current

@@ -113,10 +113,11 @@ struct nessie_node {
     _Atomic uint32_t scrub_changes, scrub_done, scrub_readmissions;
     _Atomic bool scrub_orphans;
     /* The mover (protocol/move.c, issue 30): its cursor over this node's index, where the pass
-     * for the change in progress ends, the change word that pass is for, the last one whose pass
-     * is over, and the entries moved ever. Written by the one thread that runs the mover. */
+     * for the change in progress ends, the placement's step that pass is for (mship_step), the
+     * last one whose pass is over, and the entries moved ever. Written by the one thread that
+     * runs the mover. */
     _Atomic uint64_t move_cursor, move_end, moved;
-    _Atomic uint32_t move_change, move_done;
+    _Atomic uint64_t move_step, move_done;
 
     /* Server-driven execution's state (modes/sd.c): the ring slots' counts, on both sides. */
     struct sd_state *sd;

@@ -867,8 +867,8 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         rp->status = NESSIE_BAD_KEY; /* req_take let it through: answered, never run */
         return 0;
     }
-    if (mship_self_fenced(&nd->view)) {
-        rp->status = NESSIE_FABRIC_ERROR; /* lost from the view: serves nothing (front/api.c) */
+    if (mship_self_out(&nd->view)) {
+        rp->status = NESSIE_FABRIC_ERROR; /* lost from the view, or joining: serves nothing (front/api.c) */
         return 0;
     }
     key_plan_make(&kp, nd, key, q->key_len);

@@ -97,14 +97,17 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
 size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
 {
     struct nessie_node *nd = ctx->node;
-    uint32_t change = mship_change(&nd->view);
+    /* The step, not the change word: an add, a retire and an add again of one node have the
+     * same words, and each move phase owes its own pass. */
+    uint64_t step = mship_step(&nd->view);
+    uint32_t change = mship_step_change(step);
     if (!change || mship_change_phase(change) != MSHIP_PHASE_MOVE || mship_self_fenced(&nd->view))
         return 0;
-    if (change == atomic_load_explicit(&nd->move_done, memory_order_relaxed))
+    if (step == atomic_load_explicit(&nd->move_done, memory_order_relaxed))
         return 0; /* this change's pass is over: one load a run */
     uint64_t cursor = atomic_load_explicit(&nd->move_cursor, memory_order_relaxed);
-    if (change != atomic_load_explicit(&nd->move_change, memory_order_relaxed)) {
-        atomic_store_explicit(&nd->move_change, change, memory_order_relaxed);
+    if (step != atomic_load_explicit(&nd->move_step, memory_order_relaxed)) {
+        atomic_store_explicit(&nd->move_step, step, memory_order_relaxed);
         atomic_store_explicit(&nd->move_end, cursor + nd->cfg.index_slots, memory_order_relaxed);
     }
     const uint64_t end = atomic_load_explicit(&nd->move_end, memory_order_relaxed);
@@ -112,7 +115,7 @@ size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
     size_t moved = 0;
     for (size_t i = 0; i < scan_slots; i++, cursor++) {
         if (cursor >= end) {
-            atomic_store_explicit(&nd->move_done, change, memory_order_release);
+            atomic_store_explicit(&nd->move_done, step, memory_order_release);
             break;
         }
         if (!move_slot(ctx, cursor % nd->cfg.index_slots, &moved))
@@ -126,10 +129,10 @@ size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
 
 bool nessie_move_over(const struct nessie_node *nd)
 {
-    uint32_t change = mship_change(&nd->view);
+    uint64_t step = mship_step(&nd->view);
+    uint32_t change = mship_step_change(step);
     return change && mship_change_phase(change) == MSHIP_PHASE_MOVE &&
-           atomic_load_explicit((_Atomic uint32_t *)&nd->move_done, memory_order_acquire) ==
-               change;
+           atomic_load_explicit((_Atomic uint64_t *)&nd->move_done, memory_order_acquire) == step;
 }
 
 uint64_t nessie_moved(const struct nessie_node *nd)
@@ -139,10 +142,11 @@ uint64_t nessie_moved(const struct nessie_node *nd)
 
 uint64_t nessie_move_left(const struct nessie_node *nd)
 {
-    uint32_t change = mship_change(&nd->view);
+    uint64_t step = mship_step(&nd->view);
+    uint32_t change = mship_step_change(step);
     if (!change || mship_change_phase(change) != MSHIP_PHASE_MOVE || nessie_move_over(nd))
         return 0;
-    if (change != atomic_load_explicit((_Atomic uint32_t *)&nd->move_change, memory_order_relaxed))
+    if (step != atomic_load_explicit((_Atomic uint64_t *)&nd->move_step, memory_order_relaxed))
         return nd->cfg.index_slots;
     uint64_t end = atomic_load_explicit((_Atomic uint64_t *)&nd->move_end, memory_order_relaxed);
     uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&nd->move_cursor, memory_order_relaxed);

@@ -66,6 +66,7 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
     op->klen = kp->klen;
     op->n = kp->n;
     op->no_insert = kp->no_insert;
+    op->step = kp->step;
     memcpy(op->pos, kp->pos, sizeof(op->pos[0]) * op->n);
     op->filter = kp->filter;
     /* node | incarnation | context | sequence: unique across the cluster and across restarts,
@@ -82,6 +83,20 @@ void proto_op_init(struct op *op, struct nessie_ctx *ctx, enum nessie_opkind kin
     ctx->kind = kind;
     CTR_ADD(OPC(ctx).ops, 1);
     op_traffic_mark(op);
+}
+
+void proto_replan(struct op *op, uint64_t step)
+{
+    op->step = step;
+    op->pre_valid = false;
+    if (!op->key)
+        return; /* not a key's call (the mover's, the scrub's): it plans nothing */
+    struct key_plan kp;
+    key_plan_at(&kp, op->node, op->key, op->klen, step);
+    op->n = kp.n;
+    op->no_insert = kp.no_insert;
+    memcpy(op->pos, kp.pos, sizeof(op->pos[0]) * op->n);
+    CTR_ADD(op->ctx->ctr.replans, 1);
 }
 
 /* Exponential back-off with jitter (paper 4.3.2): 1 us doubling to 1 ms. Short waits yield

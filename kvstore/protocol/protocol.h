@@ -39,6 +39,7 @@ struct op {
     uint32_t klen;
     uint32_t n;                     /* positions: the ways, more during a change (keys.h) */
     uint32_t no_insert;             /* bit i: pos[i] takes no new entry (keys.h) */
+    uint64_t step;                  /* the placement's step pos was planned at (keys.h) */
     uint64_t pos[NESSIE_PLAN_MAX];  /* global ITE positions of the key, I_1..I_n */
     uint32_t filter;
     uint64_t id;                    /* creator id written into this call's DTEs */
@@ -53,7 +54,8 @@ struct op {
     uint32_t nrec;
     uint64_t mine;                  /* ITE of this call's published (or possibly published: its
                                        CAS's outcome was lost), uncommitted DTE, or 0 */
-    uint32_t mine_pos;              /* its position among pos[] */
+    uint64_t mine_at;               /* its global ITE position (a plan made again may no longer
+                                       hold it at the same index, or at all) */
     uint64_t mine_replaced;         /* the ITE word its CAS replaced (what a rollback restores) */
     bool mine_prev_live;            /* its previous version is the value readers see */
     uint64_t mine_version;          /* its version */
@@ -158,6 +160,11 @@ static inline void count_abort(struct op *op, enum nessie_abort why)
             return A_RETRY;                            \
         }                                              \
     } while (0)
+
+/* The placement moved to step (a change of membership's phase, its commit) since the call was
+ * planned: plan its key again at step, for the attempt about to start (membership.h,
+ * "Changes"). A read-ahead of I_1 (pre_valid) was for the old plan and is dropped. */
+void proto_replan(struct op *op, uint64_t step);
 
 /* Exponential back-off with jitter before the next attempt (paper 4.3.2). */
 void proto_backoff(struct op *op, unsigned attempt);
@@ -269,6 +276,11 @@ bool proto_view_gate(struct op *op);
                 status = NESSIE_TIMEOUT;                                         \
                 break;                                                           \
             }                                                                    \
+            /* Each attempt acts on the placement's step it reads after its      \
+             * timer started (membership.h, "Changes"). */                       \
+            uint64_t step_ = mship_step(&(op)->node->view);                      \
+            if (__builtin_expect(step_ != (op)->step, 0))                        \
+                proto_replan((op), step_);                                       \
             CTR_ADD(OPC((op)->ctx).attempts, 1);                                 \
             enum attempt a_ = (call);                                            \
             if (a_ == A_DONE)                                                    \

@@ -424,7 +424,7 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
      * version whose value was on a node lost from the view since is lost: the slot is emptied
      * instead of linking it again (proto_takeover says why). */
     bool ok = false, clean;
-    uint64_t pos = op->pos[op->mine_pos], now = e;
+    uint64_t pos = op->mine_at, now = e;
     uint64_t relink = !ite_empty(back) && mship_lost(&op->node->view, ite_node(back)) ? 0 : back;
     int rc = NESSIE_OK;
     for (int tries = 0; tries < 4 && rc == NESSIE_OK && !ok && now == e; tries++) {
@@ -621,7 +621,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         /* Published, or perhaps (the CAS's outcome was lost): from here on the entry is the
          * call's to commit or to abandon (abandon_mine); it is never freed without quarantine. */
         op->mine = mine;
-        op->mine_pos = (uint32_t)cand;
+        op->mine_at = op->pos[cand];
         op->mine_replaced = op->seen[cand];
         op->mine_prev_live = live;
         op->mine_version = h.version;

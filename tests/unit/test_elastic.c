@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "memory/memory.h"
+#include "protocol/nessie_test.h"
 #include <nessie/nessie.h>
 
 #define MEMBERS 3
@@ -277,11 +278,155 @@ static void test_add_under_load(void **state)
     assert_true(moved > 0);
 }
 
+/* Calls held across the change's steps (helper review of issue 30): a call's attempts retry
+ * for up to its budget, while the change moves on, so each attempt must plan its key at the
+ * step it runs under. The hook holds the first attempt of one call while the test steps the
+ * change, and then lets it go on past one expiration period, so it retries. */
+struct hold {
+    struct nessie_ctx *ctx;          /* the held call's context */
+    enum nessie_hook_point point;
+    bool fired;
+    void (*steps)(void);             /* what the test does while the call is held */
+};
+static struct hold H;
+
+static void hold_hook(struct nessie_ctx *ctx, enum nessie_hook_point point, uint32_t arg,
+                      void *user)
+{
+    (void)arg;
+    (void)user;
+    if (ctx != H.ctx || point != H.point || H.fired)
+        return;
+    H.fired = true;
+    H.steps();
+}
+
+/* Members 0..2 join node 3 in the announce phase (node 3 itself installed it earlier). */
+static void announce_members(void)
+{
+    for (uint32_t i = 0; i < MEMBERS; i++)
+        assert_int_equal(mship_change_set(&C.node[i]->view, MEMBERS, MSHIP_CHANGE_ADD,
+                                          MSHIP_PHASE_ANNOUNCE),
+                         NESSIE_OK);
+    usleep(SPAN_US);
+}
+
+/* The whole change, from the members' announce to the commit. */
+static void the_rest_of_the_add(void)
+{
+    announce_members();
+    phase_all(MSHIP_PHASE_MOVE);
+    move_all();
+    commit_all();
+}
+
+/* From the announce phase: the move phase and every mover's pass, no commit yet. */
+static void move_phase_and_pass(void)
+{
+    phase_all(MSHIP_PHASE_MOVE);
+    move_all();
+}
+
+/* The first key from `from` on whose first position leaves in the add of node 3, as node 3 plans
+ * it (node 3 must be in the change already). */
+static int leaving_key(int from)
+{
+    for (int i = from; i < from + 10000; i++) {
+        char k[32];
+        key_of(k, sizeof(k), i);
+        struct key_plan kp;
+        key_plan_make(&kp, C.node[3], k, strlen(k));
+        if (kp.role[0] == KEY_LEAVING)
+            return i;
+    }
+    fail_msg("no key leaves");
+    return -1;
+}
+
+/* A GET planned before the change, held until the change is committed: its key's entry moved to
+ * node 3 meanwhile, and the retry must read it there. Planned once for the whole call, the retry
+ * reads the positions before the change, where nothing is left: a miss. */
+static void test_a_get_held_across_the_add(void **state)
+{
+    (void)state;
+    cluster_open();
+    assert_int_equal(mship_change_set(&C.node[3]->view, MEMBERS, MSHIP_CHANGE_ADD,
+                                      MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_OK);
+    int g = leaving_key(0);
+    put(C.ctx[0], g, "held");
+    H = (struct hold){.ctx = C.ctx[0], .point = NESSIE_HOOK_GET_ITE_READ,
+                    .steps = the_rest_of_the_add};
+    nessie_set_test_hook(hold_hook, NULL);
+    char got[64];
+    get(C.ctx[0], g, got, sizeof(got));
+    nessie_set_test_hook(NULL, NULL);
+    assert_true(H.fired);
+    assert_true(entries_on(3) > 0); /* the key's entry moved there */
+    assert_string_equal(got, "held");
+    assert_true(nessie_ctx_counters(C.ctx[0])->replans > 0);
+}
+
+/* A SET planned in the announce phase, held until the movers' passes are over: its retry runs in
+ * the move phase, where a leaving position takes no new entry. Planned once, it inserts at the
+ * leaving position the passes are over with, and the commit loses it. */
+static void test_a_set_held_across_the_move(void **state)
+{
+    (void)state;
+    cluster_open();
+    assert_int_equal(mship_change_set(&C.node[3]->view, MEMBERS, MSHIP_CHANGE_ADD,
+                                      MSHIP_PHASE_ANNOUNCE),
+                     NESSIE_OK);
+    announce_members();
+    int s = leaving_key(0);
+    H = (struct hold){.ctx = C.ctx[1], .point = NESSIE_HOOK_PUT_BEFORE_CAS,
+                    .steps = move_phase_and_pass};
+    nessie_set_test_hook(hold_hook, NULL);
+    put(C.ctx[1], s, "late");
+    nessie_set_test_hook(NULL, NULL);
+    assert_true(H.fired);
+    commit_all();
+    char got[64];
+    for (uint32_t n = 0; n < NODES; n++) {
+        get(C.ctx[n], s, got, sizeof(got));
+        if (strcmp(got, "late") != 0)
+            fail_msg("node %u reads \"%s\" after the commit", n, got);
+    }
+}
+
+/* A joining node (an id past the members') places nothing on itself and serves no call until
+ * a change adds it: its peers do not read its memory yet, so a value written there would be
+ * named by an entry nobody can follow. */
+static void test_a_joining_node_waits_for_its_add(void **state)
+{
+    (void)state;
+    cluster_open();
+    char k[32];
+    key_of(k, sizeof(k), 7);
+    assert_int_equal(nessie_store(C.ctx[3], NESSIE_SET, k, strlen(k), "x", 1, 0, 0, 0, NULL),
+                     NESSIE_FABRIC_ERROR);
+    for (int i = 0; i < 1000; i++) {
+        key_of(k, sizeof(k), i);
+        uint64_t pos[NESSIE_PLAN_MAX];
+        uint32_t n = nessie_key_plan_positions(C.node[3], k, strlen(k), pos);
+        for (uint32_t j = 0; j < n; j++)
+            assert_true(pos[j] / C.node[3]->cfg.index_slots != 3);
+    }
+    phase_all(MSHIP_PHASE_ANNOUNCE);
+    put(C.ctx[3], 7, "joined");
+    char got[64];
+    get(C.ctx[0], 7, got, sizeof(got));
+    assert_string_equal(got, "joined");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_add_moves_what_leaves, teardown),
         cmocka_unit_test_teardown(test_add_under_load, teardown),
+        cmocka_unit_test_teardown(test_a_get_held_across_the_add, teardown),
+        cmocka_unit_test_teardown(test_a_set_held_across_the_move, teardown),
+        cmocka_unit_test_teardown(test_a_joining_node_waits_for_its_add, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
