@@ -271,6 +271,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     /* Calls that waited for a view: its lease's renewal, or one fencing a node they needed. */
     STAT_U("nessie_view_waits", c.view_waits);
     STAT_U("nessie_replans", c.replans);
+    STAT_U("nessie_move_evicted", c.move_evicted);
     g_string_free(vm, TRUE);
     g_free(view);
     STAT_S("nessie_mode", nessie_mode_name(cfg->mode));

@@ -183,6 +183,9 @@ struct nessie_counters {
                                      they could not reach */
     uint64_t replans;             /* attempts that planned their key again: a change of
                                      membership took a step since the call's plan (issue 30) */
+    uint64_t move_evicted;        /* leaving entries a change's mover found no room for at
+                                     their arriving positions (or no memory for the copy, with
+                                     eviction off): evicted instead (issue 30) */
     uint64_t staged, marked, freed; /* recycling pipeline */
     uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
     /* Eviction and reclamation, with memcached's meanings (stats): */

@@ -16,7 +16,9 @@
  * anywhere; one attempt's span later (E + F), neither is any attempt that ran alongside one
  * (model/elastic.pml, BUG_MOVER_ONE_WAIT: such a PUT can commit ahead of a copy the mover made
  * behind it). The pass stops at an entry it cannot judge yet (in progress, unreadable) and starts
- * there again on the next run: passing over a leaving entry would lose it at the commit.
+ * there again on the next run: passing over a leaving entry would lose it at the commit. An entry
+ * with no room at any arriving position (or no memory for its copy, eviction off) is evicted
+ * instead (counted: move_evicted), so a full cache cannot hold a change up for good.
  *
  * A MIGRATE writes its copy into the migrating node's own data region, so an add's moves fill the
  * nodes that already hold the values: the copies and the evictions they cause are the price of
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "memory/memory.h"
+#include "memory/upcall.h"
 #include "protocol.h"
 
 /* MIGRATE attempts per slot within one run before the pass stops there for now (a concurrent
@@ -88,8 +91,19 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
             (*moved)++;
             continue;
         }
+        if (r == A_DONE && (status == NESSIE_INDEX_FULL || status == NESSIE_NO_MEMORY)) {
+            /* No room for it: its arriving positions are full and nothing there could move
+             * within the depth, or no memory for the copy with eviction off (with it on, the
+             * MIGRATE made room and retried). Waiting would stop the pass for good, and the
+             * change with it; a cache makes room by evicting, so the entry is evicted as the
+             * evictor evicts (memory/upcall.h: a DELETE of exactly this word, linearizable),
+             * and the slot judged again. */
+            if (nessie_evict_entry(ctx, &kp, w) == NESSIE_OK)
+                CTR_ADD(ctx->ctr.move_evicted, 1);
+            continue;
+        }
         if (r == A_DONE)
-            return false; /* no room at the arriving positions (index full), a fabric error */
+            return false; /* a fabric error: the next run tries again */
     }
     return false;
 }

@@ -40,6 +40,12 @@ static struct {
     struct nessie_ctx *ctx[NODES];
 } C;
 
+/* What a test may change of the nodes' configuration before cluster_open (reset by it). */
+static struct {
+    uint64_t data_bytes; /* 0: 4 MiB */
+    bool no_evict;
+} K;
+
 static void cluster_open(void)
 {
     static unsigned seq;
@@ -53,7 +59,8 @@ static void cluster_open(void)
         cfg.node_ids = NODES;
         cfg.self = i;
         cfg.index_slots = 4096;
-        cfg.data_bytes = 4 << 20;
+        cfg.data_bytes = K.data_bytes ? K.data_bytes : 4 << 20;
+        cfg.no_evict = K.no_evict;
         cfg.max_item_size = 4096;
         cfg.expiration_ms = PERIOD_MS;
         cfg.op_timeout_ms = 2000;
@@ -61,6 +68,7 @@ static void cluster_open(void)
         assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
         assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
     }
+    memset(&K, 0, sizeof(K));
 }
 
 static int teardown(void **state)
@@ -419,6 +427,55 @@ static void test_a_joining_node_waits_for_its_add(void **state)
     assert_string_equal(got, "joined");
 }
 
+/* A full cache with eviction off: the movers have no memory for the copies of what leaves
+ * their indexes. Its pass must still end (the change commits), the entries it cannot move evicted
+ * and counted, and every key reads its value or a miss, never another value. Waiting for room,
+ * the pass stopped at the first such entry for good. */
+static void test_a_full_cache_does_not_hold_the_change_up(void **state)
+{
+    (void)state;
+    K.data_bytes = 256 << 10;
+    K.no_evict = true;
+    cluster_open();
+    char v[1024], k[32];
+    memset(v, 'f', sizeof(v) - 1);
+    v[sizeof(v) - 1] = '\0';
+    /* Every member full (a write's value goes to its writer's memory): no mover can copy. */
+    int n = 0;
+    for (uint32_t m = 0; m < MEMBERS; m++) {
+        int rc = NESSIE_OK;
+        for (; n < 100000 && rc == NESSIE_OK; n++) {
+            key_of(k, sizeof(k), n);
+            v[0] = (char)('a' + n % 26);
+            rc = nessie_store(C.ctx[m], NESSIE_SET, k, strlen(k), v, strlen(v), 0, 0, 0, NULL);
+        }
+        assert_int_equal(rc, NESSIE_NO_MEMORY);
+        n--; /* key n was refused */
+    }
+    phase_all(MSHIP_PHASE_ANNOUNCE);
+    phase_all(MSHIP_PHASE_MOVE);
+    size_t moved = move_all();
+    commit_all();
+    uint64_t evicted = 0;
+    for (uint32_t m = 0; m < MEMBERS; m++)
+        evicted += nessie_ctx_counters(C.ctx[m])->move_evicted;
+    fprintf(stderr, "full cache: %d keys, %zu moved, %llu evicted by the movers\n", n, moved,
+            (unsigned long long)evicted);
+    assert_true(evicted > 0);
+    int hits = 0;
+    char got[1100];
+    for (int i = 0; i < n; i++) {
+        get(C.ctx[i % NODES], i, got, sizeof(got));
+        if (got[0] == '\0')
+            continue;
+        v[0] = (char)('a' + i % 26);
+        if (strcmp(got, v) != 0)
+            fail_msg("key %d reads another value after the add", i);
+        hits++;
+    }
+    assert_true(hits + (int)evicted >= n && hits > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +484,7 @@ int main(void)
         cmocka_unit_test_teardown(test_a_get_held_across_the_add, teardown),
         cmocka_unit_test_teardown(test_a_set_held_across_the_move, teardown),
         cmocka_unit_test_teardown(test_a_joining_node_waits_for_its_add, teardown),
+        cmocka_unit_test_teardown(test_a_full_cache_does_not_hold_the_change_up, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
