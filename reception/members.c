@@ -29,15 +29,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "etcd.h"
 #include "log.h"
 #include "views.h"
 
 /* Tunables, with their reasons. */
-/* A unary request (grant, keep-alive, range, txn) that takes longer than this is a failure and
- * the next endpoint is tried: far below a lease, so a dead endpoint costs the lease little. */
-#define MEMBERS_REQUEST_MS 500
-/* Connecting to an endpoint: a listening etcd on a LAN answers in well under this. */
-#define MEMBERS_CONNECT_MS 300
 /* The watcher's pause before it re-opens a watch that ended (etcd restarting, endpoint gone):
  * short, since the agent's own reconcile covers the gap anyway. */
 #define MEMBERS_REWATCH_MS 200
@@ -60,7 +56,7 @@
  * one membership, which its two threads and members_stop() share without a handle passed
  * around (memcached's style for a subsystem). Written by members_start before the threads start;
  * after that, the fields under lock are the threads' rendezvous and the rest is read-only,
- * except `endpoint`, which either thread may move to the next URL that answers.
+ * (the endpoints are etcd.c's).
  */
 static struct {
     bool running;              /* members_start went through with mode = etcd */
@@ -68,9 +64,6 @@ static struct {
     uint32_t self, nodes;
     uint32_t lease_s;
     uint64_t incarnation;      /* what this node registers: nessie_node_incarnation() */
-    char **endpoints;          /* NULL-terminated, from [membership] endpoints */
-    guint nendpoints;
-    atomic_uint endpoint;      /* the one that answered last: tried first */
     char *members_prefix;      /* /nessie/<name>/members/ */
     char *view_key;            /* /nessie/<name>/view */
     char *cluster_prefix;      /* /nessie/<name>/ : what the watcher watches */
@@ -110,141 +103,17 @@ static struct {
     int32_t age[NESSIE_NODES_MAX]; /* seconds, or MEMBERS_AGE_NONE / MEMBERS_AGE_UNKNOWN */
 } ages = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* --- the gateway -------------------------------------------------------------------------- */
-
-static size_t collect(char *data, size_t size, size_t n, void *arg)
-{
-    g_string_append_len((GString *)arg, data, (gssize)(size * n));
-    return size * n;
-}
-
-/* Base64 of a string, as the gateway wants keys and values (g_free it). */
-static char *b64(const char *s)
-{
-    return g_base64_encode((const guchar *)s, strlen(s));
-}
-
-/* The end of the range of keys that start with prefix: prefix with its last byte plus one. */
-static char *prefix_end(const char *prefix)
-{
-    char *e = g_strdup(prefix);
-    e[strlen(e) - 1]++;
-    return e;
-}
-
-/*
- * POST body to path on the endpoints, starting with the last that answered, and parse the
- * answer. Returns the parsed JSON (g_object_unref it), or NULL after logging at `level` what
- * each endpoint said (unreachable, an HTTP error, or not JSON). curl is the calling thread's.
- */
-static JsonParser *call(CURL *curl, const char *path, const char *body,
-                        enum nessie_log_level level)
-{
-    GString *resp = g_string_new(NULL);
-    GString *errs = g_string_new(NULL);
-    guint first = atomic_load(&members.endpoint);
-    for (guint k = 0; k < members.nendpoints; k++) {
-        guint i = (first + k) % members.nendpoints;
-        char *url = g_strconcat(members.endpoints[i], path, NULL);
-        g_string_truncate(resp, 0);
-        curl_easy_reset(curl);
-        curl_easy_setopt(curl, CURLOPT_URL, url);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-        curl_easy_setopt(curl, CURLOPT_WRITEDATA, resp);
-        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)MEMBERS_REQUEST_MS);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MEMBERS_CONNECT_MS);
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        CURLcode rc = curl_easy_perform(curl);
-        long http = 0;
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
-        g_free(url);
-        if (rc != CURLE_OK || http != 200) {
-            g_string_append_printf(errs, "%s%s: %s", errs->len ? "; " : "", members.endpoints[i],
-                                   rc != CURLE_OK ? curl_easy_strerror(rc) : resp->str);
-            if (rc == CURLE_OK && http != 200)
-                g_string_append_printf(errs, " (HTTP %ld)", http);
-            continue;
-        }
-        JsonParser *p = json_parser_new();
-        if (!json_parser_load_from_data(p, resp->str, (gssize)resp->len, NULL) ||
-            !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
-            g_string_append_printf(errs, "%s%s: not a JSON object: %.80s", errs->len ? "; " : "",
-                                   members.endpoints[i], resp->str);
-            g_object_unref(p);
-            continue;
-        }
-        atomic_store(&members.endpoint, i);
-        g_string_free(resp, TRUE);
-        g_string_free(errs, TRUE);
-        return p;
-    }
-    nessie_log(level, "members: etcd %s failed at every endpoint: %s", path, errs->str);
-    g_string_free(resp, TRUE);
-    g_string_free(errs, TRUE);
-    return NULL;
-}
-
-static JsonObject *root(JsonParser *p)
-{
-    return json_node_get_object(json_parser_get_root(p));
-}
-
-/* An int64 member of o: the gateway writes them as strings ("42"), proto3 JSON omits zeros. */
-static int64_t jint(JsonObject *o, const char *name)
-{
-    if (!o || !json_object_has_member(o, name))
-        return 0;
-    JsonNode *n = json_object_get_member(o, name);
-    if (!JSON_NODE_HOLDS_VALUE(n))
-        return 0;
-    if (json_node_get_value_type(n) == G_TYPE_STRING)
-        return g_ascii_strtoll(json_node_get_string(n), NULL, 10);
-    return json_node_get_int(n);
-}
-
-/* Member name of o decoded from base64 into a NUL-terminated string (g_free it), or NULL. */
-static char *jb64(JsonObject *o, const char *name)
-{
-    if (!json_object_has_member(o, name))
-        return g_strdup(""); /* proto3 JSON omits an empty value */
-    const char *s = json_object_get_string_member(o, name);
-    if (!s)
-        return NULL;
-    gsize len = 0;
-    guchar *raw = g_base64_decode(s, &len);
-    char *out = g_strndup((const char *)raw, len);
-    g_free(raw);
-    return out;
-}
-
 /* --- the lease and the registration ------------------------------------------------------- */
 
 /* Grant a lease and put this node's key under it. Returns 0, or -1 (logged at level). */
-/* Put key = val under the etcd lease (it goes when the lease lapses). Returns 0, or -1 (logged
- * at level). */
-static int put_leased(CURL *curl, const char *key, const char *val, int64_t lease,
-                      enum nessie_log_level level)
-{
-    char *k64 = b64(key), *v64 = b64(val);
-    char *body = g_strdup_printf("{\"key\": \"%s\", \"value\": \"%s\", \"lease\": \"%" PRId64
-                                 "\"}", k64, v64, lease);
-    JsonParser *p = call(curl, "/v3/kv/put", body, level);
-    g_free(body), g_free(k64), g_free(v64);
-    if (!p)
-        return -1;
-    g_object_unref(p);
-    return 0;
-}
-
 static int register_self(CURL *curl, enum nessie_log_level level)
 {
     char *body = g_strdup_printf("{\"TTL\": %u}", members.lease_s);
-    JsonParser *p = call(curl, "/v3/lease/grant", body, level);
+    JsonParser *p = etcd_call(curl, "/v3/lease/grant", body, level);
     g_free(body);
     if (!p)
         return -1;
-    int64_t id = jint(root(p), "ID"), ttl = jint(root(p), "TTL");
+    int64_t id = etcd_jint(etcd_root(p), "ID"), ttl = etcd_jint(etcd_root(p), "TTL");
     g_object_unref(p);
     if (id == 0) {
         nessie_log(level, "members: etcd granted no lease");
@@ -253,7 +122,7 @@ static int register_self(CURL *curl, enum nessie_log_level level)
     char key[256], val[32];
     snprintf(key, sizeof(key), "%s%u", members.members_prefix, members.self);
     snprintf(val, sizeof(val), "%" PRIu64, members.incarnation);
-    if (put_leased(curl, key, val, id, level) != 0)
+    if (etcd_put(curl, key, val, id, level) != 0)
         return -1;
     members.lease = id;
     members.acked_epoch = 0; /* the old lease's ack went with it */
@@ -269,14 +138,14 @@ static int register_self(CURL *curl, enum nessie_log_level level)
 static void keep_alive(CURL *curl)
 {
     char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
-    JsonParser *p = call(curl, "/v3/lease/keepalive", body, NESSIE_LOG_WARN);
+    JsonParser *p = etcd_call(curl, "/v3/lease/keepalive", body, NESSIE_LOG_WARN);
     g_free(body);
     if (!p)
         return; /* no endpoint answered: try again at the next beat, within the TTL */
-    JsonObject *o = root(p);
+    JsonObject *o = etcd_root(p);
     JsonObject *res = json_object_has_member(o, "result") ? json_object_get_object_member(o, "result")
                                                           : o;
-    int64_t ttl = jint(res, "TTL");
+    int64_t ttl = etcd_jint(res, "TTL");
     g_object_unref(p);
     if (ttl <= 0) {
         log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
@@ -287,36 +156,6 @@ static void keep_alive(CURL *curl)
 }
 
 /* --- views -------------------------------------------------------------------------------- */
-
-/*
- * Range [key, end) (end NULL: key alone). Calls fn(arg, key, value, mod_revision, lease) for each
- * key (lease: the ID of the etcd lease it is under, 0 for none). Returns 0, or -1 (logged).
- */
-static int range(CURL *curl, const char *key, const char *end,
-                 void (*fn)(void *arg, const char *k, const char *v, int64_t mod, int64_t lease),
-                 void *arg)
-{
-    char *k64 = b64(key), *e64 = end ? b64(end) : NULL;
-    char *body = e64 ? g_strdup_printf("{\"key\": \"%s\", \"range_end\": \"%s\"}", k64, e64)
-                     : g_strdup_printf("{\"key\": \"%s\"}", k64);
-    JsonParser *p = call(curl, "/v3/kv/range", body, NESSIE_LOG_WARN);
-    g_free(body), g_free(k64), g_free(e64);
-    if (!p)
-        return -1;
-    JsonObject *o = root(p);
-    if (json_object_has_member(o, "kvs")) {
-        JsonArray *kvs = json_object_get_array_member(o, "kvs");
-        for (guint i = 0; kvs && i < json_array_get_length(kvs); i++) {
-            JsonObject *kv = json_array_get_object_element(kvs, i);
-            char *k = kv ? jb64(kv, "key") : NULL, *v = kv ? jb64(kv, "value") : NULL;
-            if (k && v)
-                fn(arg, k, v, jint(kv, "mod_revision"), jint(kv, "lease"));
-            g_free(k), g_free(v);
-        }
-    }
-    g_object_unref(p);
-    return 0;
-}
 
 /* The registrations as a range read them: each member's incarnation (no node gone: a struct
  * live of registered members only), and the etcd lease its key is under. */
@@ -519,7 +358,7 @@ static void ack_scrub(CURL *curl)
     char key[256], val[32];
     snprintf(key, sizeof(key), "%s%u", members.scrubbed_prefix, members.self);
     snprintf(val, sizeof(val), "%" PRIu64, epoch);
-    if (put_leased(curl, key, val, members.lease, NESSIE_LOG_WARN) == 0) {
+    if (etcd_put(curl, key, val, members.lease, NESSIE_LOG_WARN) == 0) {
         members.acked_epoch = epoch;
         log_debug("members: node %u's scrub is done for view %" PRIu64, members.self, epoch);
     }
@@ -538,8 +377,8 @@ static int reconcile(CURL *curl)
     struct live *now = &reg->lv, *inview = g_new0(struct live, 1);
     struct live *want = g_new0(struct live, 1);
     struct view_read vr = {0};
-    char *end = prefix_end(members.members_prefix);
-    char *send = prefix_end(members.scrubbed_prefix);
+    char *end = etcd_prefix_end(members.members_prefix);
+    char *send = etcd_prefix_end(members.scrubbed_prefix);
     uint64_t *acked = g_new0(uint64_t, NESSIE_NODES_MAX);
     int rc = -1;
     members.reg_read = false;
@@ -548,14 +387,14 @@ static int reconcile(CURL *curl)
         g_free(vr.value);
         vr = (struct view_read){0};
         uint64_t read_ns = mono_ns(); /* before the requests: the view is current after it */
-        if (range(curl, members.members_prefix, end, on_member, reg) != 0)
+        if (etcd_range(curl, members.members_prefix, end, on_member, reg) != 0)
             goto out;
         memcpy(members.reg_lease, reg->lease, sizeof(members.reg_lease));
         members.reg_read = true;
-        if (range(curl, members.view_key, NULL, on_view, &vr) != 0)
+        if (etcd_range(curl, members.view_key, NULL, on_view, &vr) != 0)
             goto out;
         memset(acked, 0, NESSIE_NODES_MAX * sizeof(*acked));
-        if (range(curl, members.scrubbed_prefix, send, on_scrubbed, acked) != 0)
+        if (etcd_range(curl, members.scrubbed_prefix, send, on_scrubbed, acked) != 0)
             goto out;
         uint64_t epoch = 0;
         if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
@@ -577,14 +416,14 @@ static int reconcile(CURL *curl)
             break; /* lost the race twice in a row: the next event or beat tries again */
         /* Compare mod_revision: 0 for a view key that does not exist yet. */
         char *val = view_format(epoch + 1, want);
-        char *k64 = b64(members.view_key), *v64 = b64(val);
+        char *k64 = etcd_b64(members.view_key), *v64 = etcd_b64(val);
         char *body = g_strdup_printf(
             "{\"compare\": [{\"key\": \"%s\", \"target\": \"MOD\", \"result\": \"EQUAL\", "
             "\"mod_revision\": \"%" PRId64 "\"}], \"success\": [{\"request_put\": {\"key\": "
             "\"%s\", \"value\": \"%s\"}}]}", k64, vr.found ? vr.mod : 0, k64, v64);
-        JsonParser *p = call(curl, "/v3/kv/txn", body, NESSIE_LOG_WARN);
-        if (p && json_object_has_member(root(p), "succeeded") &&
-            json_object_get_boolean_member(root(p), "succeeded"))
+        JsonParser *p = etcd_call(curl, "/v3/kv/txn", body, NESSIE_LOG_WARN);
+        if (p && json_object_has_member(etcd_root(p), "succeeded") &&
+            json_object_get_boolean_member(etcd_root(p), "succeeded"))
             log_debug("members: wrote %s = %s", members.view_key, val);
         if (p)
             g_object_unref(p);
@@ -629,14 +468,14 @@ static void ages_refresh(CURL *curl)
             continue;
         }
         char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.reg_lease[i]);
-        JsonParser *p = call(curl, "/v3/lease/timetolive", body, NESSIE_LOG_DEBUG);
+        JsonParser *p = etcd_call(curl, "/v3/lease/timetolive", body, NESSIE_LOG_DEBUG);
         g_free(body);
         if (!p) {
             asking = false;
             continue;
         }
         /* TTL -1: no such lease (it lapsed since the read); TTL omitted: under a second left. */
-        int64_t ttl = jint(root(p), "TTL"), granted = jint(root(p), "grantedTTL");
+        int64_t ttl = etcd_jint(etcd_root(p), "TTL"), granted = etcd_jint(etcd_root(p), "grantedTTL");
         g_object_unref(p);
         if (ttl < 0)
             age[i] = MEMBERS_AGE_NONE;
@@ -726,29 +565,30 @@ static void *watcher_main(void *arg)
 {
     (void)arg;
     CURL *curl = curl_easy_init();
-    char *end = prefix_end(members.cluster_prefix);
-    char *k64 = b64(members.cluster_prefix), *e64 = b64(end);
+    char *end = etcd_prefix_end(members.cluster_prefix);
+    char *k64 = etcd_b64(members.cluster_prefix), *e64 = etcd_b64(end);
     char *body = g_strdup_printf("{\"create_request\": {\"key\": \"%s\", \"range_end\": \"%s\"}}",
                                  k64, e64);
     while (!atomic_load(&members.stopping)) {
-        guint i = atomic_load(&members.endpoint);
-        char *url = g_strconcat(members.endpoints[i], "/v3/watch", NULL);
+        guint i;
+        const char *ep = etcd_endpoint(&i);
+        char *url = g_strconcat(ep, "/v3/watch", NULL);
         curl_easy_reset(curl);
         curl_easy_setopt(curl, CURLOPT_URL, url);
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_watch_data);
         curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_watch_progress);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)MEMBERS_CONNECT_MS);
+        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_CONNECT_MS);
         curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
         CURLcode rc = curl_easy_perform(curl);
         g_free(url);
         if (atomic_load(&members.stopping))
             break;
-        log_debug("members: watch on %s ended (%s); watching again", members.endpoints[i],
+        log_debug("members: watch on %s ended (%s); watching again", ep,
                   curl_easy_strerror(rc));
-        if (rc != CURLE_OK) /* this endpoint failed: the next one, as call() would */
-            atomic_compare_exchange_strong(&members.endpoint, &i, (i + 1) % members.nendpoints);
+        if (rc != CURLE_OK) /* this endpoint failed: the next one, as etcd_call would */
+            etcd_endpoint_failed(i);
         g_usleep(MEMBERS_REWATCH_MS * 1000);
     }
     g_free(body), g_free(k64), g_free(e64), g_free(end);
@@ -760,12 +600,11 @@ static void *watcher_main(void *arg)
 
 static void members_free(void)
 {
-    g_strfreev(members.endpoints);
+    etcd_close();
     g_free(members.members_prefix);
     g_free(members.view_key);
     g_free(members.cluster_prefix);
     g_free(members.scrubbed_prefix);
-    members.endpoints = NULL;
     members.members_prefix = members.view_key = members.cluster_prefix = NULL;
     members.scrubbed_prefix = NULL;
 }
@@ -829,7 +668,7 @@ uint32_t members_view_wait_ms(const struct recep_config *cfg)
 static int gone_before(CURL *curl)
 {
     struct view_read vr = {0};
-    if (range(curl, members.view_key, NULL, on_view, &vr) != 0)
+    if (etcd_range(curl, members.view_key, NULL, on_view, &vr) != 0)
         return -1;
     struct live *lv = g_new0(struct live, 1);
     uint64_t epoch = 0;
@@ -861,24 +700,13 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     members.pending_epoch = 0;
     memset(members.fenced, 0, sizeof(members.fenced));
     members.incarnation = nessie_node_incarnation(node);
-    members.endpoints = g_strsplit(cfg->etcd_endpoints, ",", -1);
-    guint n = 0;
-    for (guint i = 0; members.endpoints[i]; i++) {
-        g_strstrip(members.endpoints[i]);
-        if (members.endpoints[i][0]) /* keep the non-empty ones, in order */
-            members.endpoints[n++] = members.endpoints[i];
-        else
-            g_free(members.endpoints[i]);
-    }
-    members.endpoints[n] = NULL;
-    members.nendpoints = n;
-    atomic_init(&members.endpoint, 0);
+    int n = etcd_open(cfg->etcd_endpoints);
     atomic_init(&members.stopping, false);
     members.members_prefix = g_strdup_printf("/nessie/%s/members/", cfg->cluster);
     members.view_key = g_strdup_printf("/nessie/%s/view", cfg->cluster);
     members.cluster_prefix = g_strdup_printf("/nessie/%s/", cfg->cluster);
     members.scrubbed_prefix = g_strdup_printf("/nessie/%s/scrubbed/", cfg->cluster);
-    if (n == 0) {
+    if (n != 0) {
         log_error("members: [membership] endpoints names no URL");
         members_free();
         return -1;
@@ -900,7 +728,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
         return MEMBERS_NEW_TABLES;
     }
     /* At start every failure is an error: a daemon that cannot register must not serve as if
-     * it were a member. call() has logged each endpoint and what it said. */
+     * it were a member. etcd_call has logged each endpoint and what it said. */
     if (gone < 0 || register_self(curl, NESSIE_LOG_ERROR) != 0 || reconcile(curl) != 0) {
         log_error("members: cannot join the cluster's view through etcd at %s",
                   cfg->etcd_endpoints);
