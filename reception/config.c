@@ -479,9 +479,18 @@ int recep_config_load(struct recep_config *cfg, const char *path, const char *co
 int recep_config_for_node(struct recep_config *cfg, uint32_t node, const char *run_dir,
                           const char *socket)
 {
-    if (node >= cfg->engine.nodes) {
-        log_error("config: node %u is not in the cluster ([cluster] nodes = %u)", node,
-                  cfg->engine.nodes);
+    uint32_t ids = cfg->engine.node_ids ? cfg->engine.node_ids : cfg->engine.nodes;
+    if (node >= ids) {
+        log_error("config: node %u is not in the cluster ([cluster] nodes = %u, node_ids = %u)",
+                  node, cfg->engine.nodes, cfg->engine.node_ids);
+        return -1;
+    }
+    /* An id past the first members joins through a change of membership (issue 30), which is
+     * agreed through the coordination service: without one it would never serve. */
+    if (node >= cfg->engine.nodes && cfg->membership != RECEP_MEMBERSHIP_ETCD) {
+        log_error("config: node %u is past the cluster's first members ([cluster] nodes = %u): "
+                  "it joins through a change of membership (nessie-cluster add), which needs "
+                  "[membership] mode = etcd", node, cfg->engine.nodes);
         return -1;
     }
     cfg->engine.self = node;

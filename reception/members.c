@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "changes.h"
 #include "etcd.h"
 #include "log.h"
 #include "views.h"
@@ -184,7 +185,7 @@ static void on_member(void *arg, const char *k, const char *v, int64_t mod, int6
         rg->lv.inc[n] = inc;
         rg->lease[n] = lease;
     } else {
-        log_warn("members: ignoring %s = %s (not a member of this %u-node cluster)", k, v,
+        log_warn("members: ignoring %s = %s (not a node id of this cluster, below %u)", k, v,
                  members.nodes);
     }
 }
@@ -407,8 +408,11 @@ static int reconcile(CURL *curl)
         view_want(inview, epoch, now, acked, want);
         if (vr.found && memcmp(want, inview, sizeof(*want)) == 0) {
             adopt(epoch, inview, read_ns, acked);
-            if (!inview->gone[members.self])
+            if (!inview->gone[members.self]) {
                 ack_scrub(curl);
+                /* After the view's read, so the lease it renewed vouches for the phase too. */
+                changes_reconcile(curl, members.lease);
+            }
             rc = 0;
             goto out;
         }
@@ -601,6 +605,7 @@ static void *watcher_main(void *arg)
 static void members_free(void)
 {
     etcd_close();
+    changes_close();
     g_free(members.members_prefix);
     g_free(members.view_key);
     g_free(members.cluster_prefix);
@@ -693,7 +698,8 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
         return 0;
     members.node = node;
     members.self = cfg->engine.self;
-    members.nodes = cfg->engine.nodes;
+    /* Every id the cluster may have (issue 30): a node added later registers as one. */
+    members.nodes = cfg->engine.node_ids ? cfg->engine.node_ids : cfg->engine.nodes;
     members.lease_s = cfg->lease_s;
     members.view_lease_ms = members_view_lease_ms(cfg);
     members.adopting = false;
@@ -729,7 +735,10 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     }
     /* At start every failure is an error: a daemon that cannot register must not serve as if
      * it were a member. etcd_call has logged each endpoint and what it said. */
-    if (gone < 0 || register_self(curl, NESSIE_LOG_ERROR) != 0 || reconcile(curl) != 0) {
+    if (gone < 0 || changes_open(node, members.cluster_prefix, members.self,
+                                 members.view_lease_ms) != 0 ||
+        changes_load_placed(curl) != 0 || register_self(curl, NESSIE_LOG_ERROR) != 0 ||
+        reconcile(curl) != 0) {
         log_error("members: cannot join the cluster's view through etcd at %s",
                   cfg->etcd_endpoints);
         if (curl)

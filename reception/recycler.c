@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "changes.h"
 #include "clock.h"
 #include "log.h"
 
@@ -27,6 +28,10 @@
  * over the index: nessie_scrub_run): a local read each, a few microseconds a run, so a pass over
  * a million slots takes a few hundred runs and no writer notices it. */
 #define SCRUB_PER_RUN 4096
+/* Index slots one run of a change's mover looks at (issue 30: only in a move phase, one pass over
+ * the index: nessie_move_run): most are a local read; the few leaving entries a MIGRATE each, so
+ * a run stays short while the pass over a million slots takes a few hundred runs. */
+#define MOVE_PER_RUN 4096
 /* The scan finds peers' marks on this node's entries (its own marks are queued and need no
  * scan): a mark's quarantine starts when the scan first sees it, and the slot is freed when
  * the scan sees it again after the period. One pass per SCAN_PASSES_PER_PERIOD-th of an
@@ -139,6 +144,13 @@ static void *recycler_main(void *arg)
         /* Entries naming a lost node's data: their index slots taken back (issue 28). */
         if (t->index == 0)
             done += nessie_scrub_run(t->ctx, SCRUB_PER_RUN);
+        /* A change of membership's leaving entries, once its move phase allows (changes.h): the
+         * pass goes on without naps, as a backlog does, since the change waits for it. */
+        bool moving = false;
+        if (t->index == 0 && changes_mover_due()) {
+            done += nessie_move_run(t->ctx, MOVE_PER_RUN);
+            moving = nessie_move_left(r->node) > 0;
+        }
         /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
          * evicted goes on at once: a node that needs room needs it at the writers' pace, and
          * a nap would cap evictions at a few per nap while the writers wait for them. */
@@ -155,7 +167,7 @@ static void *recycler_main(void *arg)
                 next_sweep = UINT64_MAX;
         }
         uint64_t ms;
-        if (done >= RECYCLE_BACKLOG || evicted > 0) {
+        if (done >= RECYCLE_BACKLOG || evicted > 0 || moving) {
             ms = 0;
             nap_ms = 1;
         } else if (done > 0) {

@@ -255,10 +255,11 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     /* How long ago each node's etcd lease was renewed, as ID:seconds, '-' for a node with no
      * registration, '?' when etcd could not be asked: the agent's last answers (members.h says
      * how coarse they are), never a request to etcd from here. "none": static membership. */
-    int32_t *age = g_new(int32_t, cfg->nodes);
-    uint32_t nages = members_lease_ages(age, cfg->nodes);
+    const uint32_t ids = cfg->node_ids ? cfg->node_ids : cfg->nodes;
+    int32_t *age = g_new(int32_t, ids);
+    uint32_t nages = members_lease_ages(age, ids);
     g_string_truncate(vm, 0);
-    for (uint32_t i = 0; i < nages && i < cfg->nodes; i++) {
+    for (uint32_t i = 0; i < nages && i < ids; i++) {
         g_string_append_printf(vm, "%s%u:", i ? "," : "", i);
         if (age[i] >= 0)
             g_string_append_printf(vm, "%" PRId32, age[i]);
@@ -271,6 +272,19 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     /* Calls that waited for a view: its lease's renewal, or one fencing a node they needed. */
     STAT_U("nessie_view_waits", c.view_waits);
     STAT_U("nessie_replans", c.replans);
+    /* A change of membership in progress (issue 30): "add:3:announce", or "none"; the index
+     * slots this node's mover has still to look at, and the entries it has moved ever. */
+    uint32_t ch_id;
+    enum nessie_change_kind ch_kind;
+    enum nessie_change_phase ch_phase;
+    if (nessie_change_get(st->node, &ch_id, &ch_kind, &ch_phase) == NESSIE_OK)
+        g_string_append_printf(out, "STAT nessie_change %s:%u:%s\r\n",
+                               ch_kind == NESSIE_CHANGE_ADD ? "add" : "retire", ch_id,
+                               ch_phase == NESSIE_CHANGE_ANNOUNCE ? "announce" : "move");
+    else
+        STAT_S("nessie_change", "none");
+    STAT_U("nessie_move_left", nessie_move_left(st->node));
+    STAT_U("nessie_moved", nessie_moved(st->node));
     STAT_U("nessie_move_evicted", c.move_evicted);
     g_string_free(vm, TRUE);
     g_free(view);

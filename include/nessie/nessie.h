@@ -495,6 +495,16 @@ enum nessie_change_phase { NESSIE_CHANGE_ANNOUNCE = 1, NESSIE_CHANGE_MOVE = 2 };
 int nessie_change_set(struct nessie_node *node, uint32_t id, enum nessie_change_kind kind,
                       enum nessie_change_phase phase);
 int nessie_change_commit(struct nessie_node *node);
+/* The change in progress: NESSIE_OK with *id, *kind and *phase, NESSIE_NOT_FOUND when none is,
+ * NESSIE_INVALID for a NULL argument (nothing written then). Any thread; one atomic load. */
+int nessie_change_get(const struct nessie_node *node, uint32_t *id, enum nessie_change_kind *kind,
+                      enum nessie_change_phase *phase);
+/* The cluster's placed members as its coordination service records them after its last
+ * committed change (a daemon's start, before it serves): placed[i] for every id below the
+ * node-id capacity; every other id is absent, this node included when it has not been added yet
+ * (joining: it serves no call). Returns NESSIE_OK, or NESSIE_INVALID (NULL, no member placed, or
+ * a change in progress), and then nothing changes. */
+int nessie_members_placed(struct nessie_node *node, const bool *placed, uint32_t n);
 /* Copy this node's current view into *out, consistently (never half of one view and half of
  * another), from any thread. Returns NESSIE_OK, or NESSIE_INVALID for NULL arguments (nothing
  * written). Before any install: epoch 0, no members. */

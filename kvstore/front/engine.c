@@ -293,6 +293,37 @@ int nessie_change_commit(struct nessie_node *nd)
     return rc;
 }
 
+int nessie_change_get(const struct nessie_node *nd, uint32_t *id, enum nessie_change_kind *kind,
+                      enum nessie_change_phase *phase)
+{
+    if (!nd || !id || !kind || !phase)
+        return NESSIE_INVALID;
+    uint32_t w = mship_change(&nd->view);
+    if (!w)
+        return NESSIE_NOT_FOUND;
+    *id = mship_change_node(w);
+    *kind = (enum nessie_change_kind)mship_change_kind(w);
+    *phase = (enum nessie_change_phase)mship_change_phase(w);
+    return NESSIE_OK;
+}
+
+int nessie_members_placed(struct nessie_node *nd, const bool *placed, uint32_t n)
+{
+    if (!nd || !placed || n != nd->cfg.node_ids || mship_change(&nd->view))
+        return NESSIE_INVALID;
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < n; i++)
+        count += placed[i];
+    if (count == 0)
+        return NESSIE_INVALID;
+    for (uint32_t i = 0; i < n; i++)
+        if (mship_set_absent(&nd->view, i, !placed[i]) != NESSIE_OK)
+            return NESSIE_INVALID; /* ids below the capacity are always valid: not reached */
+    log_info("engine: node %u: %u placed member%s of %u ids%s", nd->cfg.self, count,
+             count == 1 ? "" : "s", n, placed[nd->cfg.self] ? "" : " (this node joins)");
+    return NESSIE_OK;
+}
+
 int nessie_view_install(struct nessie_node *nd, const struct nessie_view *view)
 {
     if (!nd || !view)

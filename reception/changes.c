@@ -1,0 +1,264 @@
+/*
+ * changes.c - the daemon's part in a change of membership (changes.h says what, and which keys).
+ */
+#include "changes.h"
+
+#include <glib.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "etcd.h"
+#include "log.h"
+
+/* The phases as this daemon counts them: installed in this order, never skipped. */
+enum ch_phase { CH_NONE = 0, CH_ANNOUNCE, CH_MOVE, CH_COMMIT };
+static const char *const ch_phase_name[] = {"none", "announce", "move", "commit"};
+
+/*
+ * The daemon's change: file-static because a daemon plays one node in one cluster, and at most
+ * one change is in progress (the engine refuses a second). Written by the agent thread only
+ * (changes_reconcile), but for mover_from_ns, which the recycler reads.
+ */
+static struct {
+    bool open;
+    struct nessie_node *node;
+    uint32_t self, node_ids;
+    char *change_key, *acks_prefix, *placed_key;
+    uint64_t v_ns, span_ns;  /* V; and an attempt's span, E + F */
+    uint64_t n;              /* the change installed here (its number), 0 for none yet */
+    uint32_t id;             /* the node it adds */
+    enum ch_phase phase;     /* its phase as installed here */
+    uint64_t phase_ns;       /* when that phase was installed (CLOCK_MONOTONIC) */
+    enum ch_phase acked;     /* the last phase acknowledged in etcd */
+    bool failed;             /* the engine refused the change: said once, nothing more done */
+    _Atomic uint64_t mover_from_ns; /* the mover may run from then on; 0: not now */
+} ch;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t self,
+                 uint64_t view_lease_ms)
+{
+    const struct nessie_config *cfg = nessie_node_config(node);
+    memset(&ch, 0, sizeof(ch));
+    ch.node = node;
+    ch.self = self;
+    ch.node_ids = cfg->node_ids ? cfg->node_ids : cfg->nodes;
+    ch.change_key = g_strdup_printf("%schange", cluster_prefix);
+    ch.acks_prefix = g_strdup_printf("%schanged/", cluster_prefix);
+    ch.placed_key = g_strdup_printf("%splaced", cluster_prefix);
+    ch.v_ns = view_lease_ms * 1000000ULL;
+    ch.span_ns = ((uint64_t)cfg->expiration_ms + nessie_node_request_bound_ms(node)) * 1000000ULL;
+    atomic_init(&ch.mover_from_ns, 0);
+    ch.open = true;
+    return 0;
+}
+
+void changes_close(void)
+{
+    g_free(ch.change_key);
+    g_free(ch.acks_prefix);
+    g_free(ch.placed_key);
+    memset(&ch, 0, sizeof(ch));
+}
+
+struct value_read {
+    bool found;
+    char *value;
+};
+
+static void on_value(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
+{
+    (void)k, (void)mod, (void)lease;
+    struct value_read *r = arg;
+    r->found = true;
+    g_free(r->value);
+    r->value = g_strdup(v);
+}
+
+/* "<N> <ID> <ID> ...": placed[] for the ids named (all below the capacity, at least one). Returns
+ * 0, or -1 for anything else. */
+static int placed_parse(const char *s, bool *placed, uint32_t cap)
+{
+    char *end;
+    memset(placed, 0, cap * sizeof(*placed));
+    if (strtoull(s, &end, 10) == 0 || end == s)
+        return -1;
+    uint32_t count = 0;
+    for (s = end; *s;) {
+        while (*s == ' ')
+            s++;
+        if (!*s)
+            break;
+        unsigned long id = strtoul(s, &end, 10);
+        if (end == s || id >= cap || (*end != ' ' && *end != '\0'))
+            return -1;
+        placed[id] = true;
+        count++;
+        s = end;
+    }
+    return count ? 0 : -1;
+}
+
+int changes_load_placed(CURL *curl)
+{
+    struct value_read r = {0};
+    if (etcd_range(curl, ch.placed_key, NULL, on_value, &r) != 0)
+        return -1;
+    int rc = 0;
+    if (r.found) {
+        bool *placed = g_new0(bool, ch.node_ids);
+        if (placed_parse(r.value, placed, ch.node_ids) != 0 ||
+            nessie_members_placed(ch.node, placed, ch.node_ids) != NESSIE_OK) {
+            log_error("changes: %s = \"%s\" is not a set of placed members of this cluster "
+                      "(node ids below %u)", ch.placed_key, r.value, ch.node_ids);
+            rc = -1;
+        }
+        g_free(placed);
+    }
+    g_free(r.value);
+    return rc;
+}
+
+/* "<N> add <ID> <phase>", N > 0, ID below the capacity. Returns 0, or -1. */
+static int change_parse(const char *s, uint64_t *n, uint32_t *id, enum ch_phase *phase)
+{
+    char kind[16], ph[16];
+    unsigned long long nn;
+    unsigned long i;
+    int used = 0;
+    if (sscanf(s, "%llu %15s %lu %15s%n", &nn, kind, &i, ph, &used) != 4 || s[used] != '\0' ||
+        nn == 0 || i >= ch.node_ids || strcmp(kind, "add") != 0)
+        return -1;
+    *n = nn;
+    *id = (uint32_t)i;
+    for (int p = CH_ANNOUNCE; p <= CH_COMMIT; p++)
+        if (strcmp(ph, ch_phase_name[p]) == 0) {
+            *phase = (enum ch_phase)p;
+            return 0;
+        }
+    return -1;
+}
+
+/* Install the phase after ch.phase. Returns whether it went in. */
+static bool step(void)
+{
+    enum ch_phase next = (enum ch_phase)(ch.phase + 1);
+    int rc = next == CH_COMMIT
+                 ? nessie_change_commit(ch.node)
+                 : nessie_change_set(ch.node, ch.id, NESSIE_CHANGE_ADD,
+                                     next == CH_ANNOUNCE ? NESSIE_CHANGE_ANNOUNCE
+                                                         : NESSIE_CHANGE_MOVE);
+    if (rc != NESSIE_OK) {
+        log_error("changes: change %" PRIu64 " (add of node %u): the engine refuses its %s "
+                  "phase (%s); this node takes no further part in it", ch.n, ch.id,
+                  ch_phase_name[next], nessie_strerror(rc));
+        ch.failed = true;
+        return false;
+    }
+    ch.phase = next;
+    ch.phase_ns = mono_ns();
+    if (next == CH_MOVE) {
+        /* V + F + E + F from now (changes.h) */
+        atomic_store(&ch.mover_from_ns, ch.phase_ns + ch.v_ns + 2 * ch.span_ns);
+    } else if (next == CH_COMMIT) {
+        atomic_store(&ch.mover_from_ns, 0);
+    }
+    if (next == CH_ANNOUNCE)
+        log_info("changes: change %" PRIu64 ": node %u is added: announced (its positions are "
+                 "read, not written, until the move phase)", ch.n, ch.id);
+    else if (next == CH_MOVE)
+        log_info("changes: change %" PRIu64 ": move phase: this node's leaving entries move to "
+                 "node %u in %" PRIu64 " ms", ch.n, ch.id,
+                 (uint64_t)((ch.v_ns + 2 * ch.span_ns) / 1000000));
+    else
+        log_info("changes: change %" PRIu64 ": committed: node %u is a member (this node moved "
+                 "%" PRIu64 " entries in all)", ch.n, ch.id, nessie_moved(ch.node));
+    return true;
+}
+
+void changes_reconcile(CURL *curl, int64_t lease)
+{
+    if (!ch.open)
+        return;
+    struct value_read r = {0};
+    if (etcd_range(curl, ch.change_key, NULL, on_value, &r) != 0)
+        return;
+    uint64_t n;
+    uint32_t id;
+    enum ch_phase want;
+    if (!r.found) {
+        if (ch.n && ch.phase != CH_COMMIT && !ch.failed)
+            log_warn("changes: change %" PRIu64 " (add of node %u) was withdrawn at its %s "
+                     "phase: the engine keeps it as it is", ch.n, ch.id, ch_phase_name[ch.phase]);
+        ch.failed = ch.failed || (ch.n && ch.phase != CH_COMMIT);
+        g_free(r.value);
+        return;
+    }
+    if (change_parse(r.value, &n, &id, &want) != 0) {
+        log_warn("changes: %s = \"%s\" is not a change (\"<N> add <ID> announce|move|commit\", "
+                 "ID below %u): ignored", ch.change_key, r.value, ch.node_ids);
+        g_free(r.value);
+        return;
+    }
+    g_free(r.value);
+    if (n != ch.n) {
+        if (ch.n && ch.phase != CH_COMMIT && !ch.failed)
+            log_warn("changes: change %" PRIu64 " replaced change %" PRIu64 " at its %s phase",
+                     n, ch.n, ch_phase_name[ch.phase]);
+        uint32_t cur_id;
+        enum nessie_change_kind kind;
+        enum nessie_change_phase cur;
+        /* A change already committed before this daemon started is recorded in placed. */
+        bool engine_busy = nessie_change_get(ch.node, &cur_id, &kind, &cur) == NESSIE_OK;
+        ch.n = n;
+        ch.id = id;
+        ch.phase = CH_NONE;
+        ch.acked = CH_NONE;
+        ch.failed = engine_busy;
+        if (engine_busy)
+            log_error("changes: change %" PRIu64 " comes while the engine has another in "
+                      "progress: this node takes no part in it", n);
+        if (want == CH_COMMIT && !engine_busy) {
+            /* Committed before this daemon saw it (a start during its commit): placed has it. */
+            ch.phase = CH_COMMIT;
+            ch.acked = CH_NONE;
+        }
+    }
+    if (ch.failed)
+        return;
+    /* In order: a daemon that starts while a change is under way has no calls in flight, so
+     * stepping through the earlier phases at once is what every member did, only faster. */
+    while (ch.phase < want && step())
+        ;
+    if (ch.phase != want)
+        return;
+    bool done = ch.phase == CH_COMMIT ||
+                (ch.phase == CH_ANNOUNCE && mono_ns() >= ch.phase_ns + ch.span_ns) ||
+                (ch.phase == CH_MOVE && nessie_move_over(ch.node));
+    if (!done || ch.acked == ch.phase)
+        return;
+    char key[256], val[64];
+    snprintf(key, sizeof(key), "%s%u", ch.acks_prefix, ch.self);
+    snprintf(val, sizeof(val), "%" PRIu64 " %s", ch.n, ch_phase_name[ch.phase]);
+    if (etcd_put(curl, key, val, lease, NESSIE_LOG_WARN) == 0) {
+        ch.acked = ch.phase;
+        log_debug("changes: change %" PRIu64 ": acknowledged its %s phase", ch.n,
+                  ch_phase_name[ch.phase]);
+    }
+}
+
+bool changes_mover_due(void)
+{
+    uint64_t from = atomic_load_explicit(&ch.mover_from_ns, memory_order_relaxed);
+    return from && mono_ns() >= from;
+}

@@ -1,0 +1,53 @@
+/*
+ * changes.h - the daemon's part in a change of membership (issue 30): a node added to the
+ * cluster, online. With [membership] mode = etcd only; the engine's half is in kvstore
+ * (membership.h, "Changes"; protocol/move.c), and its rules are model/elastic.pml's.
+ *
+ * Whoever makes the change (`nessie-cluster add`) steps it through etcd, one phase at a time,
+ * and moves on only once every member has acknowledged the phase:
+ *   /nessie/<name>/change      = "<N> add <ID> announce|move|commit": change N, its phase
+ *                                (written by the coordinator; gone once the change is over)
+ *   /nessie/<name>/changed/<I> = "<N> <phase>": member I has installed the phase and done what
+ *                                it asks (under I's lease)
+ *   /nessie/<name>/placed      = "<N> <ID> <ID> ...": the placed members after change N (written
+ *                                with its commit; read by a daemon at its start)
+ * What a phase asks of a member before it acknowledges: announce, that its attempts under the
+ * placement before are over (one attempt's span, E + F, after it installed the phase); move, that
+ * its mover's pass is over, which starts V + F + E + F after it installed the phase (the view
+ * lease V: a member that has not read the phase starts no attempt under the announce phase's
+ * policy by then; then one attempt's span for those in flight, and one more for those that ran
+ * alongside them: model/elastic.pml, BUG_MOVER_ONE_WAIT); commit, nothing.
+ *
+ * The agent thread of members.c calls in here after each read of the view, with the same read's
+ * time, so the view lease it renews also vouches for the phase it read. The recycler's first
+ * thread runs the mover when changes_mover_due says so.
+ */
+#ifndef NESSIE_RECEPTION_CHANGES_H
+#define NESSIE_RECEPTION_CHANGES_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nessie/nessie.h>
+
+/* Set up for node (cluster's etcd prefix "/nessie/<name>/", this node's id, the view lease V in
+ * ms). Nothing is read yet. Returns 0, or -1 when out of memory. */
+int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t self,
+                 uint64_t view_lease_ms);
+void changes_close(void);
+
+/* At start, before the node serves: the placed members the last committed change recorded (none
+ * recorded: the configuration's first members, as the engine opened). Returns 0, or -1 when etcd
+ * could not be read or the record is malformed or does not fit this cluster (logged). */
+int changes_load_placed(CURL *curl);
+
+/* Read the change in progress, install its phases in order, and acknowledge each once what it
+ * asks is done (the header above); lease is this daemon's etcd lease (its acknowledgements go
+ * with it). Best effort: what fails is tried again at the next call. Agent thread only. */
+void changes_reconcile(CURL *curl, int64_t lease);
+
+/* Whether the mover may run now (a move phase installed here and its wait over). Any thread. */
+bool changes_mover_due(void);
+
+#endif
