@@ -1,0 +1,124 @@
+#!/bin/sh
+# tests/integration/elastic.sh: nodes added online (issue 30). A 3-node local cluster started with
+# `nessie-cluster --membership etcd`, node-id capacity 6, keys written through every node, and a
+# checked load running on every node: `nessie-cluster add` must start node 3 and return 0 once
+# the change is complete, with no call of the load failing and none reading an older value or a
+# miss of what it wrote (an add loses nothing: no --may-lose). Afterwards every key reads its value
+# through every node, node 3 included; about a quarter of the entries moved, to node 3 (each
+# daemon's nessie_moved); the daemons logged the change; nessie-stat shows it. A second add (node
+# 4) with no load; node 3 restarted alone reads the placed members from etcd and serves. An add on
+# a cluster with static membership is refused with a clear error, and changes nothing.
+#
+# Environment: BUILD (build dir, default build), KEEP (keep the run directories).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+client="$BUILD/tests/wire-client"
+cluster="$here/tools/nessie-cluster"
+export NESSIE_RECEPTION="$BUILD/reception"
+LEASE_S=2
+
+command -v etcd >/dev/null 2>&1 || { echo "elastic: SKIP: no etcd (tools/install-deps)"; exit 77; }
+
+dir=$(mktemp -d /tmp/nessie-elastic-XXXXXX)
+sdir=$(mktemp -d /tmp/nessie-elastic-static-XXXXXX)
+cleanup() {
+    "$cluster" stop --dir "$dir" --purge >/dev/null 2>&1 || true
+    "$cluster" stop --dir "$sdir" --purge >/dev/null 2>&1 || true
+    [ -n "${KEEP:-}" ] || rm -rf "$dir" "$sdir"
+}
+trap cleanup EXIT
+fail() { echo "elastic: FAIL: $*"; for n in 0 1 2 3 4; do tail -n 5 "$dir/node$n.log" 2>/dev/null; done; exit 1; }
+
+stat_of() { # node, stat name
+    "$client" -s "$dir/node$1.sock" stats 2>/dev/null | sed -n "s/^STAT $2 \([^[:space:]]*\).*/\1/p"
+}
+
+# An add on a static cluster: refused, nothing started.
+"$cluster" start --nodes 2 --dir "$sdir" >/dev/null
+if out=$("$cluster" add --dir "$sdir" 2>&1); then fail "add on a static cluster succeeded: $out"; fi
+case $out in *"needs a cluster started with --membership etcd"*) ;; *) fail "add on a static cluster: $out" ;; esac
+[ ! -e "$sdir/node2.pid" ] || fail "add on a static cluster started a daemon"
+"$cluster" stop --dir "$sdir" --purge >/dev/null
+echo "elastic: add on a static cluster refused: ${out#nessie-cluster: }"
+
+# No eviction: every acknowledged write must stay readable.
+"$BUILD/reception" --print-config --set "cluster.name=elastic-$$" --set cluster.nodes=3 \
+    --set cluster.node_ids=6 --set cluster.index_slots=4096 --set cluster.data_bytes=33554432 \
+    --set cluster.evict=false --set "membership.lease_s=$LEASE_S" --set reception.workers=1 \
+    >"$dir/nessie.conf"
+"$cluster" start --nodes 3 --dir "$dir" --config "$dir/nessie.conf" --membership etcd >/dev/null
+
+KEYS=300
+i=0
+while [ $i -lt $KEYS ]; do
+    "$client" -s "$dir/node$((i % 3)).sock" set "e$i" "v-e$i" || fail "SET e$i"
+    i=$((i + 1))
+done
+used=0
+for n in 0 1 2; do used=$((used + $(stat_of $n nessie_index_used))); done
+
+# A checked load on every member, across the add.
+LOAD_S=8
+for n in 0 1 2; do
+    "$client" -s "$dir/node$n.sock" load --id $n --keys 64 --ops 100000000 --seconds $LOAD_S \
+        --max-value 512 --seed $$ >"$dir/load$n.out" 2>&1 &
+    eval "load$n=\$!"
+done
+sleep 1
+t0=$(date +%s)
+"$cluster" add --dir "$dir" >"$dir/add.out" 2>&1 || fail "nessie-cluster add: $(cat "$dir/add.out")"
+sed 's/^/elastic: /' "$dir/add.out"
+grep -q "^node 3: added in" "$dir/add.out" || fail "add did not say node 3 was added"
+for n in 0 1 2; do
+    eval "wait \$load$n" || fail "node $n's checked load saw a violation: $(tail -n 3 "$dir/load$n.out")"
+    line=$(tail -n 1 "$dir/load$n.out")
+    case $line in *" errors=0 "*" violations=0 lost=0 "*) ;; *) fail "node $n's load across the add: $line" ;; esac
+    echo "elastic: node $n's load across the add: $line"
+done
+
+# Every key, through every node.
+for n in 0 1 2 3; do
+    i=0
+    while [ $i -lt $KEYS ]; do
+        got=$("$client" -s "$dir/node$n.sock" get "e$i" 2>&1) || true
+        [ "$got" = "v-e$i" ] || fail "node $n: GET e$i: $got (want v-e$i)"
+        i=$((i + 1))
+    done
+done
+echo "elastic: all $KEYS keys read their values through nodes 0 to 3"
+
+# What moved: about a quarter of the entries (1/N, N = 4 after the add), all to node 3.
+moved=0
+for n in 0 1 2; do moved=$((moved + $(stat_of $n nessie_moved))); done
+on3=$(stat_of 3 nessie_index_used)
+echo "elastic: moved $moved entries of about $used before the add and the load's (node 3 holds $on3)"
+[ "$moved" -gt 0 ] && [ "$on3" -ge "$moved" ] || fail "node 3 holds $on3 entries, $moved moved to it"
+[ $((moved * 100)) -le $(( (used + 3 * 64) * 40 )) ] || fail "$moved entries moved: more than 40 % of the about $((used + 192))"
+for n in 0 1 2 3; do
+    grep -q "changes: change 1: committed: node 3 is a member" "$dir/node$n.log" || fail "node $n did not log the commit"
+    [ "$(stat_of $n nessie_change)" = none ] || fail "node $n still shows a change: $(stat_of $n nessie_change)"
+done
+"$here/tools/nessie-stat" --dir "$dir" >"$dir/nessie-stat.out" || fail "nessie-stat: $(cat "$dir/nessie-stat.out")"
+grep -q "change: none .*moved [1-9]" "$dir/nessie-stat.out" || fail "nessie-stat shows no change line: $(cat "$dir/nessie-stat.out")"
+
+# A second add, idle; then node 3 restarted alone: it reads the placed members and serves.
+"$cluster" add --dir "$dir" >"$dir/add2.out" 2>&1 || fail "second add: $(cat "$dir/add2.out")"
+echo "elastic: $(tail -n 1 "$dir/add2.out")"
+pid3=$(cat "$dir/node3.pid")
+kill -TERM "$pid3"
+while kill -0 "$pid3" 2>/dev/null; do sleep 0.1; done
+"$cluster" start --dir "$dir" >/dev/null || fail "restart of node 3"
+grep -q "5 placed members of 6 ids$" "$dir/node3.log" || fail "node 3 did not read the placed members at its restart"
+for n in 0 3 4; do
+    i=0
+    while [ $i -lt $KEYS ]; do
+        got=$("$client" -s "$dir/node$n.sock" get "e$i" 2>&1) || true
+        [ "$got" = "v-e$i" ] || fail "after the second add and node 3's restart, node $n: GET e$i: $got"
+        i=$((i + 5))
+    done
+done
+echo "elastic: after a second add and node 3's restart, keys read their values through nodes 0, 3 and 4"
+"$cluster" status --dir "$dir" >/dev/null || fail "status: a node is down"
+echo "elastic: passed"
