@@ -21,20 +21,26 @@ static const char *const ch_phase_name[] = {"none", "announce", "move", "commit"
 /*
  * The daemon's change: file-static because a daemon plays one node in one cluster, and at most
  * one change is in progress (the engine refuses a second). Written by the agent thread only
- * (changes_reconcile), but for mover_from_ns, which the recycler reads.
+ * (changes_read, changes_install, changes_ack), but for mover_from_ns, which the recycler reads.
  */
 static struct {
     bool open;
     struct nessie_node *node;
     uint32_t self, node_ids;
     char *change_key, *acks_prefix, *placed_key;
-    uint64_t v_ns, span_ns;  /* V; and an attempt's span, E + F */
+    uint64_t v_ns, f_ns, span_ns; /* V, F, and an attempt's span, E + F */
     uint64_t n;              /* the change installed here (its number), 0 for none yet */
     uint32_t id;             /* the node it adds */
     enum ch_phase phase;     /* its phase as installed here */
     uint64_t phase_ns;       /* when that phase was installed (CLOCK_MONOTONIC) */
     enum ch_phase acked;     /* the last phase acknowledged in etcd */
     bool failed;             /* the engine refused the change: said once, nothing more done */
+    /* What the last changes_read found: the change key's value and the placed key's (NULL: no
+     * such key), for changes_install. */
+    char *change_value, *placed_value;
+    uint64_t placed_n;       /* the placed record last applied (its change number) */
+    bool placed_applied;     /* ... and whether one was (0 is a valid record number too) */
+    char *bad_value;         /* the last malformed change or placed value warned about */
     _Atomic uint64_t mover_from_ns; /* the mover may run from then on; 0: not now */
 } ch;
 
@@ -57,7 +63,8 @@ int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t 
     ch.acks_prefix = g_strdup_printf("%schanged/", cluster_prefix);
     ch.placed_key = g_strdup_printf("%splaced", cluster_prefix);
     ch.v_ns = view_lease_ms * 1000000ULL;
-    ch.span_ns = ((uint64_t)cfg->expiration_ms + nessie_node_request_bound_ms(node)) * 1000000ULL;
+    ch.f_ns = nessie_node_request_bound_ms(node) * 1000000ULL;
+    ch.span_ns = (uint64_t)cfg->expiration_ms * 1000000ULL + ch.f_ns;
     atomic_init(&ch.mover_from_ns, 0);
     ch.open = true;
     return 0;
@@ -68,6 +75,9 @@ void changes_close(void)
     g_free(ch.change_key);
     g_free(ch.acks_prefix);
     g_free(ch.placed_key);
+    g_free(ch.change_value);
+    g_free(ch.placed_value);
+    g_free(ch.bad_value);
     memset(&ch, 0, sizeof(ch));
 }
 
@@ -85,13 +95,14 @@ static void on_value(void *arg, const char *k, const char *v, int64_t mod, int64
     r->value = g_strdup(v);
 }
 
-/* "<N> <ID> <ID> ...": placed[] for the ids named (all below the capacity, at least one). Returns
- * 0, or -1 for anything else. */
-static int placed_parse(const char *s, bool *placed, uint32_t cap)
+/* "<N> <ID> <ID> ...": *n and placed[] for the ids named (all below the capacity, at least one).
+ * Returns 0, or -1 for anything else. */
+static int placed_parse(const char *s, uint64_t *n, bool *placed, uint32_t cap)
 {
     char *end;
     memset(placed, 0, cap * sizeof(*placed));
-    if (strtoull(s, &end, 10) == 0 || end == s)
+    *n = strtoull(s, &end, 10);
+    if (end == s)
         return -1;
     uint32_t count = 0;
     for (s = end; *s;) {
@@ -109,23 +120,61 @@ static int placed_parse(const char *s, bool *placed, uint32_t cap)
     return count ? 0 : -1;
 }
 
-int changes_load_placed(CURL *curl)
+/* Warn of a malformed value once, not at every read (about ten a second). */
+static void warn_bad(const char *key, const char *value, const char *what)
 {
-    struct value_read r = {0};
-    if (etcd_range(curl, ch.placed_key, NULL, on_value, &r) != 0)
+    if (ch.bad_value && strcmp(ch.bad_value, value) == 0)
+        return;
+    g_free(ch.bad_value);
+    ch.bad_value = g_strdup(value);
+    log_warn("changes: %s = \"%s\" is not %s: ignored", key, value, what);
+}
+
+int changes_read(CURL *curl)
+{
+    if (!ch.open)
+        return 0;
+    struct value_read c = {0}, p = {0};
+    if (etcd_range(curl, ch.change_key, NULL, on_value, &c) != 0 ||
+        etcd_range(curl, ch.placed_key, NULL, on_value, &p) != 0) {
+        g_free(c.value);
+        g_free(p.value);
         return -1;
-    int rc = 0;
-    if (r.found) {
-        bool *placed = g_new0(bool, ch.node_ids);
-        if (placed_parse(r.value, placed, ch.node_ids) != 0 ||
-            nessie_members_placed(ch.node, placed, ch.node_ids) != NESSIE_OK) {
-            log_error("changes: %s = \"%s\" is not a set of placed members of this cluster "
-                      "(node ids below %u)", ch.placed_key, r.value, ch.node_ids);
-            rc = -1;
-        }
-        g_free(placed);
     }
-    g_free(r.value);
+    g_free(ch.change_value);
+    g_free(ch.placed_value);
+    ch.change_value = c.value; /* NULL when not found */
+    ch.placed_value = p.value;
+    return 0;
+}
+
+/* Apply the placed record read last, if it is newer than the one applied and no change is in
+ * progress in the engine (one that is ends with the same placement). Returns 0, or -1 when it
+ * is malformed or refused (logged). */
+static int apply_placed(void)
+{
+    if (!ch.placed_value)
+        return 0;
+    bool *placed = g_new0(bool, ch.node_ids);
+    uint64_t n;
+    int rc = 0;
+    uint32_t id;
+    enum nessie_change_kind kind;
+    enum nessie_change_phase phase;
+    if (placed_parse(ch.placed_value, &n, placed, ch.node_ids) != 0) {
+        warn_bad(ch.placed_key, ch.placed_value, "a set of placed members of this cluster");
+        rc = -1;
+    } else if ((!ch.placed_applied || n > ch.placed_n) &&
+               nessie_change_get(ch.node, &id, &kind, &phase) == NESSIE_NOT_FOUND) {
+        if (nessie_members_placed(ch.node, placed, ch.node_ids) != NESSIE_OK) {
+            warn_bad(ch.placed_key, ch.placed_value, "a set of placed members of this cluster");
+            rc = -1;
+        } else {
+            ch.placed_n = n;
+            ch.placed_applied = true;
+        }
+    }
+    g_free(placed);
     return rc;
 }
 
@@ -168,8 +217,8 @@ static bool step(void)
     ch.phase = next;
     ch.phase_ns = mono_ns();
     if (next == CH_MOVE) {
-        /* V + F + E + F from now (changes.h) */
-        atomic_store(&ch.mover_from_ns, ch.phase_ns + ch.v_ns + 2 * ch.span_ns);
+        /* V + F, then one attempt's span, E + F, from now (changes.h) */
+        atomic_store(&ch.mover_from_ns, ch.phase_ns + ch.v_ns + ch.f_ns + ch.span_ns);
     } else if (next == CH_COMMIT) {
         atomic_store(&ch.mover_from_ns, 0);
     }
@@ -179,38 +228,35 @@ static bool step(void)
     else if (next == CH_MOVE)
         log_info("changes: change %" PRIu64 ": move phase: this node's leaving entries move to "
                  "node %u in %" PRIu64 " ms", ch.n, ch.id,
-                 (uint64_t)((ch.v_ns + 2 * ch.span_ns) / 1000000));
+                 (uint64_t)((ch.v_ns + ch.f_ns + ch.span_ns) / 1000000));
     else
         log_info("changes: change %" PRIu64 ": committed: node %u is a member (this node moved "
                  "%" PRIu64 " entries in all)", ch.n, ch.id, nessie_moved(ch.node));
     return true;
 }
 
-void changes_reconcile(CURL *curl, int64_t lease)
+int changes_install(bool strict)
 {
     if (!ch.open)
-        return;
-    struct value_read r = {0};
-    if (etcd_range(curl, ch.change_key, NULL, on_value, &r) != 0)
-        return;
+        return 0;
     uint64_t n;
     uint32_t id;
     enum ch_phase want;
-    if (!r.found) {
+    /* The placement committed so far first: a daemon that starts during a change steps through
+     * its phases from the placement before it, which the placed record holds (applied only
+     * while no change is in progress in the engine). */
+    int placed_rc = apply_placed();
+    if (!ch.change_value) {
         if (ch.n && ch.phase != CH_COMMIT && !ch.failed)
             log_warn("changes: change %" PRIu64 " (add of node %u) was withdrawn at its %s "
                      "phase: the engine keeps it as it is", ch.n, ch.id, ch_phase_name[ch.phase]);
         ch.failed = ch.failed || (ch.n && ch.phase != CH_COMMIT);
-        g_free(r.value);
-        return;
+        return placed_rc != 0 && strict ? -1 : 0;
     }
-    if (change_parse(r.value, &n, &id, &want) != 0) {
-        log_warn("changes: %s = \"%s\" is not a change (\"<N> add <ID> announce|move|commit\", "
-                 "ID below %u): ignored", ch.change_key, r.value, ch.node_ids);
-        g_free(r.value);
-        return;
+    if (change_parse(ch.change_value, &n, &id, &want) != 0) {
+        warn_bad(ch.change_key, ch.change_value, "a change (\"<N> add <ID> announce|move|commit\")");
+        return placed_rc != 0 && strict ? -1 : 0;
     }
-    g_free(r.value);
     if (n != ch.n) {
         if (ch.n && ch.phase != CH_COMMIT && !ch.failed)
             log_warn("changes: change %" PRIu64 " replaced change %" PRIu64 " at its %s phase",
@@ -218,7 +264,6 @@ void changes_reconcile(CURL *curl, int64_t lease)
         uint32_t cur_id;
         enum nessie_change_kind kind;
         enum nessie_change_phase cur;
-        /* A change already committed before this daemon started is recorded in placed. */
         bool engine_busy = nessie_change_get(ch.node, &cur_id, &kind, &cur) == NESSIE_OK;
         ch.n = n;
         ch.id = id;
@@ -228,19 +273,28 @@ void changes_reconcile(CURL *curl, int64_t lease)
         if (engine_busy)
             log_error("changes: change %" PRIu64 " comes while the engine has another in "
                       "progress: this node takes no part in it", n);
-        if (want == CH_COMMIT && !engine_busy) {
-            /* Committed before this daemon saw it (a start during its commit): placed has it. */
+        else if (want == CH_COMMIT) {
+            /* Committed before this daemon saw it (it started during the commit): the placed
+             * record written with the commit has the change (applied below). */
             ch.phase = CH_COMMIT;
-            ch.acked = CH_NONE;
         }
     }
-    if (ch.failed)
-        return;
-    /* In order: a daemon that starts while a change is under way has no calls in flight, so
-     * stepping through the earlier phases at once is what every member did, only faster. */
-    while (ch.phase < want && step())
-        ;
-    if (ch.phase != want)
+    if (!ch.failed) {
+        /* In order: a daemon that starts while a change is under way has no calls in flight,
+         * so stepping through the earlier phases at once is what every member did, only
+         * faster. */
+        while (ch.phase < want && step())
+            ;
+    }
+    /* After a commit: the record written with it (the same placement) is the last applied. */
+    if (apply_placed() != 0)
+        placed_rc = -1;
+    return placed_rc != 0 && strict ? -1 : 0;
+}
+
+void changes_ack(CURL *curl, int64_t lease)
+{
+    if (!ch.open || ch.failed || !ch.n || !ch.change_value)
         return;
     bool done = ch.phase == CH_COMMIT ||
                 (ch.phase == CH_ANNOUNCE && mono_ns() >= ch.phase_ns + ch.span_ns) ||
@@ -255,6 +309,11 @@ void changes_reconcile(CURL *curl, int64_t lease)
         log_debug("changes: change %" PRIu64 ": acknowledged its %s phase", ch.n,
                   ch_phase_name[ch.phase]);
     }
+}
+
+void changes_lease_changed(void)
+{
+    ch.acked = CH_NONE; /* the acknowledgement went with the old lease: written again */
 }
 
 bool changes_mover_due(void)

@@ -18,8 +18,9 @@
  * policy by then; then one attempt's span for those in flight, and one more for those that ran
  * alongside them: model/elastic.pml, BUG_MOVER_ONE_WAIT); commit, nothing.
  *
- * The agent thread of members.c calls in here after each read of the view, with the same read's
- * time, so the view lease it renews also vouches for the phase it read. The recycler's first
+ * The agent thread of members.c reads the change with the view, in the same round, and installs
+ * its phase before it renews the view lease that round's start vouches for: a member that acts
+ * under a lease has installed every phase written before the lease's read. The recycler's first
  * thread runs the mover when changes_mover_due says so.
  */
 #ifndef NESSIE_RECEPTION_CHANGES_H
@@ -37,15 +38,24 @@ int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t 
                  uint64_t view_lease_ms);
 void changes_close(void);
 
-/* At start, before the node serves: the placed members the last committed change recorded (none
- * recorded: the configuration's first members, as the engine opened). Returns 0, or -1 when etcd
- * could not be read or the record is malformed or does not fit this cluster (logged). */
-int changes_load_placed(CURL *curl);
+/* Read the change in progress and the placed record (etcd.h: two ranges), keeping them for
+ * changes_install. Returns 0, or -1 when etcd could not be read (logged): then nothing read
+ * here may be vouched for by a view lease renewal. Agent thread only. */
+int changes_read(CURL *curl);
 
-/* Read the change in progress, install its phases in order, and acknowledge each once what it
- * asks is done (the header above); lease is this daemon's etcd lease (its acknowledgements go
- * with it). Best effort: what fails is tried again at the next call. Agent thread only. */
-void changes_reconcile(CURL *curl, int64_t lease);
+/* Act on what changes_read read, before the view lease that read renews is renewed: install the
+ * change's phases in order (never skipping one), and apply the placed record when it is newer
+ * than the last applied and no change is in progress (a daemon's start; a commit it saw late).
+ * Touches no etcd. Returns 0, or -1 when strict (at start: the node must not serve on a
+ * placement it cannot read) and the placed record is malformed or refused (logged once). */
+int changes_install(bool strict);
+
+/* Acknowledge the installed phase once what it asks is done (the header above), under this
+ * daemon's etcd lease. Best effort: a failed put is tried again at the next call. */
+void changes_ack(CURL *curl, int64_t lease);
+
+/* This daemon's etcd lease was replaced (its keys went with the old one): acknowledge again. */
+void changes_lease_changed(void);
 
 /* Whether the mover may run now (a move phase installed here and its wait over). Any thread. */
 bool changes_mover_due(void);

@@ -127,6 +127,7 @@ static int register_self(CURL *curl, enum nessie_log_level level)
         return -1;
     members.lease = id;
     members.acked_epoch = 0; /* the old lease's ack went with it */
+    changes_lease_changed();   /* ... and the change's */
     log_info("members: node %u registered as incarnation %" PRIu64 " under lease %" PRIx64
              " (TTL %" PRId64 " s)", members.self, members.incarnation, (uint64_t)id, ttl);
     return 0;
@@ -397,6 +398,10 @@ static int reconcile(CURL *curl)
         memset(acked, 0, NESSIE_NODES_MAX * sizeof(*acked));
         if (etcd_range(curl, members.scrubbed_prefix, send, on_scrubbed, acked) != 0)
             goto out;
+        /* The change of membership in progress, in the same round: its phase is installed
+         * before the view lease this round's start vouches for is renewed (changes.h). */
+        if (changes_read(curl) != 0)
+            goto out;
         uint64_t epoch = 0;
         if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
             log_warn("members: %s = \"%s\" is not a view; writing a new one", members.view_key,
@@ -407,11 +412,13 @@ static int reconcile(CURL *curl)
         }
         view_want(inview, epoch, now, acked, want);
         if (vr.found && memcmp(want, inview, sizeof(*want)) == 0) {
+            /* At start (nothing adopted yet) a placement that cannot be read is an error. */
+            if (changes_install(!members.adopting) != 0)
+                goto out;
             adopt(epoch, inview, read_ns, acked);
             if (!inview->gone[members.self]) {
                 ack_scrub(curl);
-                /* After the view's read, so the lease it renewed vouches for the phase too. */
-                changes_reconcile(curl, members.lease);
+                changes_ack(curl, members.lease);
             }
             rc = 0;
             goto out;
@@ -737,7 +744,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
      * it were a member. etcd_call has logged each endpoint and what it said. */
     if (gone < 0 || changes_open(node, members.cluster_prefix, members.self,
                                  members.view_lease_ms) != 0 ||
-        changes_load_placed(curl) != 0 || register_self(curl, NESSIE_LOG_ERROR) != 0 ||
+        register_self(curl, NESSIE_LOG_ERROR) != 0 ||
         reconcile(curl) != 0) {
         log_error("members: cannot join the cluster's view through etcd at %s",
                   cfg->etcd_endpoints);

@@ -145,11 +145,15 @@ static void *recycler_main(void *arg)
         if (t->index == 0)
             done += nessie_scrub_run(t->ctx, SCRUB_PER_RUN);
         /* A change of membership's leaving entries, once its move phase allows (changes.h): the
-         * pass goes on without naps, as a backlog does, since the change waits for it. */
+         * pass goes on without naps while it gets on, as a backlog does, since the change waits
+         * for it; one that made no headway (an entry in progress, no view lease, this node
+         * fenced) naps as an idle recycler does. */
         bool moving = false;
         if (t->index == 0 && changes_mover_due()) {
+            uint64_t left = nessie_move_left(r->node);
             done += nessie_move_run(t->ctx, MOVE_PER_RUN);
-            moving = nessie_move_left(r->node) > 0;
+            uint64_t after = nessie_move_left(r->node);
+            moving = after > 0 && after < left;
         }
         /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
          * evicted goes on at once: a node that needs room needs it at the writers' pace, and

@@ -134,11 +134,14 @@ struct mship_state {
  * (memory/keys.h), and its phase says which of them takes no new entry: announced, the arriving
  * positions; moving, the leaving ones (model/elastic.pml checks why, and why the mover of the
  * leaving entries waits as it does). One change at a time. The change is one word, so a plan
- * reads it once: the node, the kind, the phase. An added node is present (reachable, its absence
- * bit cleared) from the change's start: the plans read its positions, and the change word, not
- * its bit, says whether it is placed. Committing a retire makes the node absent, then clears the
- * word with release, so a plan that loads the word with acquire and finds no change also finds
- * the node's new absence bit.
+ * reads it once: the node, the kind, the phase. An added node is reachable from the change's start
+ * (mship_joining): the plans read its positions, and the change word, not its bit, says whether
+ * it is placed. Its absence bit stays set until the commit, so a plan that read the step before
+ * the change began still draws around it, whenever it reads the bits. Each bit a change moves is
+ * moved at the step that makes the change word say the same (an add's at its commit, a retire's
+ * at its commit), before the step is stored with release: a plan that loads the step with
+ * acquire and finds no change also finds the bits as they are after it, and one that finds the
+ * change reads the changed node's placement from the word, not the bit.
  *
  * A call may span several phases (its attempts retry for up to its budget), and the model's
  * insert policies and the mover's waits hold for attempts, not calls: so every attempt plans
@@ -223,6 +226,14 @@ static inline uint32_t mship_step_change(uint64_t step) { return (uint32_t)step;
 static inline uint32_t mship_change(const struct mship_state *st)
 {
     return mship_step_change(mship_step(st));
+}
+
+/* Whether node is the one an add in progress adds: reachable from the change's start, though
+ * absent until its commit ("Changes"). One acquire load. */
+static inline bool mship_joining(const struct mship_state *st, uint32_t node)
+{
+    uint32_t w = mship_change(st);
+    return w && mship_change_kind(w) == MSHIP_CHANGE_ADD && mship_change_node(w) == node;
 }
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for
@@ -335,17 +346,19 @@ static inline bool mship_self_fenced(const struct mship_state *st)
  * peers do not read its memory yet, so nothing may be written there that an entry names). */
 static inline bool mship_self_out(const struct mship_state *st)
 {
-    return mship_self_fenced(st) || mship_absent(st, st->self);
+    return mship_self_fenced(st) || (mship_absent(st, st->self) && !mship_joining(st, st->self));
 }
 
-/* Whether node's memory must not be touched: fenced, suspended or absent. Never blocks. */
+/* Whether node's memory must not be touched: fenced, suspended or absent (but for the node an
+ * add in progress adds: mship_joining). Never blocks. */
 static inline bool mship_unreachable(const struct mship_state *st, uint32_t node)
 {
     if (node >= NESSIE_NODES_MAX)
         return false;
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->suspended[node / 64],
                                       memory_order_relaxed);
-    return ((w >> (node % 64)) & 1) || mship_fenced(st, node) || mship_absent(st, node);
+    return ((w >> (node % 64)) & 1) || mship_fenced(st, node) ||
+           (mship_absent(st, node) && !mship_joining(st, node));
 }
 
 #endif

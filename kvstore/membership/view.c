@@ -190,10 +190,8 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
     else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent : (absent || node == st->self)))
         rc = NESSIE_INVALID;
     else {
-        /* An added node is reachable from the change's start: plans read its positions (its
-         * absence bit no longer matters to placement, which the change word overrides). */
-        if (kind == MSHIP_CHANGE_ADD)
-            absent_locked(st, node, false);
+        /* An added node is reachable from the change's start (mship_joining); its absence bit
+         * stays until the commit ("Changes"). */
         if (cur != MSHIP_CHANGE_WORD(node, kind, phase))
             step_locked(st, MSHIP_CHANGE_WORD(node, kind, phase));
     }

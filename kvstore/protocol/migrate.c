@@ -23,15 +23,9 @@ static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
     return false;
 }
 
-/*
- * Take the room of a source whose value is lost to its key (issue 28: its value was on a fenced
- * node, or it is a rejoin's orphan) back in place, by CAS on the exact word sv as an eviction
- * does; recycle its entry when its memory is a live node's. Counted as a lost entry. Returns
- * A_DONE (*status set: NESSIE_OK once the slot is empty, or the fabric's error), or A_RETRY when
- * the attempt outlived its period or the word changed meanwhile (the caller tries again).
- */
-static enum attempt take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
-                              int *status)
+/* protocol.h has the contract. */
+enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
+                             int *status)
 {
     if (attempt_expired(op)) { /* Step 0, before a CAS */
         count_abort(op, NESSIE_ABORT_TIMEOUT);
@@ -87,7 +81,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * CAS on the exact word as an eviction does (nothing to recycle: its memory is the lost
      * node's). A miss for its key, which a cache may answer at any time. */
     if (mship_lost(&nd->view, ite_node(sv))) {
-        result = take_back(op, src, sv, false, status);
+        result = proto_take_back(op, src, sv, false, status);
         goto out;
     }
     struct dte_view v;
@@ -139,7 +133,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
             count_abort(op, NESSIE_ABORT_MIGRATE);
             goto out;
         }
-        result = take_back(op, src, sv, true, status);
+        result = proto_take_back(op, src, sv, true, status);
         goto out;
     }
     uint64_t dst = UINT64_MAX, dv = 0;

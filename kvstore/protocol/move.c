@@ -29,11 +29,31 @@
 
 #include "memory/memory.h"
 #include "memory/upcall.h"
+#include "log.h"
 #include "protocol.h"
 
 /* MIGRATE attempts per slot within one run before the pass stops there for now (a concurrent
  * writer of the key keeps winning): the next run starts at the slot again. */
 #define MOVE_TRIES 4
+
+/* When a warning that the mover evicted with eviction off was last logged (any node of this
+ * process: a rate limit, nessie_every). */
+static _Atomic uint64_t move_warned;
+
+/* Take a duplicate's room back at pos if it still holds w. Returns whether it did. */
+static bool take_back_dup(struct nessie_ctx *ctx, uint64_t pos, uint64_t w)
+{
+    const struct key_plan none = {.key = NULL};
+    struct op op;
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, &none);
+    op.attempt_start = nessie_mono_ns();
+    int status = NESSIE_FABRIC_ERROR;
+    enum attempt r = A_DONE;
+    if (proto_view_current(&op))
+        r = proto_take_back(&op, pos, w, true, &status);
+    proto_finish(&op, r == A_DONE ? status : NESSIE_EXISTS);
+    return r == A_DONE && status == NESSIE_OK;
+}
 
 /* Judge the entry at this node's index slot s and move it if it is leaving for its key. Adds to
  * *moved. Returns true when the slot is done, false when the pass must stop at it for now. */
@@ -84,11 +104,13 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
             if (kp.role[i] != KEY_ARRIVING)
                 keep[nkeep++] = kp.pos[i];
         int status = NESSIE_OK;
+        /* Moved: a copy committed at depth 0 (an OK also says the source was gone already). */
+        const uint64_t m0 = ctx->ctr.migrations - ctx->ctr.recursive_migrations;
         enum attempt r = proto_migrate(&op, pos, keep, nkeep, 0, &status);
         proto_finish(&op, r == A_DONE ? status : NESSIE_EXISTS);
         if (r == A_DONE && status == NESSIE_OK) {
             /* The slot is empty now, or holds what replaced the entry meanwhile: judged again. */
-            (*moved)++;
+            *moved += ctx->ctr.migrations - ctx->ctr.recursive_migrations != m0;
             continue;
         }
         if (r == A_DONE && (status == NESSIE_INDEX_FULL || status == NESSIE_NO_MEMORY)) {
@@ -98,8 +120,17 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
              * change with it; a cache makes room by evicting, so the entry is evicted as the
              * evictor evicts (memory/upcall.h: a DELETE of exactly this word, linearizable),
              * and the slot judged again. */
-            if (nessie_evict_entry(ctx, &kp, w) == NESSIE_OK)
+            int er = nessie_evict_entry(ctx, &kp, w);
+            /* NOT_FOUND: the key's first entry is elsewhere, so this one is a duplicate no
+             * reader meets (a write's step 4 would clear it): its room is taken back in place. */
+            if (er == NESSIE_OK || (er == NESSIE_NOT_FOUND && take_back_dup(ctx, pos, w))) {
                 CTR_ADD(ctx->ctr.move_evicted, 1);
+                if (nd->cfg.no_evict && nessie_every(&move_warned, NESSIE_SETTING_WARN_EVERY_NS))
+                    log_warn("move: node %u: an entry leaving for the node a change of membership "
+                             "adds found no room there and was evicted, though eviction is off "
+                             "(the change must end; more index_slots or data_bytes avoid it)",
+                             nd->cfg.self);
+            }
             continue;
         }
         if (r == A_DONE)

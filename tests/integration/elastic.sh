@@ -7,7 +7,8 @@
 # through every node, node 3 included; about a quarter of the entries moved, to node 3 (each
 # daemon's nessie_moved); the daemons logged the change; nessie-stat shows it. A second add (node
 # 4) with no load; node 3 restarted alone reads the placed members from etcd and serves. An add on
-# a cluster with static membership is refused with a clear error, and changes nothing.
+# a cluster with static membership is refused with a clear error, and changes nothing; an add left
+# half-way is carried on by the next.
 #
 # Environment: BUILD (build dir, default build), KEEP (keep the run directories).
 set -eu
@@ -21,7 +22,7 @@ export NESSIE_RECEPTION="$BUILD/reception"
 # past it, node 3 would be lost from the view and come back empty, as a dead node does.
 LEASE_S=5
 
-command -v etcd >/dev/null 2>&1 || { echo "elastic: SKIP: no etcd (tools/install-deps)"; exit 77; }
+{ command -v etcd && command -v etcdctl; } >/dev/null 2>&1 || { echo "elastic: SKIP: no etcd or etcdctl (tools/install-deps)"; exit 77; }
 
 dir=$(mktemp -d /tmp/nessie-elastic-XXXXXX)
 sdir=$(mktemp -d /tmp/nessie-elastic-static-XXXXXX)
@@ -123,4 +124,19 @@ for n in 0 3 4; do
 done
 echo "elastic: after a second add and node 3's restart, keys read their values through nodes 0, 3 and 4"
 "$cluster" status --dir "$dir" >/dev/null || fail "status: a node is down"
+
+# An add that stopped after writing its first phase (as one interrupted, or timed out, would
+# leave it): `add` again carries it on to its end.
+name=$(sed -n 's/^name *= *//p' "$dir/nessie.conf" | head -n 1)
+url=http://127.0.0.1:$(cut -d' ' -f1 "$dir/etcd/ports")
+ETCDCTL_API=3 etcdctl --endpoints="$url" put "/nessie/$name/change" "3 add 5 announce" >/dev/null
+ETCDCTL_API=3 etcdctl --endpoints="$url" put "/nessie/$name/changes" 3 >/dev/null
+"$cluster" add --dir "$dir" >"$dir/add3.out" 2>&1 || fail "add carrying on change 3: $(cat "$dir/add3.out")"
+grep -q "change 3 (node 5) is in progress at its announce phase: carrying it on" "$dir/add3.out" ||
+    fail "add did not say it carried change 3 on: $(cat "$dir/add3.out")"
+got=$("$client" -s "$dir/node5.sock" get e7 2>&1) || true
+[ "$got" = v-e7 ] || fail "node 5, added by a carried-on change: GET e7: $got"
+[ -z "$(ETCDCTL_API=3 etcdctl --endpoints="$url" get --print-value-only "/nessie/$name/change")" ] ||
+    fail "the change key is still there after the carried-on add"
+echo "elastic: an add left at its announce phase carried on: $(tail -n 1 "$dir/add3.out")"
 echo "elastic: passed"

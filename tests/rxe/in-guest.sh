@@ -17,13 +17,16 @@
 #            operation picks cd, sd, hy or auto: requests and replies cross rxe0 as WRITEs into the
 #            peers' rings while client-driven operations run on the same keys), then --mode sd
 #            while a random node is killed and restarted every 3 s
+#   elastic  a node added online (issue 30): nessie-stress --check --add-node-at, node 3 joining
+#            three over verbs 1.5 s in (the parent plays the coordination service, stepping every
+#            node through the change), its positions' entries moved to it while checked calls run
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
-# LOST_OPS (default 20000), EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), RXE_STEPS (default "fabric stress crash
-# dead lost evict sd shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# LOST_OPS (default 20000), EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), ELASTIC_OPS (default 20000), RXE_STEPS (default "fabric stress crash
+# dead lost evict sd elastic shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -105,6 +108,12 @@ sd() {
         --crash-every 3000 --check --quiet
 }
 
+elastic() {
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7560 --nodes 3 --threads 2 \
+        --keys 64 --index-slots 64 --ops "${ELASTIC_OPS:-20000}" --expiration-ms 100 \
+        --add-node-at 1500 --check --quiet
+}
+
 shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
@@ -140,7 +149,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd elastic shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"
