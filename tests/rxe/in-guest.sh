@@ -110,7 +110,7 @@ sd() {
 
 elastic() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7560 --nodes 3 --threads 2 \
-        --keys 64 --index-slots 64 --ops "${ELASTIC_OPS:-20000}" --expiration-ms 100 \
+        --keys 200 --index-slots 128 --ops "${ELASTIC_OPS:-20000}" --expiration-ms 100 \
         --add-node-at 1500 --check --quiet
 }
 
