@@ -81,15 +81,18 @@ for n in 0 1 2; do
     echo "elastic: node $n's load across the add: $line"
 done
 
-# Every key, through every node.
-for n in 0 1 2 3; do
-    i=0
-    while [ $i -lt $KEYS ]; do
-        got=$("$client" -s "$dir/node$n.sock" get "e$i" 2>&1) || true
-        [ "$got" = "v-e$i" ] || fail "node $n: GET e$i: $got (want v-e$i)"
-        i=$((i + 1))
+# Every $2-th key must read its value through each node of $1 ($3 says when, on a failure).
+keys_read() {
+    for n in $1; do
+        i=0
+        while [ $i -lt $KEYS ]; do
+            got=$("$client" -s "$dir/node$n.sock" get "e$i" 2>&1) || true
+            [ "$got" = "v-e$i" ] || fail "$3, node $n: GET e$i: $got (want v-e$i)"
+            i=$((i + $2))
+        done
     done
-done
+}
+keys_read "0 1 2 3" 1 "after the add"
 echo "elastic: all $KEYS keys read their values through nodes 0 to 3"
 
 # What moved: about a quarter of the entries (1/N, N = 4 after the add), all to node 3.
@@ -114,14 +117,7 @@ kill -TERM "$pid3"
 while kill -0 "$pid3" 2>/dev/null; do sleep 0.1; done
 "$cluster" start --dir "$dir" >/dev/null || fail "restart of node 3"
 grep -q "5 placed members of 6 ids$" "$dir/node3.log" || fail "node 3 did not read the placed members at its restart"
-for n in 0 3 4; do
-    i=0
-    while [ $i -lt $KEYS ]; do
-        got=$("$client" -s "$dir/node$n.sock" get "e$i" 2>&1) || true
-        [ "$got" = "v-e$i" ] || fail "after the second add and node 3's restart, node $n: GET e$i: $got"
-        i=$((i + 5))
-    done
-done
+keys_read "0 3 4" 5 "after the second add and node 3's restart"
 echo "elastic: after a second add and node 3's restart, keys read their values through nodes 0, 3 and 4"
 "$cluster" status --dir "$dir" >/dev/null || fail "status: a node is down"
 
