@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,7 @@ static void test_malformed_refused(void **state)
 struct reader {
     struct mship_state *st;
     atomic_bool *done;
+    atomic_int *started; /* readers past their first read: installs wait for them all */
     uint64_t reads, torn, backwards, lockfree_ahead;
 };
 
@@ -109,7 +111,8 @@ static void *reader_main(void *arg)
         /* The lock-free epoch read first: the copy after it must be that view or newer. */
         uint64_t seen = mship_epoch(r->st);
         mship_get(r->st, out);
-        r->reads++;
+        if (r->reads++ == 0)
+            atomic_fetch_add(r->started, 1);
         if (out->epoch < seen)
             r->lockfree_ahead++;
         if (out->epoch < last)
@@ -134,10 +137,17 @@ static void test_reader_never_torn(void **state)
     assert_int_equal(mship_init(st, NESSIE_NODES_MAX - 1), NESSIE_OK);
     atomic_bool done;
     atomic_init(&done, false);
-    struct reader r[2] = {{.st = st, .done = &done}, {.st = st, .done = &done}};
+    atomic_int started;
+    atomic_init(&started, 0);
+    struct reader r[2] = {{.st = st, .done = &done, .started = &started},
+                          {.st = st, .done = &done, .started = &started}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, reader_main, &r[i]), 0);
+    /* On a busy machine a reader may not run at all before every view is in: the installs start
+     * once both read, so they race with the copies the test is about. */
+    while (atomic_load(&started) < 2)
+        sched_yield();
     for (uint64_t e = 1; e <= TORN_VIEWS; e++) {
         struct nessie_view *v = view_of(e);
         assert_int_equal(mship_install(st, v), NESSIE_OK);
