@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "etcd.h"
 #include "log.h"
 
@@ -43,13 +43,6 @@ static struct {
     char *bad_value;         /* the last malformed change or placed value warned about */
     _Atomic uint64_t mover_from_ns; /* the mover may run from then on; 0: not now */
 } ch;
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t self,
                  uint64_t view_lease_ms)
@@ -215,7 +208,7 @@ static bool step(void)
         return false;
     }
     ch.phase = next;
-    ch.phase_ns = mono_ns();
+    ch.phase_ns = nessie_mono_ns();
     if (next == CH_MOVE) {
         /* V + F, then one attempt's span, E + F, from now (changes.h) */
         atomic_store(&ch.mover_from_ns, ch.phase_ns + ch.v_ns + ch.f_ns + ch.span_ns);
@@ -297,7 +290,7 @@ void changes_ack(CURL *curl, int64_t lease)
     if (!ch.open || ch.failed || !ch.n || !ch.change_value)
         return;
     bool done = ch.phase == CH_COMMIT ||
-                (ch.phase == CH_ANNOUNCE && mono_ns() >= ch.phase_ns + ch.span_ns) ||
+                (ch.phase == CH_ANNOUNCE && nessie_mono_ns() >= ch.phase_ns + ch.span_ns) ||
                 (ch.phase == CH_MOVE && nessie_move_over(ch.node));
     if (!done || ch.acked == ch.phase)
         return;
@@ -319,5 +312,5 @@ void changes_lease_changed(void)
 bool changes_mover_due(void)
 {
     uint64_t from = atomic_load_explicit(&ch.mover_from_ns, memory_order_relaxed);
-    return from && mono_ns() >= from;
+    return from && nessie_mono_ns() >= from;
 }
