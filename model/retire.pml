@@ -1,14 +1,10 @@
 /*
- * DRAFT, NEVER RUN: written while CI held the cores (issue 30, stop 40); not in run.sh. Run it
- * and check that its BUG switches and probes fail before trusting it or adding it to run.sh.
- *
  * retire.pml - a SPIN model of an online retire of a node (issue 30): node R leaves the cluster
  * while calls are in flight, through the three views of elastic.pml (E1 announce, E2 move, E3
  * commit), and what a retire adds to an add: values live in data regions, and entries anywhere
  * may name R's data. After the commit R is unreachable, so every such entry must have been
  * relocated to a survivor's data first, and no call may still be about to read R's data.
- * A DRAFT: written against the retire rules as the design states them (R1, the relocation, the
- * commit's extra span); not yet in run.sh.
+ * Checked by model/run.sh (new-retire, bug-retire-*, reach-retire-*).
  *
  * elastic.pml checks how a key's position moves from a leaving index position to an arriving one
  * (policies A and B, the mover's waits V + F and E + F); this model keeps that part coarse (one
@@ -46,11 +42,12 @@
  *          read is CASed to one naming the copy (committed at once). A writer that read the old
  *          word loses its CAS and starts again.
  *        A survivor acks view 3 when its passes are over (folded into E3_OK).
- *   Commit: view 4 is written once every member acked view 3 AND one attempt's span later
- *        (armed4 / strag4: every attempt in flight when the last ack came in has ended; a GET
- *        that read a word naming R's data before its relocation reads that DTE within its span).
- *        From the commit on R is unreachable (unreach): a read of R's data is an error, since
- *        calls must never fail for a change.
+ *   Commit: view 4 is written once every member acked view 3 (every survivor's passes over). R
+ *        stays reachable until the commit is acted on by the lease (no attempt under an older
+ *        view in flight, and none starts: views.pml's argument, V + F after the commit is
+ *        written): nodes that have not read view 4 still plan under view 3, which reads PR. From
+ *        then on R is unreachable (unreach): a read of R's data, or a plan that reads R's index,
+ *        is an error, since calls must never fail for a change.
  *
  * A GET is two steps here (elastic.pml's is one): its words (the double collect, where it is
  * linearized and checked) and then the DTE they name (where R's reachability is checked), with
@@ -67,21 +64,16 @@
  *   -DBUG_RELOCATE_BUSY     the relocation does not stop at an entry in progress: it relocates
  *                           what a reader of it reads (its previous version, when that is in R's
  *                           data) as a committed copy, over the writer's entry
- *   -DBUG_UNREACHABLE_EARLY view 4 is written, and R is unreachable, as soon as every member
- *                           acked view 3, without the extra span
- * Variants that probe the design's doubts (not bugs; the results given are expected, not run):
+ *   -DBUG_UNREACH_AT_COMMIT R is unreachable as soon as view 4 is written: a node that has not
+ *                           read it plans under view 3 (R's index) for up to its lease
+ * Variants that pass (checked too, they say what the design does not need):
  *   -DRELOCATE_NO_WAITS     the relocation starts at its node's first read of view 3, without the
- *                           mover's waits. Expected to pass: what keeps R's data from growing
- *                           behind a relocation's pass is E2 (R acked view 2: its view-1 attempts
- *                           are over; R1 does the rest), not V + F or E + F, which are about
- *                           index positions (policies A and B), and a relocation moves none
- *   -DCHECK_R_INDEX         also an error: an attempt that plans under view 1, 2 or 3 (its plan
- *                           reads PR, R's index) after R became unreachable. Expected to fail
- *                           with the rules as stated: a node that has not read view 4 acts on
- *                           view 3 for up to its lease after the commit
- *   -DUNREACH_LEASED        R becomes unreachable only once the commit is acted on by the lease
- *                           argument (no attempt under view 3 in flight, and none starts: acted
- *                           = 4), not at the commit. With -DCHECK_R_INDEX: expected to pass
+ *                           mover's waits: what keeps R's data from growing behind a pass is E2
+ *                           (R acked view 2: its view-1 attempts are over) and R1, not V + F or
+ *                           E + F, which are about index positions. The code relocates after the
+ *                           waits anyway (the mover's pass does both), which this covers too.
+ *   -DCOMMIT_SPAN           view 4 is written one attempt's span after the last ack: not needed,
+ *                           since R stays reachable until the commit is acted on.
  *   -DOTHERS=n              other keys' inserts (default 1; 0 makes the state space smaller, but
  *                           BUG_RELOCATE_EARLY and probe 2 need an entry of another key at PR)
  *
@@ -100,7 +92,7 @@
  * vacuous there): 1 a relocation's CAS succeeds; 2 a GET returns a relocated copy; 3 the final
  * audit runs; 4 the mover moves an entry naming R's data; 5 a writer's candidate CAS loses to a
  * relocation (its word differs only in where its DTE is); 6 a GET reads R's data after every
- * member acked view 3 (the commit's extra span is needed).
+ * member acked view 3 and view 4 was written (R must stay reachable after the commit).
  *
  * Not modelled (see the doubts in the report that came with this draft): a key whose old
  * placement has two positions on survivors (a writer's step 4 may adopt a duplicate naming R's
@@ -219,15 +211,11 @@ byte relv;
 
 /* check 2: a read of R's data */
 #define RDATA(r)  assert(!((r) && unreach))
-#ifdef CHECK_R_INDEX
 #define RIDX(k)   assert(!(unreach && (k) < 4))
-#else
-#define RIDX(k)   skip
-#endif
-#ifdef UNREACH_LEASED
-#define UNREACH_AT_COMMIT skip
-#else
+#ifdef BUG_UNREACH_AT_COMMIT
 #define UNREACH_AT_COMMIT unreach = true
+#else
+#define UNREACH_AT_COMMIT skip
 #endif
 
 /* ---- reachability probes ------------------------------------------------------------------ */
@@ -249,7 +237,8 @@ end:
     do
     :: atomic { pub == 1 -> pub = 2; printf("VIEW 2: retire of R announced (E1)\n") }
     :: atomic { pub == 2 && E2_OK -> pub = 3; printf("VIEW 3: move (E2)\n") }
-#ifdef BUG_UNREACHABLE_EARLY
+#ifndef COMMIT_SPAN
+    /* the design: the commit is written once every member acked view 3 */
     :: atomic { pub == 3 && E3_OK -> pub = 4; UNREACH_AT_COMMIT;
                 printf("VIEW 4: R out, new placement (E3), at the acks\n") }
 #else
@@ -258,7 +247,7 @@ end:
     :: atomic { pub == 3 && armed4 && strag4 == 0 -> pub = 4; UNREACH_AT_COMMIT;
                 printf("VIEW 4: R out, new placement (E3)\n") }
 #endif
-#ifdef UNREACH_LEASED
+#ifndef BUG_UNREACH_AT_COMMIT
     /* the commit acted on, by the lease: no attempt under an older view in flight, none starts */
     :: atomic { pub == 4 && !unreach && QUIET(4) -> unreach = true; acted = 4;
                 printf("R unreachable\n") }
@@ -294,7 +283,7 @@ end:
                 ack2[n] = true }
     /* a survivor's waits, as elastic.pml's mover's: V + F after its first read of view 3 ... */
     :: atomic { n != NR && !armed[n] && rd[n] >= 3 && QUIET(3) ->
-                armed[n] = true; acted = 3; stragm[n] = INFLIGHT }
+                armed[n] = true; acted = (acted > 3 -> acted : 3); stragm[n] = INFLIGHT }
     /* ... and one attempt's span more; then the mover of R's index starts (node 1) */
     :: atomic { n == N1 && armed[N1] && stragm[N1] == 0 && !mvgo -> mvgo = true }
     /* and the relocation of the survivor's own index */
@@ -413,7 +402,7 @@ inline get_call(c, n)
     :: res != 0 ->
         atomic {
             RDATA(rw);
-            REACHED(6, rw && armed4);
+            REACHED(6, rw && pub >= 4);
             seenseq = (seqof[res] > seenseq -> seqof[res] : seenseq);
             ENDATT(c)
         }

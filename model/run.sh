@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh - model-check the Nessie protocol models (model/nessie.pml, model/views.pml,
-# model/elastic.pml) with SPIN.
+# model/elastic.pml, model/retire.pml) with SPIN.
 #
 #   model/run.sh            the new design must pass every scenario, the old (today's) design
 #                           must fail, and each bug-* variant (issue 26's findings as today's
@@ -38,7 +38,7 @@ MEMLIM=${MEMLIM:-3500}
 TIMEOUT=${TIMEOUT:-600}
 work=$(mktemp -d "${TMPDIR:-/tmp}/nessie-model.XXXXXX")
 [ $keep = 1 ] || trap 'rm -rf "$work"' EXIT
-cp "$here/nessie.pml" "$here/views.pml" "$here/elastic.pml" "$here/hunt_c.never" "$work/"
+cp "$here/nessie.pml" "$here/views.pml" "$here/elastic.pml" "$here/retire.pml" "$here/hunt_c.never" "$work/"
 
 # variant NAME EXPECT "spin -D flags" [claim] [model]   (EXPECT: pass | fail; model: nessie.pml)
 variant() {
@@ -84,6 +84,9 @@ variant() {
         *"seqof[found]==curseq"*|*"lastdel==curseq"*) what="at the end, not the newest value under the new placement (2)" ;;
         *"!(((ev[1]!=0)"*) what="at the end, A left at the leaving position (2)" ;;
         *"elife["*) what="X's old tables read after its return (2)" ;;
+        *"!(eR[q])"*) what="at the end, an entry names the retired node's data (3)" ;;
+        *"!((rw&&unreach))"*) what="the retired node's data read after it left (2)" ;;
+        *"!((unreach&&(k<4)))"*) what="the retired node's index planned on after it left (2)" ;;
         *"assertion violated  !("*) what="reached" ;;
         *) what=$(printf '%s' "$what" | cut -c1-60 | tr '|' '/') ;;
         esac
@@ -146,6 +149,18 @@ if [ $quick = 0 ]; then
     done
     for p in 1 2 3 4 5; do queue "reach-elastic-$p" fail "-DPROBE=$p" "" elastic.pml; done
 fi
+# issue 30 (retire.pml): a retire's values, in the retiring node's data, relocated before it
+# leaves. The design and its two relaxations must pass; each rule put out must fail; each
+# reach-retire-* probe must fail.
+queue "new-retire" pass "" "" retire.pml
+if [ $quick = 0 ]; then
+    queue "new-retire-no-waits" pass "-DRELOCATE_NO_WAITS" "" retire.pml
+    queue "new-retire-commit-span" pass "-DCOMMIT_SPAN" "" retire.pml
+    for b in R1_OFF RELOCATE_EARLY RELOCATE_BUSY UNREACH_AT_COMMIT; do
+        queue "bug-retire-$(echo $b | tr 'A-Z_' 'a-z-')" fail "-DBUG_$b" "" retire.pml
+    done
+    for p in 1 2 3 4 5 6; do queue "reach-retire-$p" fail "-DPROBE=$p" "" retire.pml; done
+fi
 if [ $holes = 1 ]; then
     queue "new-without-abandon-rule"   fail "-DSCEN=1 -DNAIVE_ABANDON"
     queue "new-without-reread-rule"    fail "-DSCEN=1 -DREREAD_FREES"
@@ -170,13 +185,13 @@ for r in "$work"/*/result; do
     if [ "$errors" = "0" ]; then res=PASS; elif [ "$errors" = "?" ] || [ "$errors" = "ERROR" ]; then res=INCOMPLETE; else res=FAIL; fi
     printf '%-28s %-6s %-10s %10s %8s  %s\n' "$name" "$expect" "$res" "$states" "$secs" "$what"
     case "$name:$res" in
-    new-scen*:PASS|new-views:PASS|new-elastic:PASS) ;;
-    new-scen*:*|new-views:*|new-elastic:*) newpass=0 ;;
+    new-scen*:PASS|new-views:PASS|new-elastic:PASS|new-retire*:PASS) ;;
+    new-scen*:*|new-views:*|new-elastic:*|new-retire*:*) newpass=0 ;;
     old-*:FAIL) oldfail=1 ;;
     esac
     if [ "$expect" = fail ] && [ "$res" != FAIL ] && { [ "${name#new-}" != "$name" ] || [ "${name#bug-}" != "$name" ] || [ "${name#reach-}" != "$name" ]; }; then ok=0; fi
 done
-[ $keep = 1 ] && echo "work directory kept: $work (replay a trail: cd there/<variant> && spin -t <its -D flags> nessie.pml, views.pml or elastic.pml)"
+[ $keep = 1 ] && echo "work directory kept: $work (replay a trail: cd there/<variant> && spin -t <its -D flags> nessie.pml, views.pml, elastic.pml or retire.pml)"
 if [ $newpass = 1 ] && [ $oldfail = 1 ] && [ $ok = 1 ]; then
     echo "model: OK (new design: no violation in any scenario; old design: violations found)"
     exit 0
