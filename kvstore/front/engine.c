@@ -270,9 +270,8 @@ _Static_assert((int)NESSIE_CHANGE_ADD == (int)MSHIP_CHANGE_ADD &&
 int nessie_change_set(struct nessie_node *nd, uint32_t id, enum nessie_change_kind kind,
                       enum nessie_change_phase phase)
 {
-    /* A retire needs the relocation of the retired node's values (issue 30), not written yet:
-     * after its commit, entries naming that node's data would be neither readable nor lost. */
-    if (!nd || id >= nd->cfg.node_ids || kind != NESSIE_CHANGE_ADD)
+    if (!nd || id >= nd->cfg.node_ids ||
+        (kind != NESSIE_CHANGE_ADD && kind != NESSIE_CHANGE_RETIRE))
         return NESSIE_INVALID;
     int rc = mship_change_set(&nd->view, id, (enum mship_change_kind)kind,
                               (enum mship_change_phase)phase);

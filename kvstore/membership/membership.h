@@ -201,8 +201,8 @@ void mship_rejoin(struct mship_state *st, uint32_t node);
  * and then nothing changes. Idempotent; never blocks but on readers' copies. */
 int mship_set_absent(struct mship_state *st, uint32_t node, bool absent);
 
-/* Begin a change of node (an add: node absent now; a retire: node present now, not this node)
- * at its announce phase, or move it to a later phase. Returns NESSIE_OK; NESSIE_INVALID for a
+/* Begin a change of node (an add: node absent now; a retire: node present now, this node too:
+ * mship_retiring_self) at its announce phase, or move it to a later phase. Returns NESSIE_OK; NESSIE_INVALID for a
  * node or kind that does not fit the cluster as it is, a change that starts past its announce
  * phase, a phase that goes back, or a change of another node while one is in progress, and
  * then nothing changes. Never blocks but on readers' copies. */
@@ -234,6 +234,24 @@ static inline bool mship_joining(const struct mship_state *st, uint32_t node)
 {
     uint32_t w = mship_change(st);
     return w && mship_change_kind(w) == MSHIP_CHANGE_ADD && mship_change_node(w) == node;
+}
+
+/* Whether this node is the one a retire in progress retires (any phase): from the retire's
+ * announce on it writes no new DTE (R1, model/retire.pml): its calls' writes run on the
+ * survivors, its servers send writes back to their requesters, its evictor and mover rest.
+ * One acquire load. */
+static inline bool mship_retiring_self(const struct mship_state *st)
+{
+    uint32_t w = mship_change(st);
+    return w && mship_change_kind(w) == MSHIP_CHANGE_RETIRE && mship_change_node(w) == st->self;
+}
+
+/* Whether node is the one the change in progress adds or retires: no place to put new data for
+ * room (modes/place.c), whatever its bits say. One acquire load. */
+static inline bool mship_changing(const struct mship_state *st, uint32_t node)
+{
+    uint32_t w = mship_change(st);
+    return w && mship_change_node(w) == node;
 }
 
 /* Extend the view lease to until_ns (CLOCK_MONOTONIC); the first call puts leases in force for

@@ -187,7 +187,7 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
         rc = NESSIE_INVALID; /* another change, or a phase going back */
     else if (!cur && phase != MSHIP_PHASE_ANNOUNCE)
         rc = NESSIE_INVALID; /* every change is announced first (model/elastic.pml) */
-    else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent : (absent || node == st->self)))
+    else if (!cur && (kind == MSHIP_CHANGE_ADD ? !absent : absent))
         rc = NESSIE_INVALID;
     else {
         /* An added node is reachable from the change's start (mship_joining); its absence bit

@@ -355,6 +355,8 @@ static bool pool_recheck(struct nessie_node *nd, struct evict_pool *p, uint32_t 
 size_t nessie_evict_class(struct nessie_ctx *ctx, uint32_t cls, size_t n)
 {
     struct nessie_node *nd = ctx->node;
+    if (mship_retiring_self(&nd->view))
+        return 0; /* R1: see nessie_evict_run */
     size_t removed = 0;
     /* Another thread of this node evicting holds the pools: this one picks from samples of its
      * own alone (a pool of one pick), rather than wait on a lock held across header reads. */
@@ -448,6 +450,10 @@ static void evict_measure(struct nessie_node *nd, double dt, bool *refused)
 size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims)
 {
     struct nessie_node *nd = ctx->node;
+    /* A node being retired writes nothing new, a DELETE's tombstone included (R1,
+     * model/retire.pml): it needs no room, and its entries are the survivors' to relocate. */
+    if (mship_retiring_self(&nd->view))
+        return 0;
     if (pthread_mutex_trylock(&nd->evict_lock) != 0)
         return 0; /* another thread of this node is at it */
     uint64_t now = nessie_mono_ns();

@@ -137,8 +137,18 @@ void key_plan_at(struct key_plan *p, const struct nessie_node *nd, const void *k
     p->n = plan_all(nd, digest, step, p->pos, p->role, &p->no_insert);
     p->filter = plan_filter(nd, digest);
     /* During a change, pos[0] is the placement before's: shipped calls go where they went
-     * until the change is committed. */
+     * until the change is committed; but never to a node a retire retires, which writes
+     * nothing new (R1, model/retire.pml): its keys' calls go to the node of their first
+     * position elsewhere (the union T has one: every position after the retire is). */
     p->home = (uint32_t)(p->pos[0] / nd->cfg.index_slots);
+    uint32_t change = mship_step_change(step);
+    if (change && mship_change_kind(change) == MSHIP_CHANGE_RETIRE &&
+        p->home == mship_change_node(change))
+        for (uint32_t i = 1; i < p->n; i++)
+            if (p->pos[i] / nd->cfg.index_slots != p->home) {
+                p->home = (uint32_t)(p->pos[i] / nd->cfg.index_slots);
+                break;
+            }
 }
 
 void nessie_key_positions(const struct nessie_node *nd, const void *key, size_t key_len,

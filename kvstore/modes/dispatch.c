@@ -5,6 +5,8 @@
  * back to be run here, runs client-driven through the protocol room, which knows nothing of
  * modes. Mode auto asks the selector (sd.c) before the call and teaches it after.
  */
+#include <time.h>
+
 #include "modes.h"
 #include "protocol/protocol.h"
 
@@ -67,18 +69,66 @@ int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, co
     return NESSIE_OK;
 }
 
+/* How long a write of a node being retired waits before it tries the next survivor, when the
+ * one it tried sent it back (its servers busy past the take-up limit, or shunned). */
+#define DISPATCH_ELSEWHERE_NAP_NS 1000000L
+
+/* R1 (model/retire.pml): this node is being retired and writes no new DTE, so a write of its
+ * own clients runs on a survivor: shipped there as a placed store is (sd.c runs any call it is
+ * sent, client-driven), to the nodes of the key's positions that are not this one, in turn,
+ * until one runs it or the call's budget is spent. Returns the call's status; never runs it
+ * here: NESSIE_FABRIC_ERROR (no effect) if no survivor took it within the budget. */
+static int dispatch_elsewhere(struct nessie_ctx *ctx, const struct key_plan *kp,
+                              const struct sd_req *rq, const void *value, uint64_t *version_out,
+                              uint64_t *num_out)
+{
+    struct nessie_node *nd = ctx->node;
+    const uint64_t end = nessie_mono_ns() + nd->bound.budget_ns;
+    for (uint32_t round = 0;; round++) {
+        uint32_t cand[NESSIE_PLAN_MAX], n = 0;
+        for (uint32_t i = 0; i < kp->n; i++) {
+            uint32_t node = (uint32_t)(kp->pos[i] / nd->cfg.index_slots);
+            bool seen = false;
+            for (uint32_t j = 0; j < n; j++)
+                seen = seen || cand[j] == node;
+            if (!seen && node != nd->cfg.self && !mship_unreachable(&nd->view, node))
+                cand[n++] = node;
+        }
+        if (n) {
+            uint32_t to = cand[round % n];
+            if (sd_can_ship_to(ctx, to, kp->klen + rq->value_len)) {
+                int rc = sd_write(ctx, to, kp, rq, value, version_out, num_out);
+                ctx->call_deadline_ns = 0;
+                if (rc >= 0)
+                    return rc;
+            }
+        }
+        if (nessie_mono_ns() >= end)
+            return NESSIE_FABRIC_ERROR;
+        struct timespec ts = {0, DISPATCH_ELSEWHERE_NAP_NS};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* A write's way: shipped (rq names it, with value), else run here by `here`, the protocol's
- * call with its arguments. */
+ * call with its arguments; on a node being retired, run on a survivor (R1). */
 #define DISPATCH_WRITE(ctx, kp, value_len, rq, value, version_out, num_out, here)       \
     do {                                                                                 \
         struct sd_choice ch_;                                                            \
         int rc_ = -1;                                                                    \
+        if (mship_retiring_self(&(ctx)->node->view))                                     \
+            return dispatch_elsewhere((ctx), (kp), (rq), (value), (version_out),         \
+                                      (num_out));                                        \
         if (dispatch_ships((ctx), true, (kp), (value_len), &ch_))                        \
             rc_ = sd_write((ctx), (kp)->home, (kp), (rq), (value), (version_out),       \
                            (num_out));                                           \
         if (rc_ < 0) {                                                                   \
             rc_ = (here);                                                                \
             (ctx)->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */       \
+            /* begun before the retire was announced here, refused by R1: elsewhere */   \
+            if (rc_ == NESSIE_FABRIC_ERROR && mship_retiring_self(&(ctx)->node->view))   \
+                rc_ = dispatch_elsewhere((ctx), (kp), (rq), (value), (version_out),      \
+                                         (num_out));                                     \
         }                                                                                \
         sd_auto_learn((ctx), &ch_);                                                      \
         return rc_;                                                                      \
@@ -94,6 +144,8 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
                         .flags = flags, .exptime = exptime, .arg = cas};
     struct sd_choice ch;
     int rc = -1;
+    if (mship_retiring_self(&ctx->node->view))
+        return dispatch_elsewhere(ctx, kp, &rq, value, version_out, NULL);
     if (dispatch_ships(ctx, true, kp, value_len, &ch)) {
         rc = sd_write(ctx, kp->home, kp, &rq, value, version_out, NULL);
     } else {
@@ -111,6 +163,9 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
     if (rc < 0) {
         rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, version_out);
         ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */
+        /* begun before the retire was announced here, refused by R1: elsewhere */
+        if (rc == NESSIE_FABRIC_ERROR && mship_retiring_self(&ctx->node->view))
+            rc = dispatch_elsewhere(ctx, kp, &rq, value, version_out, NULL);
     }
     sd_auto_learn(ctx, &ch);
     return rc;

@@ -137,7 +137,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
                     (atomic_load_explicit(&ps->peer[p].classes, memory_order_relaxed) & bit);
         /* score: spare pages, plus one so that a class's room alone also counts */
         if (p != self && room && spare + 1 > best_score && !mship_unreachable(&nd->view, p) &&
-            !sd_home_shunned(nd, p)) {
+            !mship_changing(&nd->view, p) && !sd_home_shunned(nd, p)) {
             best = p;
             best_score = spare + 1;
         }

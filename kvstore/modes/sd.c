@@ -871,6 +871,12 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         rp->status = NESSIE_FABRIC_ERROR; /* lost from the view, or joining: serves nothing (front/api.c) */
         return 0;
     }
+    if (q->op != SD_OP_GET && mship_retiring_self(&nd->view)) {
+        /* R1 (model/retire.pml): a node being retired writes nothing new; its requester runs
+         * the write itself, as one refused for its budget. */
+        rp->status = SD_STATUS_EXPIRED;
+        return 0;
+    }
     key_plan_make(&kp, nd, key, q->key_len);
     /* Client-driven, here: a server runs what it is sent and never ships it on. */
     switch (q->op) {
@@ -920,6 +926,12 @@ static uint64_t req_run(struct nessie_ctx *ctx)
     default:
         rc = proto_touch(ctx, &kp, q->exptime);
         break;
+    }
+    if (rc == NESSIE_FABRIC_ERROR && q->op != SD_OP_GET && mship_retiring_self(&nd->view)) {
+        /* Refused by R1 once its retire was announced here while it ran: no effect, so its
+         * requester may still run it. */
+        rp->status = SD_STATUS_EXPIRED;
+        return 0;
     }
     rp->status = (uint32_t)rc;
     return rp->value_len;

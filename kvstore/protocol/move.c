@@ -20,6 +20,14 @@
  * with no room at any arriving position (or no memory for its copy, eviction off) is evicted
  * instead (counted: move_evicted), so a full cache cannot hold a change up for good.
  *
+ * A retire (model/retire.pml) moves more: the retired node r writes nothing new from the retire's
+ * announce on (R1), so it moves nothing itself. Each survivor relocates the entries of its own
+ * index that name r's data (relocate_slot: a committed copy in its own data swung in by CAS on
+ * the exact word), then moves its share of r's index entries remotely, as an add's mover moves
+ * its own (every position on r is leaving). The pass's end is the survivor's ack of the move
+ * phase, and the commit comes after every survivor's; r stays reachable until the commit is acted
+ * on, since nodes that have not read it still plan on r's index (the daemon waits V + F).
+ *
  * A MIGRATE writes its copy into the migrating node's own data region, so an add's moves fill the
  * nodes that already hold the values: the copies and the evictions they cause are the price of
  * moving on the old owners (issue 30 step S8 ships them to the added node).
@@ -55,19 +63,13 @@ static bool take_back_dup(struct nessie_ctx *ctx, uint64_t pos, uint64_t w)
     return r == A_DONE && status == NESSIE_OK;
 }
 
-/* Judge the entry at this node's index slot s and move it if it is leaving for its key. Adds to
- * *moved. Returns true when the slot is done, false when the pass must stop at it for now. */
-static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
+/* Judge the entry at index position pos (this node's, or for a retire the retired node's) and
+ * move it if it is leaving for its key. Adds to *moved. Returns true when the slot is done, false
+ * when the pass must stop at it for now. */
+static bool move_slot(struct nessie_ctx *ctx, uint64_t pos, size_t *moved)
 {
     struct nessie_node *nd = ctx->node;
-    const uint64_t pos = (uint64_t)nd->cfg.self * nd->cfg.index_slots + s;
     for (int tries = 0; tries < MOVE_TRIES; tries++) {
-        uint64_t w;
-        if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
-            return false;
-        /* Empty, or lost (its value was on a fenced node: the scrub's to take out). */
-        if (ite_empty(w) || mship_lost(&nd->view, ite_node(w)))
-            return true;
         const struct key_plan none = {.key = NULL};
         struct op op;
         proto_op_init(&op, ctx, NESSIE_OPK_MIGRATE, &none);
@@ -75,6 +77,16 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
         if (!proto_view_current(&op)) {
             proto_finish(&op, NESSIE_FABRIC_ERROR);
             return false;
+        }
+        uint64_t w;
+        if (ite_read(&op, pos, &w) != NESSIE_OK) {
+            proto_finish(&op, NESSIE_FABRIC_ERROR);
+            return false;
+        }
+        /* Empty, or lost (its value was on a fenced node: the scrub's to take out). */
+        if (ite_empty(w) || mship_lost(&nd->view, ite_node(w))) {
+            proto_finish(&op, NESSIE_OK);
+            return true;
         }
         struct dte_view v;
         bool match;
@@ -139,6 +151,120 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t s, size_t *moved)
     return false;
 }
 
+/* The relocation of the entry at this node's index slot s (a retire's move phase, on a
+ * survivor; model/retire.pml): an entry naming the retired node r's data gets a copy of its
+ * value in this node's data, the same item (version, creator, flags, expiry), committed before
+ * it is linked, and the exact word read is swung to it by CAS, so it is committed at once: a
+ * reader meets the one or the other, both valid, and a writer that read the old word loses its
+ * CAS and starts again. The pass stops at an entry in progress (its writer may still link
+ * something naming r's data, or roll back to it) and at an unreadable one: the next run starts
+ * there again. With no memory for the copy the entry is evicted, as the mover does. Adds to
+ * *moved; returns true when the slot is done. */
+static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t *moved)
+{
+    struct nessie_node *nd = ctx->node;
+    const uint64_t pos = (uint64_t)nd->cfg.self * nd->cfg.index_slots + s;
+    for (int tries = 0; tries < MOVE_TRIES; tries++) {
+        uint64_t w;
+        if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
+            return false;
+        if (ite_empty(w) || ite_node(w) != r)
+            return true;
+        const struct key_plan none = {.key = NULL};
+        struct op op;
+        proto_op_init(&op, ctx, NESSIE_OPK_MIGRATE, &none);
+        op.attempt_start = nessie_mono_ns();
+        if (!proto_view_current(&op)) {
+            proto_finish(&op, NESSIE_FABRIC_ERROR);
+            return false;
+        }
+        const uint64_t t = nessie_mono_ns();
+        struct dte_view v, full;
+        bool match;
+        int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, t, &v, &match);
+        if (rc != NESSIE_OK || !match || v.h.key_len == 0) {
+            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_EXISTS);
+            if (rc != NESSIE_OK)
+                return false;
+            continue; /* changed under us: read the slot again */
+        }
+        if (!dte_readable(&v.h)) {
+            proto_finish(&op, NESSIE_EXISTS);
+            return false; /* in progress: the pass stops here for now */
+        }
+        unsigned char key[NESSIE_KEY_MAX];
+        const uint32_t klen = v.h.key_len;
+        memcpy(key, v.key, klen);
+        rc = proto_dte_fetch(&op, w, 1, key, klen, true, t, &full, &match);
+        if (rc != NESSIE_OK || !match || full.stale || !dte_readable(&full.h)) {
+            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_EXISTS);
+            if (rc != NESSIE_OK)
+                return false;
+            continue;
+        }
+        struct dte_hdr tmpl = full.h;
+        tmpl.prev_ite = 0;
+        tmpl.flags8 = full.h.flags8 & ~DTE_F_COPY;
+        uint64_t copy;
+        rc = proto_dte_write_new(&op, &tmpl, full.h.creator, key, full.value, full.h.value_len,
+                                 NULL, 0, ite_filter(w), &copy);
+        if (rc == NESSIE_NO_MEMORY) {
+            proto_finish(&op, rc);
+            struct key_plan kp;
+            key_plan_make(&kp, nd, key, klen);
+            if (nessie_evict_entry(ctx, &kp, w) == NESSIE_OK)
+                CTR_ADD(ctx->ctr.move_evicted, 1);
+            continue;
+        }
+        if (rc != NESSIE_OK) {
+            proto_finish(&op, rc);
+            return false;
+        }
+        bool committed = false, ok = false, clean = true;
+        if (proto_commit_own(&op, copy, &committed) != NESSIE_OK || !committed) {
+            proto_finish(&op, NESSIE_TIMEOUT);
+            return false; /* never linked: the leak sweep takes it */
+        }
+        if (attempt_expired(&op)) { /* Step 0, before a CAS */
+            proto_dte_free_unpublished(&op, copy);
+            proto_finish(&op, NESSIE_TIMEOUT);
+            continue;
+        }
+        rc = proto_ite_cas_resolve(&op, pos, w, copy, &ok, &clean);
+        if (rc == NESSIE_OK && ok) {
+            nessie_recycle(ctx, w); /* r's entry: unlinked by us */
+            proto_finish(&op, NESSIE_OK);
+            (*moved)++;
+            return true;
+        }
+        if (rc == NESSIE_OK && clean) {
+            proto_dte_free_unpublished(&op, copy); /* never visible */
+            proto_finish(&op, NESSIE_EXISTS);
+            continue;
+        }
+        /* Unknown whether the copy is linked: it is committed, so either way is right; if it is
+         * not linked, the leak sweep takes it. The slot is judged again on the next run. */
+        proto_finish(&op, NESSIE_FABRIC_ERROR);
+        return false;
+    }
+    return false;
+}
+
+/* This node's share of a retire's pass over the retired node r's index: the slots s with s mod
+ * k = its rank among the k survivors (the placed nodes but r), so each slot has one mover. */
+static bool retire_share(const struct nessie_node *nd, uint32_t r, uint64_t s)
+{
+    uint32_t k = 0, rank = 0;
+    for (uint32_t i = 0; i < nd->cfg.node_ids; i++) {
+        if (i == r || !mship_placed(&nd->view, i))
+            continue;
+        if (i == nd->cfg.self)
+            rank = k;
+        k++;
+    }
+    return k && s % k == rank;
+}
+
 size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
 {
     struct nessie_node *nd = ctx->node;
@@ -150,10 +276,22 @@ size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
         return 0;
     if (step == atomic_load_explicit(&nd->move_done, memory_order_relaxed))
         return 0; /* this change's pass is over: one load a run */
+    const bool retire = mship_change_kind(change) == MSHIP_CHANGE_RETIRE;
+    const uint32_t r = mship_change_node(change);
+    if (retire && r == nd->cfg.self) {
+        /* R1: the retired node moves nothing (a copy would be new data of its own); the
+         * survivors move its index and relocate its values. */
+        atomic_store_explicit(&nd->move_done, step, memory_order_release);
+        return 0;
+    }
+    /* An add: one pass over this node's index. A retire: one over this node's index, relocating
+     * what names r's data, then one over this node's share of r's index (retire_share). */
+    const uint64_t slots = nd->cfg.index_slots, span = retire ? 2 * slots : slots;
     uint64_t cursor = atomic_load_explicit(&nd->move_cursor, memory_order_relaxed);
     if (step != atomic_load_explicit(&nd->move_step, memory_order_relaxed)) {
+        cursor = 0;
         atomic_store_explicit(&nd->move_step, step, memory_order_relaxed);
-        atomic_store_explicit(&nd->move_end, cursor + nd->cfg.index_slots, memory_order_relaxed);
+        atomic_store_explicit(&nd->move_end, span, memory_order_relaxed);
     }
     const uint64_t end = atomic_load_explicit(&nd->move_end, memory_order_relaxed);
     enum nessie_opkind saved = ctx->kind;
@@ -163,7 +301,15 @@ size_t nessie_move_run(struct nessie_ctx *ctx, size_t scan_slots)
             atomic_store_explicit(&nd->move_done, step, memory_order_release);
             break;
         }
-        if (!move_slot(ctx, cursor % nd->cfg.index_slots, &moved))
+        bool done;
+        if (!retire)
+            done = move_slot(ctx, (uint64_t)nd->cfg.self * slots + cursor, &moved);
+        else if (cursor < slots)
+            done = relocate_slot(ctx, r, cursor, &moved);
+        else
+            done = !retire_share(nd, r, cursor - slots) ||
+                   move_slot(ctx, (uint64_t)r * slots + (cursor - slots), &moved);
+        if (!done)
             break;
     }
     atomic_store_explicit(&nd->move_cursor, cursor, memory_order_relaxed);
@@ -192,7 +338,8 @@ uint64_t nessie_move_left(const struct nessie_node *nd)
     if (!change || mship_change_phase(change) != MSHIP_PHASE_MOVE || nessie_move_over(nd))
         return 0;
     if (step != atomic_load_explicit((_Atomic uint64_t *)&nd->move_step, memory_order_relaxed))
-        return nd->cfg.index_slots;
+        return mship_change_kind(change) == MSHIP_CHANGE_RETIRE ? 2 * nd->cfg.index_slots
+                                                                : nd->cfg.index_slots;
     uint64_t end = atomic_load_explicit((_Atomic uint64_t *)&nd->move_end, memory_order_relaxed);
     uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&nd->move_cursor, memory_order_relaxed);
     return end > cur ? end - cur : 0;

@@ -95,13 +95,19 @@ bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len)
 }
 
 /* Write a new DTE into this node's data region, created by `creator`. Returns NESSIE_OK and its
- * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY. The entry is BUSY: invisible until an ITE points at
+ * ITE, or NESSIE_TOO_BIG / NESSIE_NO_MEMORY, or NESSIE_FABRIC_ERROR on a node being retired (R1). The entry is BUSY: invisible until an ITE points at
  * it, invalid until its writer commits it. */
 int proto_dte_write_new(struct op *op, const struct dte_hdr *tmpl, uint64_t creator,
                         const void *key, const void *v1, uint32_t l1, const void *v2,
                         uint32_t l2, uint32_t filter, uint64_t *ite_out)
 {
     struct nessie_node *nd = op->node;
+    /* R1 (model/retire.pml): a node being retired writes no new DTE, for any call or background
+     * work, so its data only shrinks while the survivors relocate what names it. A call that
+     * got here (one that began before the retire was announced) ends with no effect, and the
+     * dispatcher ships it to a survivor (modes/dispatch.c). */
+    if (mship_retiring_self(&nd->view))
+        return NESSIE_FABRIC_ERROR;
     uint64_t size = dte_size(tmpl->key_len, l1 + l2);
     if (tmpl->kind == DTE_KIND_VALUE
             ? mc_item_size(tmpl->key_len, (uint64_t)l1 + l2, tmpl->flags) > nd->cfg.max_item_size

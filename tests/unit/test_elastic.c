@@ -1,6 +1,7 @@
 /*
- * test_elastic.c - an online add of a node (issue 30, step 4): the transition plans and insert
- * policies (memory/keys.c), the mover (protocol/move.c), and the commit, with calls in flight.
+ * test_elastic.c - an online add of a node (issue 30, step 4), and a retire: the transition plans
+ * and insert policies (memory/keys.c), the mover (protocol/move.c), the retire's relocation and
+ * R1 (a retiring node writes nothing new), and the commit, with calls in flight.
  *
  * Nodes are engine instances in this process on the shared-memory fabric: three members and a
  * joining node 3 (node-id capacity 4). The test plays the coordination service: it installs each
@@ -71,9 +72,12 @@ static void cluster_open(void)
     memset(&K, 0, sizeof(K));
 }
 
+static void servers_stop(void);
+
 static int teardown(void **state)
 {
     (void)state;
+    servers_stop(); /* a failed retire test's servers, before their nodes close */
     for (uint32_t i = 0; i < NODES; i++) {
         nessie_ctx_destroy(C.ctx[i]);
         nessie_node_close(C.node[i]);
@@ -476,6 +480,233 @@ static void test_a_full_cache_does_not_hold_the_change_up(void **state)
     assert_true(hits + (int)evicted >= n && hits > 0);
 }
 
+/* --- a retire (model/retire.pml): node 2 leaves the three members ---------------------------- */
+
+#define RETIRED 2
+
+/* A server thread of node n's ring: a retiring node's writes run on the survivors (R1), shipped
+ * there as a daemon's worker ships them. */
+struct server {
+    struct nessie_node *node;
+    _Atomic int stop;
+    bool running;
+    pthread_t th;
+};
+static struct server S[MEMBERS];
+
+static void *server_main(void *p)
+{
+    struct server *s = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(s->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load(&s->stop))
+        if (nessie_sd_serve(ctx, 0, 1) == 0)
+            usleep(50);
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+static void servers_start(void)
+{
+    for (uint32_t n = 0; n < MEMBERS; n++) {
+        S[n] = (struct server){.node = C.node[n], .running = true};
+        assert_int_equal(pthread_create(&S[n].th, NULL, server_main, &S[n]), 0);
+    }
+}
+
+static void servers_stop(void)
+{
+    for (uint32_t n = 0; n < MEMBERS; n++) {
+        if (!S[n].running)
+            continue;
+        atomic_store(&S[n].stop, 1);
+        pthread_join(S[n].th, NULL);
+        S[n].running = false;
+    }
+}
+
+/* Every member installs the retire's phase, then the test waits out the attempts before it. */
+static void retire_phase(enum mship_change_phase phase)
+{
+    for (uint32_t i = 0; i < MEMBERS; i++)
+        assert_int_equal(mship_change_set(&C.node[i]->view, RETIRED, MSHIP_CHANGE_RETIRE, phase),
+                         NESSIE_OK);
+    usleep(SPAN_US);
+}
+
+/* Every member's pass of the retire to its end (node 2's is over at once: it moves nothing). */
+static size_t retire_move(void)
+{
+    size_t moved = 0;
+    for (int rounds = 0; rounds < 10000; rounds++) {
+        bool over = true;
+        for (uint32_t i = 0; i < MEMBERS; i++) {
+            moved += nessie_move_run(C.ctx[i], 256);
+            over = over && nessie_move_over(C.node[i]);
+        }
+        if (over)
+            return moved;
+        usleep(100);
+    }
+    fail_msg("the retire's passes did not end");
+    return moved;
+}
+
+static void retire_commit(void)
+{
+    for (uint32_t i = 0; i < MEMBERS; i++)
+        assert_int_equal(mship_change_commit(&C.node[i]->view), NESSIE_OK);
+}
+
+/* Index entries of node n that name node d's data. */
+static uint64_t naming(uint32_t n, uint32_t d)
+{
+    uint64_t c = 0;
+    for (uint64_t s = 0; s < C.node[n]->cfg.index_slots; s++) {
+        uint64_t w;
+        assert_int_equal(fab_local_read(C.node[n]->fab, FAB_REGION_INDEX, s * 8, &w, 8), FAB_OK);
+        c += !ite_empty(w) && ite_node(w) == d;
+    }
+    return c;
+}
+
+/* A retire with no calls in flight but the test's own: node 2's values (a third of them, written
+ * through it) are relocated into the survivors' data and its index entries moved, node 2's writes
+ * from its announce on run on the survivors, and after the commit (node 2 unreachable) every key
+ * reads its value from both survivors. Without the relocation, the third of the keys whose values
+ * were node 2's fail or miss; without R1, node 2's writes of the move phase name its data. */
+static void test_retire_relocates_what_names_it(void **state)
+{
+    (void)state;
+    cluster_open();
+    servers_start();
+    char v[64], got[64], k[32];
+    for (int i = 0; i < KEYS; i++) {
+        snprintf(v, sizeof(v), "v%d", i);
+        put(C.ctx[i % MEMBERS], i, v);
+    }
+    uint64_t before = naming(0, RETIRED) + naming(1, RETIRED) + naming(RETIRED, RETIRED);
+    assert_true(before > KEYS / 4);
+    retire_phase(MSHIP_PHASE_ANNOUNCE);
+    for (int i = 0; i < KEYS / 4; i++) {
+        snprintf(v, sizeof(v), "w%d", i);
+        put(C.ctx[RETIRED], i, v); /* through the retiring node: run on a survivor */
+    }
+    retire_phase(MSHIP_PHASE_MOVE);
+    for (int i = KEYS / 4; i < KEYS / 2; i++) {
+        snprintf(v, sizeof(v), "x%d", i);
+        put(C.ctx[i % MEMBERS], i, v);
+    }
+    for (int i = KEYS / 2; i < KEYS / 2 + 100; i++) {
+        key_of(k, sizeof(k), i);
+        assert_int_equal(nessie_delete(C.ctx[RETIRED], k, strlen(k)), NESSIE_OK);
+    }
+    size_t moved = retire_move();
+    /* After the passes, until the commit: what node 2 writes must not name its data (R1). */
+    for (int i = KEYS / 4; i < KEYS / 4 + 300; i++) {
+        snprintf(v, sizeof(v), "x%d", i);
+        put(C.ctx[RETIRED], i, v);
+    }
+    uint64_t left = naming(0, RETIRED) + naming(1, RETIRED) + naming(RETIRED, RETIRED);
+    fprintf(stderr, "retire: %llu entries named node 2's data, %zu moved or relocated, %llu "
+                    "left naming it, %llu left in its index\n",
+            (unsigned long long)before, moved, (unsigned long long)left,
+            (unsigned long long)entries_on(RETIRED));
+    assert_int_equal(left, 0);
+    assert_int_equal(entries_on(RETIRED), 0);
+    retire_commit();
+    servers_stop();
+    for (uint32_t n = 0; n < RETIRED; n++)
+        for (int i = 0; i < KEYS; i++) {
+            get(C.ctx[n], i, got, sizeof(got));
+            if (i < KEYS / 4)
+                snprintf(v, sizeof(v), "w%d", i);
+            else if (i < KEYS / 2)
+                snprintf(v, sizeof(v), "x%d", i);
+            else if (i < KEYS / 2 + 100)
+                v[0] = '\0';
+            else
+                snprintf(v, sizeof(v), "v%d", i);
+            if (strcmp(got, v) != 0)
+                fail_msg("node %u reads key %d as \"%s\", not \"%s\"", n, i, got, v);
+        }
+    /* Node 2 is out: it serves nothing, and nothing of it is touched. */
+    assert_int_equal(nessie_store(C.ctx[RETIRED], NESSIE_SET, "k", 1, "x", 1, 0, 0, 0, NULL),
+                     NESSIE_FABRIC_ERROR);
+    assert_true(moved >= before);
+}
+
+/* Writers and readers on every member through a retire of node 2 (its thread stops at the
+ * commit, when it leaves): every read returns its thread's last write, and no call fails. */
+static void test_retire_under_load(void **state)
+{
+    (void)state;
+    cluster_open();
+    servers_start();
+    _Atomic int stop = 0, stop_retired = 0;
+    struct worker w[THREADS];
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        w[t] = (struct worker){.node = (uint32_t)t, .first = t * TKEYS,
+                               .stop = t == RETIRED ? &stop_retired : &stop};
+        assert_int_equal(nessie_ctx_create(C.node[t], &w[t].ctx), NESSIE_OK);
+        assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+    }
+    usleep(50000);
+    retire_phase(MSHIP_PHASE_ANNOUNCE);
+    retire_phase(MSHIP_PHASE_MOVE);
+    size_t moved = retire_move();
+    atomic_store(&stop_retired, 1);
+    pthread_join(th[RETIRED], NULL);
+    retire_commit();
+    usleep(50000);
+    atomic_store(&stop, 1);
+    uint64_t ops = 0, bad = 0;
+    for (int t = 0; t < THREADS; t++) {
+        if (t != RETIRED)
+            pthread_join(th[t], NULL);
+        ops += w[t].ops;
+        bad += w[t].bad;
+        nessie_ctx_destroy(w[t].ctx);
+    }
+    servers_stop();
+    /* The retired node's thread's keys, read from a survivor: its last writes are there. */
+    fprintf(stderr, "retire under load: %llu calls, %llu wrong or failed, %zu entries moved\n",
+            (unsigned long long)ops, (unsigned long long)bad, moved);
+    assert_int_equal(bad, 0);
+    assert_true(moved > 0);
+    assert_int_equal(naming(0, RETIRED) + naming(1, RETIRED), 0);
+}
+
+/* A SET of the retiring node planned before the retire, held until its announce: its retry may
+ * not write a value into node 2's data (R1), so it ends there with no effect and runs on a
+ * survivor. Run on node 2, its value would be lost at the commit. */
+static void announce_retire(void) { retire_phase(MSHIP_PHASE_ANNOUNCE); }
+
+static void test_a_set_of_the_retiring_node_held_across_its_announce(void **state)
+{
+    (void)state;
+    cluster_open();
+    servers_start();
+    H = (struct hold){.ctx = C.ctx[RETIRED], .point = NESSIE_HOOK_PUT_BEFORE_CAS,
+                    .steps = announce_retire};
+    nessie_set_test_hook(hold_hook, NULL);
+    put(C.ctx[RETIRED], 5, "held");
+    nessie_set_test_hook(NULL, NULL);
+    assert_true(H.fired);
+    retire_phase(MSHIP_PHASE_MOVE);
+    retire_move();
+    retire_commit();
+    servers_stop();
+    char got[64];
+    for (uint32_t n = 0; n < RETIRED; n++) {
+        get(C.ctx[n], 5, got, sizeof(got));
+        if (strcmp(got, "held") != 0)
+            fail_msg("node %u reads \"%s\" after the retire", n, got);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +716,10 @@ int main(void)
         cmocka_unit_test_teardown(test_a_set_held_across_the_move, teardown),
         cmocka_unit_test_teardown(test_a_joining_node_waits_for_its_add, teardown),
         cmocka_unit_test_teardown(test_a_full_cache_does_not_hold_the_change_up, teardown),
+        cmocka_unit_test_teardown(test_retire_relocates_what_names_it, teardown),
+        cmocka_unit_test_teardown(test_retire_under_load, teardown),
+        cmocka_unit_test_teardown(test_a_set_of_the_retiring_node_held_across_its_announce,
+                                  teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
