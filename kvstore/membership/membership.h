@@ -114,6 +114,12 @@ struct mship_state {
      * same: a call that planned at one step and finds another plans again. Under the lock;
      * release, read with acquire (mship_step). */
     _Atomic uint64_t step;
+    /* The last node a retire committed, plus one (0: none): absent, so placement draws around
+     * it and it serves nothing, but still reachable, since an attempt planned before a node read
+     * the commit may still read the node's index (model/retire.pml, BUG_UNREACH_AT_COMMIT: the
+     * retired daemon stays up V + F after the commit for them). Cleared when the id is added
+     * again. Relaxed, as absent: set at the commit before the step's release. */
+    _Atomic uint32_t retired;
     /* Per node, the incarnation its fence is for (the member's in the view that fenced it): a
      * view may readmit the node only at a newer one. Under lock. */
     uint64_t fenced_inc[NESSIE_NODES_MAX];
@@ -368,7 +374,8 @@ static inline bool mship_self_out(const struct mship_state *st)
 }
 
 /* Whether node's memory must not be touched: fenced, suspended or absent (but for the node an
- * add in progress adds: mship_joining). Never blocks. */
+ * add in progress adds, mship_joining, and the one the last retire retired: retired above).
+ * Never blocks. */
 static inline bool mship_unreachable(const struct mship_state *st, uint32_t node)
 {
     if (node >= NESSIE_NODES_MAX)
@@ -376,7 +383,9 @@ static inline bool mship_unreachable(const struct mship_state *st, uint32_t node
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->suspended[node / 64],
                                       memory_order_relaxed);
     return ((w >> (node % 64)) & 1) || mship_fenced(st, node) ||
-           (mship_absent(st, node) && !mship_joining(st, node));
+           (mship_absent(st, node) && !mship_joining(st, node) &&
+            atomic_load_explicit((_Atomic uint32_t *)&st->retired, memory_order_relaxed) !=
+                node + 1);
 }
 
 #endif

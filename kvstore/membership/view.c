@@ -192,6 +192,9 @@ int mship_change_set(struct mship_state *st, uint32_t node, enum mship_change_ki
     else {
         /* An added node is reachable from the change's start (mship_joining); its absence bit
          * stays until the commit ("Changes"). */
+        if (!cur && kind == MSHIP_CHANGE_ADD &&
+            atomic_load_explicit(&st->retired, memory_order_relaxed) == node + 1)
+            atomic_store_explicit(&st->retired, 0, memory_order_relaxed); /* back: joining */
         if (cur != MSHIP_CHANGE_WORD(node, kind, phase))
             step_locked(st, MSHIP_CHANGE_WORD(node, kind, phase));
     }
@@ -209,6 +212,8 @@ int mship_change_commit(struct mship_state *st)
     }
     /* The node's bit first, the word after with release: see "Changes". */
     absent_locked(st, mship_change_node(cur), mship_change_kind(cur) == MSHIP_CHANGE_RETIRE);
+    if (mship_change_kind(cur) == MSHIP_CHANGE_RETIRE)
+        atomic_store_explicit(&st->retired, mship_change_node(cur) + 1, memory_order_relaxed);
     step_locked(st, 0);
     pthread_rwlock_unlock(&st->lock);
     return NESSIE_OK;

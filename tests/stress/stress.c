@@ -116,7 +116,22 @@ static gint opt_node_ids = 0;
 /* --add-node-at: when node --nodes (the next id) joins the cluster online (issue 30); all_nodes
  * counts it with the others (the nodes whose tables the run opens and checks). */
 static gint opt_add_at = 0;
+/* --remove-node-at: when node --nodes - 1 (the last member) is retired online (issue 30), after
+ * the add if there is one (one change at a time). */
+static gint opt_remove_at = 0;
 static int all_nodes;
+/* The changes of membership of the run, in order (the add first): each is stepped through its
+ * phases as steps gen * 4 + phase (phase 1 announce, 2 move, 3 commit), so every node's progress
+ * is one number that only grows across changes. */
+#define CHANGES_MAX 2
+static int nchanges;
+static enum nessie_change_kind chg_kind[CHANGES_MAX];
+static uint32_t chg_node[CHANGES_MAX];
+static int removed = -1; /* --remove-node-at: the node retired */
+/* ... once its retire is committed everywhere: it is out of the final audit but for entries that
+ * still name it (named_retired: index entries naming its data, or left in its index). */
+static int retired_out = -1;
+static uint64_t named_retired;
 static gboolean opt_check = FALSE, opt_quiet = FALSE;
 static gchar *opt_dump = NULL;
 static gchar *opt_fabric = NULL, *opt_addr = NULL, *opt_mode = NULL;
@@ -174,6 +189,12 @@ static GOptionEntry entries[] = {
      "opens its tables, then the parent steps every node through the change (announce, move, "
      "commit) as a coordination service would, each node's mover migrating the entries that "
      "leave; it runs no client threads. Prints an add: line", "MS"},
+    {"remove-node-at", 0, 0, G_OPTION_ARG_INT, &opt_remove_at,
+     "retire the last member (id --nodes - 1) MS after the start, or once the add is over: the "
+     "parent steps every node through the change; the retired node writes nothing new from the "
+     "announce on (its calls' writes run on the others), the others relocate what names its data "
+     "and move its index entries, its client threads stop before the commit, and nothing may name "
+     "it after. Prints a remove: line", "MS"},
     {"detect-ms", 0, 0, G_OPTION_ARG_INT, &opt_detect_ms,
      "with --lose-node-at: how long after the kill the view fencing the node is published, the "
      "coordination service's detection time (default 300)", "MS"},
@@ -236,15 +257,18 @@ struct shared {
     struct node_report node[64];
     _Atomic uint64_t next[64][64]; /* per node and thread: the next operation to run */
     struct views views;
-    /* --add-node-at: the change's phase the parent publishes (0 none, 1 announce, 2 move, 3
-     * committed), each node's installed and acknowledged phases, when each phase was published
-     * and when every node had installed the commit, entries each node's mover moved. */
+    /* --add-node-at, --remove-node-at: the step the parent publishes (gen * 4 + phase: 0 none,
+     * phase 1 announce, 2 move, 3 committed), each node's installed and acknowledged steps, when
+     * each step was published, entries each node's mover moved in each change; the retired
+     * node's client threads are told to stop (stop_retired) before its commit, and say they did
+     * (retired_idle). */
     struct {
         _Atomic int phase, failed;
         _Atomic int installed[64], acked[64];
         _Atomic uint64_t installed_ns[64];
-        _Atomic uint64_t phase_ns[4], done_ns;
-        _Atomic uint64_t moved[64];
+        _Atomic uint64_t phase_ns[CHANGES_MAX * 4];
+        _Atomic uint64_t moved[CHANGES_MAX][64];
+        _Atomic int stop_retired, retired_idle;
     } chg;
 };
 
@@ -551,6 +575,10 @@ static void *worker_main(void *p)
     for (; i < per_thread; i++) {
         atomic_store(next, i);
         w->rng ^= i * 0x9e3779b97f4a7c15ULL; /* a restart does not replay the same choices */
+        /* --remove-node-at: the retired node's clients stop before its commit, after which it
+         * serves nothing (a program moves to another node's daemon). */
+        if ((int)w->node_id == removed && atomic_load(&sh->chg.stop_retired))
+            break;
         run_one(w, ctx, &mine[i], i);
         /* --lose-node-at: with views every call should be answered. One that still could not
          * reach a node waited view_wait_ms for nothing, and the run has failed (lost_node_report):
@@ -732,14 +760,17 @@ static void *viewer_main(void *p)
 }
 
 /*
- * --add-node-at: the node's side of the change (the daemon's, in miniature; model/elastic.pml
- * says why each wait). A phase is installed when first seen. The announce phase is acknowledged
- * an attempt's span later (no attempt of this node under the placement before is in flight);
- * the mover starts two spans after the move phase was installed (no attempt under the announce
- * phase's policy, nor one that ran alongside one, can still act), and the move phase is
- * acknowledged when its pass is over; the commit is acknowledged at once. An attempt's span here
- * is the expiration period plus the longer of the fabric's request bound and an injected stall
- * (a stalled request lands that late), with a margin.
+ * --add-node-at, --remove-node-at: the node's side of the changes (the daemon's, in miniature;
+ * model/elastic.pml and model/retire.pml say why each wait). A step is installed when first seen
+ * (and every step before it this node has not: a commit is acknowledged at once, so the next
+ * change's announce may come before this node looked). The announce phase is acknowledged an
+ * attempt's span later (no attempt of this node under the placement before is in flight; on a
+ * retired node, none that may still write into its data: R1); the mover starts two spans after
+ * every node installed the move phase (no attempt under the announce phase's policy, nor one that
+ * ran alongside one, can still act), and the move phase is acknowledged when its pass is over;
+ * the commit is acknowledged at once. An attempt's span here is the expiration period plus the
+ * longer of the fabric's request bound and an injected stall (a stalled request lands that late),
+ * with a margin.
  */
 struct changer {
     struct nessie_node *node;
@@ -759,49 +790,55 @@ static void *changer_main(void *p)
     if (opt_stall_every && (uint64_t)opt_stall_ms > late_ms)
         late_ms = (uint64_t)opt_stall_ms;
     const uint64_t span_ns = ((uint64_t)opt_expiration_ms + late_ms + 5) * 1000000ULL;
-    const uint32_t added = (uint32_t)opt_nodes;
     uint64_t at_ns = 0;
     int have = 0;
     void *ret = NULL;
     while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
-        int phase = atomic_load_explicit(&sh->chg.phase, memory_order_acquire);
-        if (phase > have) {
+        int step = atomic_load_explicit(&sh->chg.phase, memory_order_acquire);
+        for (int st = have + 1; st <= step && !ret; st++) {
+            int gen = st / 4, phase = st % 4;
+            if (phase == 0)
+                continue;
             int rc = phase == 3 ? nessie_change_commit(c->node)
-                                : nessie_change_set(c->node, added, NESSIE_CHANGE_ADD,
+                                : nessie_change_set(c->node, chg_node[gen], chg_kind[gen],
                                                     (enum nessie_change_phase)phase);
             if (rc != NESSIE_OK) {
-                fprintf(stderr, "nessie-stress: node %u: change phase %d not installed: %s\n",
-                        c->id, phase, nessie_strerror(rc));
+                fprintf(stderr, "nessie-stress: node %u: change %d phase %d not installed: %s\n",
+                        c->id, gen, phase, nessie_strerror(rc));
                 atomic_store(&sh->chg.failed, 1);
                 ret = (void *)1;
-                break;
             }
-            have = phase;
+        }
+        if (ret)
+            break;
+        if (step > have) {
+            have = step;
             at_ns = nessie_mono_ns();
             atomic_store(&sh->chg.installed_ns[c->id], at_ns);
             atomic_store(&sh->chg.installed[c->id], have);
             atomic_store_explicit(&c->have, have, memory_order_release);
         }
+        const int phase = have % 4, gen = have / 4;
         int acked = atomic_load(&sh->chg.acked[c->id]);
         uint64_t now = nessie_mono_ns();
-        if (have == 1 && acked < 1 && now >= at_ns + span_ns)
-            atomic_store(&sh->chg.acked[c->id], 1);
+        if (phase == 1 && acked < have && now >= at_ns + span_ns)
+            atomic_store(&sh->chg.acked[c->id], have);
         /* Two spans after every node installed the move phase (the model's QUIET is over every
          * node, and here no view lease stops a node that is late to install it). */
         uint64_t last_ns = at_ns;
-        for (int n = 0; have == 2 && n < all_nodes; n++) {
+        for (int n = 0; phase == 2 && n < all_nodes; n++) {
             /* The phase first, its time after: stored in the other order (seq_cst). */
-            bool in = atomic_load(&sh->chg.installed[n]) >= 2;
+            bool in = atomic_load(&sh->chg.installed[n]) >= have;
             uint64_t t = atomic_load(&sh->chg.installed_ns[n]);
             last_ns = !in ? UINT64_MAX / 2 : t > last_ns ? t : last_ns;
         }
-        if (have == 2 && acked < 2 && now >= last_ns + 2 * span_ns) {
-            atomic_fetch_add(&sh->chg.moved[c->id], nessie_move_run(ctx, 1024));
+        if (phase == 2 && acked < have && now >= last_ns + 2 * span_ns) {
+            atomic_fetch_add(&sh->chg.moved[gen][c->id], nessie_move_run(ctx, 1024));
             if (nessie_move_over(c->node))
-                atomic_store(&sh->chg.acked[c->id], 2);
+                atomic_store(&sh->chg.acked[c->id], have);
         }
-        if (have == 3 && acked < 3)
-            atomic_store(&sh->chg.acked[c->id], 3);
+        if (phase == 3 && acked < have)
+            atomic_store(&sh->chg.acked[c->id], have);
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -852,7 +889,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
     pthread_create(&rt, NULL, recycler_main, &rec);
     pthread_create(&st, NULL, server_main, &srv);
     struct changer chg = {.node = node, .id = id};
-    if (opt_add_at)
+    if (nchanges)
         pthread_create(&ct, NULL, changer_main, &chg);
     /* The added node runs no client threads: it is there to take its share of the index. */
     const int threads = id < (uint32_t)opt_nodes ? opt_threads : 0;
@@ -877,8 +914,12 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
         pthread_join(th[t], &r);
         failed |= r != NULL;
     }
-    /* --add-node-at: the change is committed here before this node is done. */
-    while (opt_add_at && atomic_load_explicit(&chg.have, memory_order_acquire) < 3 &&
+    if ((int)id == removed)
+        atomic_store(&sh->chg.retired_idle, 1);
+    /* --add-node-at, --remove-node-at: every change is committed here before this node is done
+     * (the retired node stays up, and reachable, until every node is done: nodes that have not
+     * installed the commit may still read its index). */
+    while (nchanges && atomic_load_explicit(&chg.have, memory_order_acquire) < (nchanges - 1) * 4 + 3 &&
            !atomic_load(&sh->chg.failed))
         usleep(1000);
     /* Stay up until every node is done: over verbs a node's tables are reachable only while its
@@ -896,7 +937,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
     for (int n = 0; n < all_nodes; n++)
         while (!atomic_load(&sh->quiet[n]))
             usleep(1000);
-    if (opt_add_at) {
+    if (nchanges) {
         void *r;
         atomic_store_explicit(&chg.stop, 1, memory_order_release);
         pthread_join(ct, &r);
@@ -973,8 +1014,8 @@ static uint64_t final_reads(struct nessie_node **nodes, GArray *extra)
     uint64_t stuck = 0;
     for (int n = 0; n < all_nodes; n++) {
         struct nessie_ctx *ctx;
-        if (!nodes[n])
-            continue; /* lost */
+        if (!nodes[n] || n == retired_out)
+            continue; /* lost, or retired: it serves nothing */
         if (nessie_ctx_create(nodes[n], &ctx) != NESSIE_OK)
             return (uint64_t)opt_keys;
         for (int k = 0; k < opt_keys; k++) {
@@ -1052,8 +1093,10 @@ static uint64_t count_leaks(struct nessie_node **nodes, uint64_t *lost_left, uin
             continue;
         const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_INDEX);
         for (int64_t s = 0; s < opt_index_slots; s++)
-            if (idx[s])
+            if (idx[s]) {
                 g_array_append_val(keys, idx[s]);
+                named_retired += n == retired_out || (int)ite_node(idx[s]) == retired_out;
+            }
     }
     /* Each referenced ITE word names a (node, offset); keep those, and uncommitted entries'
      * previous versions. */
@@ -1081,8 +1124,8 @@ static uint64_t count_leaks(struct nessie_node **nodes, uint64_t *lost_left, uin
         some_lost = some_lost || !nodes[n];
     uint64_t leaked = 0;
     for (int n = 0; n < all_nodes; n++) {
-        if (!nodes[n])
-            continue;
+        if (!nodes[n] || n == retired_out)
+            continue; /* a retired node's memory is let go with it */
         const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[n]), FAB_REGION_DATA);
         const struct data_hdr *dh = (const struct data_hdr *)data;
         const uint8_t *pages = data + DATA_HDR_BYTES;
@@ -1447,9 +1490,14 @@ int main(int argc, char **argv)
         return 2;
     }
     /* One change of membership at a time, and none with a node that dies (issue 30, S9). */
-    if (opt_add_at && (opt_lose_at || opt_kill_at || opt_crash_every || opt_add_at < 0)) {
-        fprintf(stderr, "nessie-stress: --add-node-at goes with none of --lose-node-at, "
-                        "--kill-node-at, --crash-every\n");
+    if ((opt_add_at || opt_remove_at) &&
+        (opt_lose_at || opt_kill_at || opt_crash_every || opt_add_at < 0 || opt_remove_at < 0)) {
+        fprintf(stderr, "nessie-stress: --add-node-at and --remove-node-at go with none of "
+                        "--lose-node-at, --kill-node-at, --crash-every\n");
+        return 2;
+    }
+    if (opt_remove_at && opt_nodes + (opt_add_at ? 1 : 0) < 3) {
+        fprintf(stderr, "nessie-stress: --remove-node-at needs two nodes to survive it\n");
         return 2;
     }
     if (opt_add_at && !opt_node_ids)
@@ -1459,6 +1507,15 @@ int main(int argc, char **argv)
         return 2;
     }
     all_nodes = opt_nodes + (opt_add_at ? 1 : 0);
+    if (opt_add_at) {
+        chg_kind[nchanges] = NESSIE_CHANGE_ADD;
+        chg_node[nchanges++] = (uint32_t)opt_nodes;
+    }
+    if (opt_remove_at) {
+        removed = opt_nodes - 1;
+        chg_kind[nchanges] = NESSIE_CHANGE_RETIRE;
+        chg_node[nchanges++] = (uint32_t)removed;
+    }
     if (opt_fabric && strcmp(opt_fabric, "shm") != 0 && strcmp(opt_fabric, "verbs") != 0) {
         fprintf(stderr, "nessie-stress: --fabric must be shm or verbs\n");
         return 2;
@@ -1537,10 +1594,14 @@ int main(int argc, char **argv)
      * 3 readmits it once every live node's scrub is done for view 2 (readmit_ns). */
     uint64_t back_at_ns = 0, readmit_ns = 0;
     /* --add-node-at: node opt_nodes is started at add_ns (nodes whose threads are done wait for
-     * it: node_main), then the change is stepped through its phases as every node acknowledges
-     * the one before; add_done_ns: every node had installed the commit. */
+     * it: node_main). --remove-node-at: the retire begins at remove_ns, or when the add is over.
+     * Each change is stepped through its phases as every node acknowledges the one before;
+     * done_ns[gen]: every node had installed its commit. */
     const int added = opt_nodes;
-    uint64_t add_ns = opt_add_at ? t0 + (uint64_t)opt_add_at * 1000000ULL : 0, add_done_ns = 0;
+    uint64_t add_ns = opt_add_at ? t0 + (uint64_t)opt_add_at * 1000000ULL : 0;
+    const uint64_t remove_ns = opt_remove_at ? t0 + (uint64_t)opt_remove_at * 1000000ULL : 0;
+    uint64_t done_ns[CHANGES_MAX] = {0};
+    int gen = 0; /* the change in progress, or the next one */
     bool add_started = false;
     while (running > 0) {
         int st;
@@ -1556,22 +1617,39 @@ int main(int argc, char **argv)
                 running++;
             }
         }
-        int phase = atomic_load(&sh->chg.phase);
-        if (add_started && !add_done_ns && !atomic_load(&sh->chg.failed)) {
-            bool up = atomic_load(&sh->ready) >= all_nodes && !sh->node[added].failed;
+        int step = atomic_load(&sh->chg.phase);
+        if (gen < nchanges && !atomic_load(&sh->chg.failed)) {
+            const bool retire = chg_kind[gen] == NESSIE_CHANGE_RETIRE;
+            const int phase = step - gen * 4; /* 0: not begun */
             bool acked = true, installed = true;
             for (int n = 0; n < all_nodes; n++) {
-                acked = acked && atomic_load(&sh->chg.acked[n]) >= phase;
-                installed = installed && atomic_load(&sh->chg.installed[n]) >= 3;
+                acked = acked && atomic_load(&sh->chg.acked[n]) >= step;
+                installed = installed && atomic_load(&sh->chg.installed[n]) >= step;
             }
-            if (phase == 0 ? up : phase < 3 && acked) {
-                atomic_store(&sh->chg.phase_ns[phase + 1], nessie_mono_ns());
-                atomic_store_explicit(&sh->chg.phase, phase + 1, memory_order_release);
+            bool go;
+            if (phase <= 0)
+                go = retire ? nessie_mono_ns() >= remove_ns
+                            : add_started && atomic_load(&sh->ready) >= all_nodes &&
+                                  !sh->node[added].failed;
+            else if (phase == 1)
+                go = acked;
+            else if (phase == 2) {
+                /* A retire's commit waits for the retired node's clients to stop. */
+                if (retire && acked)
+                    atomic_store(&sh->chg.stop_retired, 1);
+                go = acked && (!retire || atomic_load(&sh->chg.retired_idle));
+            } else
+                go = false;
+            if (go) {
+                int next = gen * 4 + (phase <= 0 ? 1 : phase + 1);
+                atomic_store(&sh->chg.phase_ns[next], nessie_mono_ns());
+                atomic_store_explicit(&sh->chg.phase, next, memory_order_release);
                 if (!opt_quiet)
-                    fprintf(stderr, "nessie-stress: add of node %d: %s\n", added,
-                            phase == 0 ? "announced" : phase == 1 ? "moving" : "committed");
+                    fprintf(stderr, "nessie-stress: %s of node %u: %s\n",
+                            retire ? "retire" : "add", chg_node[gen],
+                            next % 4 == 1 ? "announced" : next % 4 == 2 ? "moving" : "committed");
             } else if (phase == 3 && installed) {
-                add_done_ns = nessie_mono_ns();
+                done_ns[gen++] = nessie_mono_ns();
             }
         }
         if (lost && view_ns && !back_at_ns &&
@@ -1660,7 +1738,7 @@ int main(int argc, char **argv)
                 _exit(node_main((uint32_t)victim, true, false));
         }
         pid_t pid = waitpid(-1, &st,
-                            opt_crash_every || opt_kill_at || opt_lose_at || opt_add_at ? WNOHANG
+                            opt_crash_every || opt_kill_at || opt_lose_at || nchanges ? WNOHANG
                                                                                        : 0);
         if (pid > 0) {
             for (int n = 0; n < all_nodes; n++) {
@@ -1676,15 +1754,15 @@ int main(int argc, char **argv)
                  * nor for a change it can no longer take part in. */
                 atomic_store(&sh->finished[n], 1);
                 atomic_store(&sh->quiet[n], 1);
-                if (opt_add_at && !add_done_ns && !atomic_load(&sh->chg.failed)) {
-                    fprintf(stderr, "nessie-stress: node %d ended during the add\n", n);
+                if (gen < nchanges && !atomic_load(&sh->chg.failed)) {
+                    fprintf(stderr, "nessie-stress: node %d ended during a change\n", n);
                     atomic_store(&sh->chg.failed, 1);
                 }
             }
             continue;
         }
         if (!opt_crash_every) {
-            if (opt_kill_at || opt_lose_at || opt_add_at)
+            if (opt_kill_at || opt_lose_at || nchanges)
                 usleep(1000);
             continue;
         }
@@ -1736,6 +1814,9 @@ int main(int argc, char **argv)
             rejoined_ns = atomic_load(&sh->views.installed_ns[n]);
     }
 
+    for (int g = 0; g < nchanges; g++)
+        if (chg_kind[g] == NESSIE_CHANGE_RETIRE && done_ns[g])
+            retired_out = removed;
     /* Quiescence: re-attach every node here and look at what is left. A lost node is not
      * re-attached (nodes[victim] stays NULL): its memory is gone; the live nodes install the
      * view that fences it, so that their calls, like their peers', leave it out. */
@@ -1750,12 +1831,13 @@ int main(int argc, char **argv)
         cfg.view_wait_ms = 0;
         if (nessie_node_open(&cfg, &nodes[n]) != NESSIE_OK)
             return 2;
-        /* --add-node-at: the change was committed on every node; so it is here. */
-        if (add_done_ns &&
-            (nessie_change_set(nodes[n], (uint32_t)opt_nodes, NESSIE_CHANGE_ADD,
-                               NESSIE_CHANGE_ANNOUNCE) != NESSIE_OK ||
-             nessie_change_commit(nodes[n]) != NESSIE_OK))
-            return 2;
+        /* --add-node-at, --remove-node-at: the changes committed on every node; so they are
+         * here. */
+        for (int g = 0; g < nchanges && done_ns[g]; g++)
+            if (nessie_change_set(nodes[n], chg_node[g], chg_kind[g], NESSIE_CHANGE_ANNOUNCE) !=
+                    NESSIE_OK ||
+                nessie_change_commit(nodes[n]) != NESSIE_OK)
+                return 2;
         if (lost) {
             struct nessie_view *v = calloc(1, sizeof(*v));
             if (!v)
@@ -1871,32 +1953,53 @@ int main(int argc, char **argv)
                                                 fenced_ns, lost_left, lost_ites);
     bool rejoin_short = readmit_ns && !rejoin_report(total, victim, lose_ns, back_at_ns,
                                                      readmit_ns, rejoined_ns, end_ns);
-    /* --add-node-at: how the change went, and how the calls fared while it ran. */
+    /* --add-node-at, --remove-node-at: how each change went, and how the calls fared while it
+     * ran (from its announce until every node had installed its commit). */
     uint64_t moved = 0;
-    for (int n = 0; n < all_nodes; n++)
-        moved += atomic_load(&sh->chg.moved[n]);
     bool add_short = false;
-    if (opt_add_at) {
-        uint64_t from = atomic_load(&sh->chg.phase_ns[1]), to = add_done_ns, calls = 0, failed_calls = 0;
-        for (uint64_t i = 0; i < total && from && to; i++) {
-            if (!hist[i].call_ns || hist[i].call_ns < from || hist[i].call_ns > to)
+    for (int g = 0; g < nchanges; g++) {
+        const bool retire = chg_kind[g] == NESSIE_CHANGE_RETIRE;
+        uint64_t gmoved = 0;
+        for (int n = 0; n < all_nodes; n++)
+            gmoved += atomic_load(&sh->chg.moved[g][n]);
+        moved += gmoved;
+        const uint64_t p1 = atomic_load(&sh->chg.phase_ns[g * 4 + 1]),
+                       p2 = atomic_load(&sh->chg.phase_ns[g * 4 + 2]),
+                       p3 = atomic_load(&sh->chg.phase_ns[g * 4 + 3]), to = done_ns[g];
+        uint64_t calls = 0, failed_calls = 0, by_status[NESSIE_STATUS_COUNT] = {0};
+        for (uint64_t i = 0; i < total && p1 && to; i++) {
+            if (!hist[i].call_ns || hist[i].call_ns < p1 || hist[i].call_ns > to)
                 continue;
             calls++;
-            failed_calls += hist[i].done && (hist[i].outcome == LC_FAILED || hist[i].outcome == LC_UNKNOWN);
+            if (hist[i].done && (hist[i].outcome == LC_FAILED || hist[i].outcome == LC_UNKNOWN)) {
+                failed_calls++;
+                by_status[hist[i].status < NESSIE_STATUS_COUNT ? hist[i].status : NESSIE_INVALID]++;
+            }
         }
-        add_short = !add_done_ns;
-        if (!add_done_ns)
-            fprintf(stderr, "add: node %d was not added (the change did not complete)\n",
-                    opt_nodes);
-        else
-            printf("add: node %d joined: announced %.1f ms after the start, moving %.1f ms later, "
-                   "committed %.1f ms after that, on every node %.1f ms after; %" PRIu64
-                   " entries moved; calls meanwhile: %" PRIu64 ", %" PRIu64 " failed\n",
-                   opt_nodes, (double)(from - t0) / 1e6,
-                   (double)(atomic_load(&sh->chg.phase_ns[2]) - from) / 1e6,
-                   (double)(atomic_load(&sh->chg.phase_ns[3]) - atomic_load(&sh->chg.phase_ns[2])) / 1e6,
-                   (double)(add_done_ns - atomic_load(&sh->chg.phase_ns[3])) / 1e6, moved, calls,
-                   failed_calls);
+        if (!to) {
+            add_short = true;
+            fprintf(stderr, "%s: node %u was not %s (the change did not complete)\n",
+                    retire ? "remove" : "add", chg_node[g], retire ? "retired" : "added");
+            continue;
+        }
+        printf("%s: node %u %s: announced %.1f ms after the start, moving %.1f ms later, "
+               "committed %.1f ms after that, on every node %.1f ms after; %" PRIu64
+               " entries %s; calls meanwhile: %" PRIu64 ", %" PRIu64 " failed",
+               retire ? "remove" : "add", chg_node[g], retire ? "left" : "joined",
+               (double)(p1 - t0) / 1e6, (double)(p2 - p1) / 1e6, (double)(p3 - p2) / 1e6,
+               (double)(to - p3) / 1e6, gmoved, retire ? "moved or relocated" : "moved", calls,
+               failed_calls);
+        for (int k = 0; k < NESSIE_STATUS_COUNT; k++)
+            if (by_status[k])
+                printf(" (%s: %" PRIu64 ")", nessie_strerror(k), by_status[k]);
+        if (retire)
+            printf("; entries naming it after: %" PRIu64, named_retired);
+        printf("\n");
+        if (retire && named_retired) {
+            fprintf(stderr, "remove: %" PRIu64 " index entries name node %u or sit in its index "
+                            "after its retire\n", named_retired, chg_node[g]);
+            add_short = true;
+        }
     }
     uint64_t injected = 0, stalls = 0;
     for (int n = 0; n < all_nodes; n++) {

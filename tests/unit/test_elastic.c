@@ -707,6 +707,39 @@ static void test_a_set_of_the_retiring_node_held_across_its_announce(void **stat
     }
 }
 
+/* A GET of a survivor planned in the retire's move phase, held until the commit is installed:
+ * its plan reads node 2's index, and nodes that installed the commit must still reach it (the
+ * retired daemon stays up V + F for such attempts; model/retire.pml, BUG_UNREACH_AT_COMMIT).
+ * With node 2 unreachable from the commit on, the held GET failed with a fabric error. */
+static void test_a_get_held_across_the_retire_commit(void **state)
+{
+    (void)state;
+    cluster_open();
+    servers_start();
+    retire_phase(MSHIP_PHASE_ANNOUNCE);
+    retire_phase(MSHIP_PHASE_MOVE);
+    int g = -1;
+    char k[32];
+    for (int i = 0; i < 10000 && g < 0; i++) {
+        key_of(k, sizeof(k), i);
+        struct key_plan kp;
+        key_plan_make(&kp, C.node[0], k, strlen(k));
+        if (kp.role[0] == KEY_LEAVING)
+            g = i; /* its first position is on node 2 */
+    }
+    assert_true(g >= 0);
+    put(C.ctx[0], g, "kept");
+    retire_move();
+    H = (struct hold){.ctx = C.ctx[0], .point = NESSIE_HOOK_GET_ITE_READ, .steps = retire_commit};
+    nessie_set_test_hook(hold_hook, NULL);
+    char got[64];
+    get(C.ctx[0], g, got, sizeof(got));
+    nessie_set_test_hook(NULL, NULL);
+    assert_true(H.fired);
+    assert_string_equal(got, "kept");
+    servers_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -720,6 +753,7 @@ int main(void)
         cmocka_unit_test_teardown(test_retire_under_load, teardown),
         cmocka_unit_test_teardown(test_a_set_of_the_retiring_node_held_across_its_announce,
                                   teardown),
+        cmocka_unit_test_teardown(test_a_get_held_across_the_retire_commit, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
