@@ -30,7 +30,8 @@ static struct {
     char *change_key, *acks_prefix, *placed_key;
     uint64_t v_ns, f_ns, span_ns; /* V, F, and an attempt's span, E + F */
     uint64_t n;              /* the change installed here (its number), 0 for none yet */
-    uint32_t id;             /* the node it adds */
+    uint32_t id;             /* the node it adds or retires */
+    bool retire;             /* a retire (else an add) */
     enum ch_phase phase;     /* its phase as installed here */
     uint64_t phase_ns;       /* when that phase was installed (CLOCK_MONOTONIC) */
     enum ch_phase acked;     /* the last phase acknowledged in etcd */
@@ -171,17 +172,19 @@ static int apply_placed(void)
     return rc;
 }
 
-/* "<N> add <ID> <phase>", N > 0, ID below the capacity. Returns 0, or -1. */
-static int change_parse(const char *s, uint64_t *n, uint32_t *id, enum ch_phase *phase)
+/* "<N> add|retire <ID> <phase>", N > 0, ID below the capacity. Returns 0, or -1. */
+static int change_parse(const char *s, uint64_t *n, uint32_t *id, bool *retire,
+                        enum ch_phase *phase)
 {
     char kind[16], ph[16];
     unsigned long long nn;
     unsigned long i;
     int used = 0;
     if (sscanf(s, "%llu %15s %lu %15s%n", &nn, kind, &i, ph, &used) != 4 || s[used] != '\0' ||
-        nn == 0 || i >= ch.node_ids || strcmp(kind, "add") != 0)
+        nn == 0 || i >= ch.node_ids || (strcmp(kind, "add") != 0 && strcmp(kind, "retire") != 0))
         return -1;
     *n = nn;
+    *retire = strcmp(kind, "retire") == 0;
     *id = (uint32_t)i;
     for (int p = CH_ANNOUNCE; p <= CH_COMMIT; p++)
         if (strcmp(ph, ch_phase_name[p]) == 0) {
@@ -191,18 +194,22 @@ static int change_parse(const char *s, uint64_t *n, uint32_t *id, enum ch_phase 
     return -1;
 }
 
+/* What the change does, for the logs. */
+static const char *what(void) { return ch.retire ? "retire" : "add"; }
+
 /* Install the phase after ch.phase. Returns whether it went in. */
 static bool step(void)
 {
     enum ch_phase next = (enum ch_phase)(ch.phase + 1);
     int rc = next == CH_COMMIT
                  ? nessie_change_commit(ch.node)
-                 : nessie_change_set(ch.node, ch.id, NESSIE_CHANGE_ADD,
+                 : nessie_change_set(ch.node, ch.id,
+                                     ch.retire ? NESSIE_CHANGE_RETIRE : NESSIE_CHANGE_ADD,
                                      next == CH_ANNOUNCE ? NESSIE_CHANGE_ANNOUNCE
                                                          : NESSIE_CHANGE_MOVE);
     if (rc != NESSIE_OK) {
-        log_error("changes: change %" PRIu64 " (add of node %u): the engine refuses its %s "
-                  "phase (%s); this node takes no further part in it", ch.n, ch.id,
+        log_error("changes: change %" PRIu64 " (%s of node %u): the engine refuses its %s "
+                  "phase (%s); this node takes no further part in it", ch.n, what(), ch.id,
                   ch_phase_name[next], nessie_strerror(rc));
         ch.failed = true;
         return false;
@@ -215,16 +222,42 @@ static bool step(void)
     } else if (next == CH_COMMIT) {
         atomic_store(&ch.mover_from_ns, 0);
     }
-    if (next == CH_ANNOUNCE)
-        log_info("changes: change %" PRIu64 ": node %u is added: announced (its positions are "
-                 "read, not written, until the move phase)", ch.n, ch.id);
-    else if (next == CH_MOVE)
-        log_info("changes: change %" PRIu64 ": move phase: this node's leaving entries move to "
-                 "node %u in %" PRIu64 " ms", ch.n, ch.id,
-                 (uint64_t)((ch.v_ns + ch.f_ns + ch.span_ns) / 1000000));
-    else
-        log_info("changes: change %" PRIu64 ": committed: node %u is a member (this node moved "
-                 "%" PRIu64 " entries in all)", ch.n, ch.id, nessie_moved(ch.node));
+    const uint64_t wait_ms = (ch.v_ns + ch.f_ns + ch.span_ns) / 1000000;
+    if (!ch.retire) {
+        if (next == CH_ANNOUNCE)
+            log_info("changes: change %" PRIu64 ": node %u is added: announced (its positions "
+                     "are read, not written, until the move phase)", ch.n, ch.id);
+        else if (next == CH_MOVE)
+            log_info("changes: change %" PRIu64 ": move phase: this node's leaving entries move "
+                     "to node %u in %" PRIu64 " ms", ch.n, ch.id, wait_ms);
+        else
+            log_info("changes: change %" PRIu64 ": committed: node %u is a member (this node "
+                     "moved %" PRIu64 " entries in all)", ch.n, ch.id, nessie_moved(ch.node));
+    } else if (ch.id == ch.self) {
+        if (next == CH_ANNOUNCE)
+            log_info("changes: change %" PRIu64 ": this node is retired: announced (from now on "
+                     "it writes nothing new: its clients' writes run on the other nodes)", ch.n);
+        else if (next == CH_MOVE)
+            log_info("changes: change %" PRIu64 ": move phase: the other nodes move this node's "
+                     "entries and values out in %" PRIu64 " ms", ch.n, wait_ms);
+        else
+            log_info("changes: change %" PRIu64 ": committed: this node is no longer a member and "
+                     "serves nothing; its memory stays readable %" PRIu64 " ms for calls planned "
+                     "before the commit, then it may be stopped", ch.n,
+                     (ch.v_ns + ch.f_ns) / 1000000);
+    } else {
+        if (next == CH_ANNOUNCE)
+            log_info("changes: change %" PRIu64 ": node %u is retired: announced (it writes "
+                     "nothing new from now on)", ch.n, ch.id);
+        else if (next == CH_MOVE)
+            log_info("changes: change %" PRIu64 ": move phase: in %" PRIu64 " ms this node "
+                     "relocates the values of node %u its index names and moves its share of "
+                     "node %u's index", ch.n, wait_ms, ch.id, ch.id);
+        else
+            log_info("changes: change %" PRIu64 ": committed: node %u is no longer a member "
+                     "(this node moved or relocated %" PRIu64 " entries in all)", ch.n, ch.id,
+                     nessie_moved(ch.node));
+    }
     return true;
 }
 
@@ -234,6 +267,7 @@ int changes_install(bool strict)
         return 0;
     uint64_t n;
     uint32_t id;
+    bool retire;
     enum ch_phase want;
     /* The placement committed so far first: a daemon that starts during a change steps through
      * its phases from the placement before it, which the placed record holds (applied only
@@ -241,13 +275,15 @@ int changes_install(bool strict)
     int placed_rc = apply_placed();
     if (!ch.change_value) {
         if (ch.n && ch.phase != CH_COMMIT && !ch.failed)
-            log_warn("changes: change %" PRIu64 " (add of node %u) was withdrawn at its %s "
-                     "phase: the engine keeps it as it is", ch.n, ch.id, ch_phase_name[ch.phase]);
+            log_warn("changes: change %" PRIu64 " (%s of node %u) was withdrawn at its %s "
+                     "phase: the engine keeps it as it is", ch.n, what(), ch.id,
+                     ch_phase_name[ch.phase]);
         ch.failed = ch.failed || (ch.n && ch.phase != CH_COMMIT);
         return placed_rc != 0 && strict ? -1 : 0;
     }
-    if (change_parse(ch.change_value, &n, &id, &want) != 0) {
-        warn_bad(ch.change_key, ch.change_value, "a change (\"<N> add <ID> announce|move|commit\")");
+    if (change_parse(ch.change_value, &n, &id, &retire, &want) != 0) {
+        warn_bad(ch.change_key, ch.change_value,
+                 "a change (\"<N> add|retire <ID> announce|move|commit\")");
         return placed_rc != 0 && strict ? -1 : 0;
     }
     if (n != ch.n) {
@@ -260,6 +296,7 @@ int changes_install(bool strict)
         bool engine_busy = nessie_change_get(ch.node, &cur_id, &kind, &cur) == NESSIE_OK;
         ch.n = n;
         ch.id = id;
+        ch.retire = retire;
         ch.phase = CH_NONE;
         ch.acked = CH_NONE;
         ch.failed = engine_busy;
@@ -289,8 +326,14 @@ void changes_ack(CURL *curl, int64_t lease)
 {
     if (!ch.open || ch.failed || !ch.n || !ch.change_value)
         return;
-    bool done = ch.phase == CH_COMMIT ||
-                (ch.phase == CH_ANNOUNCE && nessie_mono_ns() >= ch.phase_ns + ch.span_ns) ||
+    /* The retired node acknowledges its commit V + F after it installed it: nodes that have not
+     * read the commit plan under the move phase (its index) until their view lease runs out,
+     * and what they posted lands F later (model/retire.pml, BUG_UNREACH_AT_COMMIT); whoever
+     * stops its daemon waits for this. */
+    const uint64_t now = nessie_mono_ns();
+    bool done = (ch.phase == CH_COMMIT &&
+                 (!ch.retire || ch.id != ch.self || now >= ch.phase_ns + ch.v_ns + ch.f_ns)) ||
+                (ch.phase == CH_ANNOUNCE && now >= ch.phase_ns + ch.span_ns) ||
                 (ch.phase == CH_MOVE && nessie_move_over(ch.node));
     if (!done || ch.acked == ch.phase)
         return;

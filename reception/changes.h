@@ -1,11 +1,12 @@
 /*
  * changes.h - the daemon's part in a change of membership (issue 30): a node added to the
- * cluster, online. With [membership] mode = etcd only; the engine's half is in kvstore
- * (membership.h, "Changes"; protocol/move.c), and its rules are model/elastic.pml's.
+ * cluster, or one retired from it, online. With [membership] mode = etcd only; the engine's half
+ * is in kvstore (membership.h, "Changes"; protocol/move.c), and its rules are model/elastic.pml's
+ * and model/retire.pml's.
  *
- * Whoever makes the change (`nessie-cluster add`) steps it through etcd, one phase at a time,
- * and moves on only once every member has acknowledged the phase:
- *   /nessie/<name>/change      = "<N> add <ID> announce|move|commit": change N, its phase
+ * Whoever makes the change (`nessie-cluster add`, `remove`) steps it through etcd, one phase at a
+ * time, and moves on only once every member has acknowledged the phase:
+ *   /nessie/<name>/change      = "<N> add|retire <ID> announce|move|commit": change N, its phase
  *                                (written by the coordinator; gone once the change is over)
  *   /nessie/<name>/changed/<I> = "<N> <phase>": member I has installed the phase and done what
  *                                it asks (under I's lease)
@@ -16,7 +17,12 @@
  * its mover's pass is over, which starts V + F + E + F after it installed the phase (the view
  * lease V: a member that has not read the phase starts no attempt under the announce phase's
  * policy by then; then one attempt's span for those in flight, and one more for those that ran
- * alongside them: model/elastic.pml, BUG_MOVER_ONE_WAIT); commit, nothing.
+ * alongside them: model/elastic.pml, BUG_MOVER_ONE_WAIT); commit, nothing, but of the node a
+ * retire retires: V + F after it installed the commit, the longest a member that has not read
+ * the commit may still read its memory (model/retire.pml); its daemon may be stopped after that.
+ * In a retire, the move phase's pass is a survivor's relocation of the values its index names in
+ * the retired node's data and its share of the retired node's index; the retired node's own pass
+ * is empty (it writes nothing new from the announce on: R1).
  *
  * The agent thread of members.c reads the change with the view, in the same round, and installs
  * its phase before it renews the view lease that round's start vouches for: a member that acts

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/integration/elastic.sh: nodes added online (issue 30). A 3-node local cluster started with
+# tests/integration/elastic.sh: nodes added and retired online (issue 30). A 3-node local cluster started with
 # `nessie-cluster --membership etcd`, node-id capacity 6, keys written through every node, and a
 # checked load running on every node: `nessie-cluster add` must start node 3 and return 0 once
 # the change is complete, with no call of the load failing and none reading an older value or a
@@ -8,7 +8,10 @@
 # daemon's nessie_moved); the daemons logged the change; nessie-stat shows it. A second add (node
 # 4) with no load; node 3 restarted alone reads the placed members from etcd and serves. An add on
 # a cluster with static membership is refused with a clear error, and changes nothing; an add left
-# half-way is carried on by the next.
+# half-way is carried on by the next. Then `nessie-cluster remove --node 1` retires node 1 under
+# checked load on the others (and its own, until shortly before the commit): no call fails or
+# reads an older value, every key reads its value through every other node afterwards, node 1's
+# daemon is stopped and its tables removed, and status says it is retired.
 #
 # Environment: BUILD (build dir, default build), KEEP (keep the run directories).
 set -eu
@@ -135,4 +138,44 @@ got=$("$client" -s "$dir/node5.sock" get e7 2>&1) || true
 [ -z "$(ETCDCTL_API=3 etcdctl --endpoints="$url" get --print-value-only "/nessie/$name/change")" ] ||
     fail "the change key is still there after the carried-on add"
 echo "elastic: an add left at its announce phase carried on: $(tail -n 1 "$dir/add3.out")"
+
+# A retire under load: node 1 leaves the six members. The checked loads of nodes 0, 2 and 3 run
+# across it; node 1's own load runs through its announce and into its move phase (its writes run
+# on the others then), and ends before the commit, after which node 1 serves nothing.
+# (Ids of their own: the keys of the add's loads still hold what those wrote.)
+for n in 0 2 3; do
+    "$client" -s "$dir/node$n.sock" load --id $((n + 10)) --keys 64 --ops 100000000 --seconds $LOAD_S \
+        --max-value 512 --seed $$ >"$dir/rload$n.out" 2>&1 &
+    eval "rload$n=\$!"
+done
+"$client" -s "$dir/node1.sock" load --id 11 --keys 64 --ops 100000000 --seconds 2 \
+    --max-value 512 --seed $$ >"$dir/rload1.out" 2>&1 &
+rload1=$!
+sleep 0.5
+"$cluster" remove --node 1 --dir "$dir" >"$dir/remove.out" 2>&1 || fail "nessie-cluster remove: $(cat "$dir/remove.out")"
+sed 's/^/elastic: /' "$dir/remove.out"
+grep -q "^node 1: retired in" "$dir/remove.out" || fail "remove did not say node 1 was retired"
+for n in 1 0 2 3; do
+    eval "wait \$rload$n" || fail "node $n's checked load saw a violation: $(tail -n 3 "$dir/rload$n.out")"
+    line=$(tail -n 1 "$dir/rload$n.out")
+    case $line in *" errors=0 "*" violations=0 lost=0 "*) ;; *) fail "node $n's load across the retire: $line" ;; esac
+    echo "elastic: node $n's load across the retire: $line"
+done
+keys_read "0 2 3 4 5" 1 "after the retire of node 1"
+echo "elastic: all $KEYS keys read their values through nodes 0, 2, 3, 4 and 5 after node 1's retire"
+relocated=0
+for n in 0 2 3 4 5; do
+    grep -q "changes: change 4: committed: node 1 is no longer a member" "$dir/node$n.log" || fail "node $n did not log the retire's commit"
+    relocated=$((relocated + $(stat_of $n nessie_moved)))
+done
+grep -q "changes: change 4: this node is retired: announced" "$dir/node1.log" || fail "node 1 did not log its retire"
+! "$client" -s "$dir/node1.sock" get e1 >/dev/null 2>&1 || fail "node 1 still answers after its retire"
+for f in index data msg; do
+    [ ! -e "/dev/shm/nessie.$name.n1.$f" ] || fail "node 1's $f table is still there"
+done
+"$cluster" status --dir "$dir" >"$dir/status.out" || fail "status after the retire: $(cat "$dir/status.out")"
+grep -q "^node 1: retired" "$dir/status.out" || fail "status does not show node 1 retired: $(cat "$dir/status.out")"
+echo "elastic: node 1 retired: its daemon stopped, its tables removed, status says so ($relocated entries moved in all)"
+if out=$("$cluster" remove --node 1 --dir "$dir" 2>&1); then fail "a second remove of node 1 succeeded: $out"; fi
+echo "elastic: a second remove of node 1 refused: ${out#nessie-cluster: }"
 echo "elastic: passed"
