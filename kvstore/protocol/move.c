@@ -151,15 +151,58 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t pos, size_t *moved)
     return false;
 }
 
+bool proto_retiring_data(const struct nessie_node *nd, uint32_t node)
+{
+    if (node == nd->cfg.self)
+        return false;
+    uint32_t w = mship_change(&nd->view);
+    if (w && mship_change_kind(w) == MSHIP_CHANGE_RETIRE && mship_change_node(w) == node)
+        return true;
+    return atomic_load_explicit((_Atomic uint32_t *)&nd->view.retired, memory_order_relaxed) ==
+           node + 1;
+}
+
+int proto_retire_copy(struct op *op, uint64_t w, uint64_t *copy)
+{
+    const uint64_t t = nessie_mono_ns();
+    struct dte_view v, full;
+    bool match;
+    int rc = proto_dte_fetch(op, w, 1, NULL, 0, false, t, &v, &match);
+    if (rc != NESSIE_OK)
+        return rc;
+    if (!match || v.h.key_len == 0 || !dte_readable(&v.h))
+        return NESSIE_EXISTS;
+    unsigned char key[NESSIE_KEY_MAX];
+    const uint32_t klen = v.h.key_len;
+    memcpy(key, v.key, klen);
+    if ((rc = proto_dte_fetch(op, w, 1, key, klen, true, t, &full, &match)) != NESSIE_OK)
+        return rc;
+    if (!match || full.stale || !dte_readable(&full.h))
+        return NESSIE_EXISTS;
+    struct dte_hdr tmpl = full.h;
+    tmpl.prev_ite = 0;
+    tmpl.flags8 = full.h.flags8 & ~DTE_F_COPY; /* committed at once: never a copy to undo */
+    rc = proto_dte_write_new(op, &tmpl, full.h.creator, key, full.value, full.h.value_len, NULL,
+                             0, ite_filter(w), copy);
+    if (rc != NESSIE_OK)
+        return rc;
+    bool committed = false;
+    if (proto_commit_own(op, *copy, &committed) != NESSIE_OK || !committed)
+        return NESSIE_TIMEOUT; /* linked nowhere: the leak sweep takes it */
+    return NESSIE_OK;
+}
+
 /* The relocation of the entry at this node's index slot s (a retire's move phase, on a
  * survivor; model/retire.pml): an entry naming the retired node r's data gets a copy of its
- * value in this node's data, the same item (version, creator, flags, expiry), committed before
- * it is linked, and the exact word read is swung to it by CAS, so it is committed at once: a
- * reader meets the one or the other, both valid, and a writer that read the old word loses its
- * CAS and starts again. The pass stops at an entry in progress (its writer may still link
- * something naming r's data, or roll back to it) and at an unreadable one: the next run starts
- * there again. With no memory for the copy the entry is evicted, as the mover does. Adds to
- * *moved; returns true when the slot is done. */
+ * value in this node's data (proto_retire_copy), committed before it is linked, and the exact
+ * word read is swung to it by CAS, so it is committed at once: a reader meets the one or the
+ * other, both valid, and a writer that read the old word loses its CAS and starts again. The
+ * pass stops at an entry in progress that names r's data, or whose previous version does (its
+ * writer may roll back to it: RPASS in the model), until it is over, taking it over if its writer
+ * is gone; and at an unreadable one: the next run starts there again. A committed tombstone
+ * naming r's data (a DELETE whose unlink failed) is taken out, which it stands for. With no
+ * memory for the copy the entry is evicted, as the mover does. Adds to *moved; returns true when
+ * the slot is done. */
 static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t *moved)
 {
     struct nessie_node *nd = ctx->node;
@@ -168,7 +211,7 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
         uint64_t w;
         if (fab_local_read(nd->fab, FAB_REGION_INDEX, s * 8, &w, sizeof(w)) != FAB_OK)
             return false;
-        if (ite_empty(w) || ite_node(w) != r)
+        if (ite_empty(w) || mship_lost(&nd->view, ite_node(w)))
             return true;
         const struct key_plan none = {.key = NULL};
         struct op op;
@@ -178,58 +221,75 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
             proto_finish(&op, NESSIE_FABRIC_ERROR);
             return false;
         }
-        const uint64_t t = nessie_mono_ns();
-        struct dte_view v, full;
+        struct dte_view v;
         bool match;
-        int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, t, &v, &match);
-        if (rc != NESSIE_OK || !match || v.h.key_len == 0) {
-            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_EXISTS);
-            if (rc != NESSIE_OK)
-                return false;
+        int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
+        if (rc != NESSIE_OK) {
+            proto_finish(&op, rc);
+            return false;
+        }
+        if (!match) {
+            proto_finish(&op, NESSIE_EXISTS);
             continue; /* changed under us: read the slot again */
         }
-        if (!dte_readable(&v.h)) {
+        const bool names_r = ite_node(w) == r;
+        if (!(v.h.state & DTE_COMMITTED)) {
+            if (!names_r && (ite_empty(v.h.prev_ite) || ite_node(v.h.prev_ite) != r)) {
+                proto_finish(&op, NESSIE_OK);
+                return true; /* in progress, but neither it nor what it may roll back to is r's */
+            }
+            if (proto_is_orphan(&op, w, &v.h)) {
+                /* Its writer is gone: the takeover commits it, or links its previous version
+                 * again (a copy, if that is r's: proto_retiring_data); judged again. */
+                rc = proto_takeover(&op, pos, w, &v);
+                proto_finish(&op, rc);
+                if (rc != NESSIE_OK)
+                    return false;
+                continue;
+            }
             proto_finish(&op, NESSIE_EXISTS);
             return false; /* in progress: the pass stops here for now */
         }
-        unsigned char key[NESSIE_KEY_MAX];
-        const uint32_t klen = v.h.key_len;
-        memcpy(key, v.key, klen);
-        rc = proto_dte_fetch(&op, w, 1, key, klen, true, t, &full, &match);
-        if (rc != NESSIE_OK || !match || full.stale || !dte_readable(&full.h)) {
-            proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_EXISTS);
-            if (rc != NESSIE_OK)
+        if (!names_r) {
+            proto_finish(&op, NESSIE_OK);
+            return true;
+        }
+        if (v.h.kind == DTE_KIND_TOMBSTONE) {
+            int status = NESSIE_OK;
+            enum attempt a = proto_take_back(&op, pos, w, true, &status);
+            proto_finish(&op, a == A_DONE ? status : NESSIE_EXISTS);
+            if (a == A_DONE && status != NESSIE_OK)
                 return false;
             continue;
         }
-        struct dte_hdr tmpl = full.h;
-        tmpl.prev_ite = 0;
-        tmpl.flags8 = full.h.flags8 & ~DTE_F_COPY;
         uint64_t copy;
-        rc = proto_dte_write_new(&op, &tmpl, full.h.creator, key, full.value, full.h.value_len,
-                                 NULL, 0, ite_filter(w), &copy);
+        rc = proto_retire_copy(&op, w, &copy);
         if (rc == NESSIE_NO_MEMORY) {
             proto_finish(&op, rc);
+            unsigned char key[NESSIE_KEY_MAX]; /* the fetch buffer is the eviction's too */
+            memcpy(key, v.key, v.h.key_len);
             struct key_plan kp;
-            key_plan_make(&kp, nd, key, klen);
-            if (nessie_evict_entry(ctx, &kp, w) == NESSIE_OK)
+            key_plan_make(&kp, nd, key, v.h.key_len);
+            int er = nessie_evict_entry(ctx, &kp, w);
+            /* NOT_FOUND: a duplicate no reader meets; its room is taken back in place. */
+            if (er == NESSIE_OK || (er == NESSIE_NOT_FOUND && take_back_dup(ctx, pos, w)))
                 CTR_ADD(ctx->ctr.move_evicted, 1);
+            continue;
+        }
+        if (rc == NESSIE_EXISTS) {
+            proto_finish(&op, rc);
             continue;
         }
         if (rc != NESSIE_OK) {
             proto_finish(&op, rc);
             return false;
         }
-        bool committed = false, ok = false, clean = true;
-        if (proto_commit_own(&op, copy, &committed) != NESSIE_OK || !committed) {
-            proto_finish(&op, NESSIE_TIMEOUT);
-            return false; /* never linked: the leak sweep takes it */
-        }
         if (attempt_expired(&op)) { /* Step 0, before a CAS */
             proto_dte_free_unpublished(&op, copy);
             proto_finish(&op, NESSIE_TIMEOUT);
             continue;
         }
+        bool ok = false, clean = true;
         rc = proto_ite_cas_resolve(&op, pos, w, copy, &ok, &clean);
         if (rc == NESSIE_OK && ok) {
             nessie_recycle(ctx, w); /* r's entry: unlinked by us */

@@ -439,10 +439,21 @@ int proto_takeover(struct op *op, uint64_t pos, uint64_t ite, const struct dte_v
         uint64_t back = (v->h.flags8 & DTE_F_COPY) ? 0 : v->h.prev_ite;
         if (!ite_empty(back) && mship_lost(&op->node->view, ite_node(back)))
             back = 0;
-        rc = ite_cas(op, pos, ite, back, &ok);
+        /* A retire's values (model/retire.pml): a previous version naming the data of a node
+         * being retired goes back as a committed copy in this node's data, since the relocation
+         * may have passed this slot; the original, unlinked for good then, is recycled. */
+        uint64_t copy = 0;
+        if (!ite_empty(back) && proto_retiring_data(op->node, ite_node(back)) &&
+            proto_retire_copy(op, back, &copy) != NESSIE_OK)
+            copy = 0;
+        rc = ite_cas(op, pos, ite, copy ? copy : back, &ok);
         if (rc == NESSIE_OK && ok) {
             nessie_recycle(ctx, ite);
+            if (copy)
+                nessie_recycle(ctx, back);
             CTR_ADD(ctx->ctr.takeovers, 1);
+        } else if (copy && rc == NESSIE_OK) {
+            proto_dte_free_unpublished(op, copy); /* the CAS did not run: never visible */
         }
         return rc;
     }

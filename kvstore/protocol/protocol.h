@@ -332,6 +332,20 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
 enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
                              int *status);
 
+/*
+ * A retire's values (move.c, model/retire.pml). proto_retiring_data: whether an entry naming
+ * node's data must not be linked again as it is, here: node is being retired, or was retired and
+ * is still reachable (membership.h, retired), and this node is not it. Whoever would link such a
+ * word back into the index (a write taking its entry back, the takeover of an abandoned entry)
+ * links a copy instead, or the relocation's pass could have passed that slot already.
+ * proto_retire_copy: a committed copy of the value word w names, in this node's data (the same
+ * item: key, value, version, creator, flags, expiry), linked nowhere yet. Returns NESSIE_OK and
+ * *copy; NESSIE_EXISTS when w's entry is not a committed value any more (or not yet), or
+ * changed; NESSIE_NO_MEMORY; or the fabric's error. Never links anything.
+ */
+bool proto_retiring_data(const struct nessie_node *nd, uint32_t node);
+int proto_retire_copy(struct op *op, uint64_t w, uint64_t *copy);
+
 /* --- the calls, client-driven ------------------------------------------------------------- */
 
 /*

@@ -400,6 +400,15 @@ static int abandon_mine(struct op *op, bool *done, uint64_t *version)
         return lost_track(op);
     uint64_t back = !ite_empty(h.prev_ite) && rec_has(op, h.prev_ite) ? h.prev_ite
                                                                        : op->mine_replaced;
+    /* A retire's values (model/retire.pml): what we would link again names the data of a node
+     * being retired, and the relocation may have passed this slot: a committed copy of it in our
+     * own data goes back instead (the entry itself stays ours to recycle, step 7). If no copy
+     * can be made, the entry itself goes back, as before a retire. */
+    uint64_t copy;
+    if (!ite_empty(back) && !(h.state & DTE_COMMITTED) &&
+        proto_retiring_data(op->node, ite_node(back)) &&
+        proto_retire_copy(op, back, &copy) == NESSIE_OK)
+        back = copy;
     /* Step 1: our own memory, published by the CAS below. */
     if (back != h.prev_ite && !(h.state & DTE_COMMITTED) && !set_prev(op, e, back))
         return lost_track(op);
