@@ -17,9 +17,12 @@
 #            operation picks cd, sd, hy or auto: requests and replies cross rxe0 as WRITEs into the
 #            peers' rings while client-driven operations run on the same keys), then --mode sd
 #            while a random node is killed and restarted every 3 s
-#   elastic  a node added online (issue 30): nessie-stress --check --add-node-at, node 3 joining
-#            three over verbs 1.5 s in (the parent plays the coordination service, stepping every
-#            node through the change), its positions' entries moved to it while checked calls run
+#   elastic  a node added online and one retired (issue 30): nessie-stress --check --add-node-at
+#            --remove-node-at, node 3 joining three over verbs 1.5 s in, then node 2 retired (the
+#            parent plays the coordination service, stepping every node through each change): the
+#            entries of node 3's positions move to it, node 2's values are relocated and its index
+#            entries moved out over verbs, while checked calls run; its remove: line must show
+#            something moved and calls during the retire
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
@@ -111,7 +114,12 @@ sd() {
 elastic() {
     ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7560 --nodes 3 --threads 2 \
         --keys 200 --index-slots 128 --ops "${ELASTIC_OPS:-20000}" --expiration-ms 100 \
-        --add-node-at 1500 --check --quiet
+        --add-node-at 1500 --remove-node-at 1600 --check --quiet >/tmp/elastic.out 2>&1
+    rc=$?
+    cat /tmp/elastic.out
+    [ $rc = 0 ] || return $rc
+    grep -q '^remove: node 2 left: .* [1-9][0-9]* entries moved or relocated; calls meanwhile: [1-9]' \
+        /tmp/elastic.out || { echo "elastic: the retire moved nothing, or no call ran during it"; return 1; }
 }
 
 shim() {
