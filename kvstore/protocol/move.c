@@ -48,6 +48,20 @@
  * process: a rate limit, nessie_every). */
 static _Atomic uint64_t move_warned;
 
+/* Begin one step of a pass (a slot's judgement) as an operation of no key: its attempt starts
+ * now, under the view lease as every attempt's does. Returns false (the operation finished) when
+ * the lease has run out: the pass stops there for now. */
+static bool pass_op(struct nessie_ctx *ctx, struct op *op)
+{
+    const struct key_plan none = {.key = NULL};
+    proto_op_init(op, ctx, NESSIE_OPK_MIGRATE, &none);
+    op->attempt_start = nessie_mono_ns();
+    if (proto_view_current(op))
+        return true;
+    proto_finish(op, NESSIE_FABRIC_ERROR);
+    return false;
+}
+
 /* Take a duplicate's room back at pos if it still holds w. Returns whether it did. */
 static bool take_back_dup(struct nessie_ctx *ctx, uint64_t pos, uint64_t w)
 {
@@ -70,14 +84,9 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t pos, size_t *moved)
 {
     struct nessie_node *nd = ctx->node;
     for (int tries = 0; tries < MOVE_TRIES; tries++) {
-        const struct key_plan none = {.key = NULL};
         struct op op;
-        proto_op_init(&op, ctx, NESSIE_OPK_MIGRATE, &none);
-        op.attempt_start = nessie_mono_ns();
-        if (!proto_view_current(&op)) {
-            proto_finish(&op, NESSIE_FABRIC_ERROR);
+        if (!pass_op(ctx, &op))
             return false;
-        }
         uint64_t w;
         if (ite_read(&op, pos, &w) != NESSIE_OK) {
             proto_finish(&op, NESSIE_FABRIC_ERROR);
@@ -213,14 +222,9 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
             return false;
         if (ite_empty(w) || mship_lost(&nd->view, ite_node(w)))
             return true;
-        const struct key_plan none = {.key = NULL};
         struct op op;
-        proto_op_init(&op, ctx, NESSIE_OPK_MIGRATE, &none);
-        op.attempt_start = nessie_mono_ns();
-        if (!proto_view_current(&op)) {
-            proto_finish(&op, NESSIE_FABRIC_ERROR);
+        if (!pass_op(ctx, &op))
             return false;
-        }
         struct dte_view v;
         bool match;
         int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);

@@ -86,22 +86,23 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Every node installs the phase, then the test waits out the attempts under the one before. */
-static void phase_all(enum mship_change_phase phase)
+/* Nodes 0..n-1 install the phase of the change of node `id`, then the test waits out the
+ * attempts under the one before. */
+static void change_phase(uint32_t n, uint32_t id, enum mship_change_kind kind,
+                         enum mship_change_phase phase)
 {
-    for (uint32_t i = 0; i < NODES; i++)
-        assert_int_equal(mship_change_set(&C.node[i]->view, MEMBERS, MSHIP_CHANGE_ADD, phase),
-                         NESSIE_OK);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(mship_change_set(&C.node[i]->view, id, kind, phase), NESSIE_OK);
     usleep(SPAN_US);
 }
 
-/* Every member's mover pass, run to its end (node 3 holds nothing that leaves). */
-static size_t move_all(void)
+/* The passes of nodes 0..n-1, each run to its end. */
+static size_t pass_all(uint32_t n)
 {
     size_t moved = 0;
     for (int rounds = 0; rounds < 10000; rounds++) {
         bool over = true;
-        for (uint32_t i = 0; i < NODES; i++) {
+        for (uint32_t i = 0; i < n; i++) {
             moved += nessie_move_run(C.ctx[i], 256);
             over = over && nessie_move_over(C.node[i]);
         }
@@ -109,15 +110,26 @@ static size_t move_all(void)
             return moved;
         usleep(100);
     }
-    fail_msg("the mover passes did not end");
+    fail_msg("the passes did not end");
     return moved;
 }
 
-static void commit_all(void)
+static void commit_n(uint32_t n)
 {
-    for (uint32_t i = 0; i < NODES; i++)
+    for (uint32_t i = 0; i < n; i++)
         assert_int_equal(mship_change_commit(&C.node[i]->view), NESSIE_OK);
 }
+
+/* The add of node 3: every node installs the phase. */
+static void phase_all(enum mship_change_phase phase)
+{
+    change_phase(NODES, MEMBERS, MSHIP_CHANGE_ADD, phase);
+}
+
+/* Every member's mover pass, run to its end (node 3 holds nothing that leaves). */
+static size_t move_all(void) { return pass_all(NODES); }
+
+static void commit_all(void) { commit_n(NODES); }
 
 static void key_of(char *k, size_t len, int i) { snprintf(k, len, "key:%05d", i); }
 
@@ -526,38 +538,16 @@ static void servers_stop(void)
     }
 }
 
-/* Every member installs the retire's phase, then the test waits out the attempts before it. */
+/* The retire of node 2: every member installs the phase (node 3 is absent throughout). */
 static void retire_phase(enum mship_change_phase phase)
 {
-    for (uint32_t i = 0; i < MEMBERS; i++)
-        assert_int_equal(mship_change_set(&C.node[i]->view, RETIRED, MSHIP_CHANGE_RETIRE, phase),
-                         NESSIE_OK);
-    usleep(SPAN_US);
+    change_phase(MEMBERS, RETIRED, MSHIP_CHANGE_RETIRE, phase);
 }
 
 /* Every member's pass of the retire to its end (node 2's is over at once: it moves nothing). */
-static size_t retire_move(void)
-{
-    size_t moved = 0;
-    for (int rounds = 0; rounds < 10000; rounds++) {
-        bool over = true;
-        for (uint32_t i = 0; i < MEMBERS; i++) {
-            moved += nessie_move_run(C.ctx[i], 256);
-            over = over && nessie_move_over(C.node[i]);
-        }
-        if (over)
-            return moved;
-        usleep(100);
-    }
-    fail_msg("the retire's passes did not end");
-    return moved;
-}
+static size_t retire_move(void) { return pass_all(MEMBERS); }
 
-static void retire_commit(void)
-{
-    for (uint32_t i = 0; i < MEMBERS; i++)
-        assert_int_equal(mship_change_commit(&C.node[i]->view), NESSIE_OK);
-}
+static void retire_commit(void) { commit_n(MEMBERS); }
 
 /* Index entries of node n that name node d's data. */
 static uint64_t naming(uint32_t n, uint32_t d)
