@@ -94,14 +94,17 @@
  * relocation (its word differs only in where its DTE is); 6 a GET reads R's data after every
  * member acked view 3 and view 4 was written (R must stay reachable after the commit).
  *
- * Not modelled (see the doubts in the report that came with this draft): a key whose old
- * placement has two positions on survivors (a writer's step 4 may adopt a duplicate naming R's
- * data from a position a relocation has not passed yet and, taking its candidate back, put that
- * word back at its candidate's position, which a relocation may have passed: here the only
- * position after a candidate is the arriving one, which never names R's data); other keys'
- * entries naming R's data; the shipping of R's calls (they act on R's view here); R's own
- * background work (MIGRATE, eviction, takeovers) after view 2; more than one mover; R failing
- * during the retire (a fence: views.pml).
+ * Not modelled: a key whose old placement has two positions on survivors (a writer's step 4 may
+ * adopt a duplicate naming R's data from a position a relocation has not passed yet and, taking
+ * its candidate back, put that word back at its candidate's position, which a relocation may have
+ * passed: here the only position after a candidate is the arriving one, which never names R's
+ * data). The code closes it otherwise: a survivor that links a previous version naming R's data
+ * again (a write's rollback, a takeover) links a committed copy of it in its own data instead
+ * (protocol/move.c, proto_retire_copy), and its pass stops only at entries in progress that name
+ * R's data or whose previous version does (RPASS here stops at any entry of A in progress). Also
+ * not modelled: other keys' entries naming R's data; the shipping of R's calls (they act on R's
+ * view here); R's own background work (MIGRATE, eviction, takeovers) after view 2; more than one
+ * mover; R failing during the retire (a fence: views.pml).
  *
  * Run as elastic.pml is (model/run.sh):
  *   spin [-D...] -a retire.pml
