@@ -373,6 +373,14 @@ static inline bool mship_self_out(const struct mship_state *st)
     return mship_self_fenced(st) || (mship_absent(st, st->self) && !mship_joining(st, st->self));
 }
 
+/* Whether node is the one the last retire retired, absent but still reachable (see retired
+ * above). One relaxed load. */
+static inline bool mship_retired(const struct mship_state *st, uint32_t node)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)&st->retired, memory_order_relaxed) ==
+           node + 1;
+}
+
 /* Whether node's memory must not be touched: fenced, suspended or absent (but for the node an
  * add in progress adds, mship_joining, and the one the last retire retired: retired above).
  * Never blocks. */
@@ -383,9 +391,7 @@ static inline bool mship_unreachable(const struct mship_state *st, uint32_t node
     uint64_t w = atomic_load_explicit((_Atomic uint64_t *)&st->suspended[node / 64],
                                       memory_order_relaxed);
     return ((w >> (node % 64)) & 1) || mship_fenced(st, node) ||
-           (mship_absent(st, node) && !mship_joining(st, node) &&
-            atomic_load_explicit((_Atomic uint32_t *)&st->retired, memory_order_relaxed) !=
-                node + 1);
+           (mship_absent(st, node) && !mship_joining(st, node) && !mship_retired(st, node));
 }
 
 #endif

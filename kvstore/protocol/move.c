@@ -167,8 +167,7 @@ bool proto_retiring_data(const struct nessie_node *nd, uint32_t node)
     uint32_t w = mship_change(&nd->view);
     if (w && mship_change_kind(w) == MSHIP_CHANGE_RETIRE && mship_change_node(w) == node)
         return true;
-    return atomic_load_explicit((_Atomic uint32_t *)&nd->view.retired, memory_order_relaxed) ==
-           node + 1;
+    return mship_retired(&nd->view, node);
 }
 
 int proto_retire_copy(struct op *op, uint64_t w, uint64_t *copy)

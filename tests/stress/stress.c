@@ -1956,7 +1956,7 @@ int main(int argc, char **argv)
     /* --add-node-at, --remove-node-at: how each change went, and how the calls fared while it
      * ran (from its announce until every node had installed its commit). */
     uint64_t moved = 0;
-    bool add_short = false;
+    bool change_short = false;
     for (int g = 0; g < nchanges; g++) {
         const bool retire = chg_kind[g] == NESSIE_CHANGE_RETIRE;
         uint64_t gmoved = 0;
@@ -1977,7 +1977,7 @@ int main(int argc, char **argv)
             }
         }
         if (!to) {
-            add_short = true;
+            change_short = true;
             fprintf(stderr, "%s: node %u was not %s (the change did not complete)\n",
                     retire ? "remove" : "add", chg_node[g], retire ? "retired" : "added");
             continue;
@@ -1998,7 +1998,7 @@ int main(int argc, char **argv)
         if (retire && named_retired) {
             fprintf(stderr, "remove: %" PRIu64 " index entries name node %u or sit in its index "
                             "after its retire\n", named_retired, chg_node[g]);
-            add_short = true;
+            change_short = true;
         }
     }
     uint64_t injected = 0, stalls = 0;
@@ -2048,7 +2048,7 @@ int main(int argc, char **argv)
      * run, whose few possibly-applied operations keep histories decidable. */
     bool forgive = faulty && !opt_lose_at;
     return (failed || violations || stuck || leaked || (undecided && !forgive) || never_killed ||
-            never_lost || lost_short || rejoin_short || elog_full || add_short)
+            never_lost || lost_short || rejoin_short || elog_full || change_short)
                ? 1
                : 0;
 }

@@ -159,6 +159,28 @@ static void get(struct nessie_ctx *ctx, int i, char *out, size_t cap)
     out[it.value_len] = '\0';
 }
 
+/* After a change under the tests' writes (keys 0..KEYS/4 rewritten "w<i>", the next quarter
+ * "x<i>", 100 deleted, the rest "v<i>" as first written): every key reads so through nodes
+ * 0..n-1. */
+static void reads_after_change(uint32_t n)
+{
+    char v[64], got[64];
+    for (uint32_t node = 0; node < n; node++)
+        for (int i = 0; i < KEYS; i++) {
+            get(C.ctx[node], i, got, sizeof(got));
+            if (i < KEYS / 4)
+                snprintf(v, sizeof(v), "w%d", i);
+            else if (i < KEYS / 2)
+                snprintf(v, sizeof(v), "x%d", i);
+            else if (i < KEYS / 2 + 100)
+                v[0] = '\0';
+            else
+                snprintf(v, sizeof(v), "v%d", i);
+            if (strcmp(got, v) != 0)
+                fail_msg("node %u reads key %d as \"%s\", not \"%s\"", node, i, got, v);
+        }
+}
+
 /* How many of the members' index entries sit at a position node 3 took over, per the plan after. */
 static uint64_t entries_on(uint32_t node)
 {
@@ -179,7 +201,7 @@ static void test_add_moves_what_leaves(void **state)
 {
     (void)state;
     cluster_open();
-    char v[64], got[64];
+    char v[64];
     for (int i = 0; i < KEYS; i++) {
         snprintf(v, sizeof(v), "v%d", i);
         put(C.ctx[i % MEMBERS], i, v);
@@ -206,20 +228,7 @@ static void test_add_moves_what_leaves(void **state)
             (double)moved / KEYS);
     assert_int_equal(nessie_move_left(C.node[0]), 0);
     commit_all();
-    for (uint32_t n = 0; n < NODES; n++)
-        for (int i = 0; i < KEYS; i++) {
-            get(C.ctx[n], i, got, sizeof(got));
-            if (i < KEYS / 4)
-                snprintf(v, sizeof(v), "w%d", i);
-            else if (i < KEYS / 2)
-                snprintf(v, sizeof(v), "x%d", i);
-            else if (i < KEYS / 2 + 100)
-                v[0] = '\0';
-            else
-                snprintf(v, sizeof(v), "v%d", i);
-            if (strcmp(got, v) != 0)
-                fail_msg("node %u reads key %d as \"%s\", not \"%s\"", n, i, got, v);
-        }
+    reads_after_change(NODES);
     /* About a quarter of the positions moved, all to node 3, counted where they were moved. */
     assert_true(moved > KEYS / 6 && moved < KEYS / 3);
     assert_int_equal(nessie_moved(C.node[0]) + nessie_moved(C.node[1]) + nessie_moved(C.node[2]),
@@ -571,7 +580,7 @@ static void test_retire_relocates_what_names_it(void **state)
     (void)state;
     cluster_open();
     servers_start();
-    char v[64], got[64], k[32];
+    char v[64], k[32];
     for (int i = 0; i < KEYS; i++) {
         snprintf(v, sizeof(v), "v%d", i);
         put(C.ctx[i % MEMBERS], i, v);
@@ -607,20 +616,7 @@ static void test_retire_relocates_what_names_it(void **state)
     assert_int_equal(entries_on(RETIRED), 0);
     retire_commit();
     servers_stop();
-    for (uint32_t n = 0; n < RETIRED; n++)
-        for (int i = 0; i < KEYS; i++) {
-            get(C.ctx[n], i, got, sizeof(got));
-            if (i < KEYS / 4)
-                snprintf(v, sizeof(v), "w%d", i);
-            else if (i < KEYS / 2)
-                snprintf(v, sizeof(v), "x%d", i);
-            else if (i < KEYS / 2 + 100)
-                v[0] = '\0';
-            else
-                snprintf(v, sizeof(v), "v%d", i);
-            if (strcmp(got, v) != 0)
-                fail_msg("node %u reads key %d as \"%s\", not \"%s\"", n, i, got, v);
-        }
+    reads_after_change(RETIRED);
     /* Node 2 is out: it serves nothing, and nothing of it is touched. */
     assert_int_equal(nessie_store(C.ctx[RETIRED], NESSIE_SET, "k", 1, "x", 1, 0, 0, 0, NULL),
                      NESSIE_FABRIC_ERROR);
