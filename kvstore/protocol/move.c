@@ -209,8 +209,7 @@ int proto_retire_copy(struct op *op, uint64_t w, uint64_t *copy)
  * writer may roll back to it: RPASS in the model), until it is over, taking it over if its writer
  * is gone; and at an unreadable one: the next run starts there again. A committed tombstone
  * naming r's data (a DELETE whose unlink failed) is taken out, which it stands for. With no
- * memory for the copy the pass waits for the evictor, or with eviction off evicts the entry, as
- * the mover does. Adds to *moved; returns true when
+ * memory for the copy the entry is evicted, as the mover does. Adds to *moved; returns true when
  * the slot is done. */
 static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t *moved)
 {
@@ -268,14 +267,6 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
         }
         uint64_t copy;
         rc = proto_retire_copy(&op, w, &copy);
-        if (rc == NESSIE_NO_MEMORY && !nd->cfg.no_evict) {
-            /* A cache with eviction on makes room as for a write: the evictor is woken and the
-             * pass tries the slot again on its next run, so the retired node's values are kept
-             * and colder ones go instead. */
-            proto_finish(&op, rc);
-            nessie_pressure(nd);
-            return false;
-        }
         if (rc == NESSIE_NO_MEMORY) {
             proto_finish(&op, rc);
             unsigned char key[NESSIE_KEY_MAX]; /* the fetch buffer is the eviction's too */
