@@ -100,6 +100,16 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         result = A_DONE;
         goto out;
     }
+    /* A committed tombstone still linked: its DELETE took effect at its commit, and its step 6
+     * (A.1.5: unlink the tombstone) failed or has not run yet. Taking it out by CAS on the exact
+     * word is that step, done on its behalf, recycling it as the DELETE would (only the CAS's
+     * winner does): the key reads absent either way. Taken for an entry in progress, it was
+     * waited for until the key's next write, for good if none came: a change of membership's
+     * pass stopped at it and the change never ended (test_elastic). */
+    if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
+        result = proto_take_back(op, src, sv, true, status);
+        goto out;
+    }
     /* Step 2.4: never move an entry an operation is writing. */
     if (!dte_readable(&v.h)) {
         if (proto_is_orphan(op, sv, &v.h)) {

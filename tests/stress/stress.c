@@ -269,6 +269,7 @@ struct shared {
         _Atomic uint64_t phase_ns[CHANGES_MAX * 4];
         _Atomic uint64_t moved[CHANGES_MAX][64];
         _Atomic int stop_retired, retired_idle;
+        _Atomic uint64_t move_left[64]; /* each node's entries left to judge in its pass */
     } chg;
 };
 
@@ -834,6 +835,7 @@ static void *changer_main(void *p)
         }
         if (phase == 2 && acked < have && now >= last_ns + 2 * span_ns) {
             atomic_fetch_add(&sh->chg.moved[gen][c->id], nessie_move_run(ctx, 1024));
+            atomic_store(&sh->chg.move_left[c->id], nessie_move_left(c->node));
             if (nessie_move_over(c->node))
                 atomic_store(&sh->chg.acked[c->id], have);
         }
@@ -852,6 +854,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
 {
     struct nessie_config cfg;
     struct nessie_node *node;
+    signal(SIGTERM, SIG_DFL); /* the parent's report is the parent's */
     config_for(&cfg, id);
     if (nessie_node_open(&cfg, &node) != NESSIE_OK) {
         sh->node[id].failed = 1;
@@ -1448,6 +1451,38 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
     return violations;
 }
 
+/* SIGTERM to the parent (run-unit's timeout, or an operator): say where every node is, so a run
+ * that hung says where it hung, then end it. The handler only sets the flag; the parent's loop
+ * reports (stdio is not for handlers). */
+static volatile sig_atomic_t stress_term;
+
+static void stress_on_term(int sig)
+{
+    (void)sig;
+    stress_term = 1;
+}
+
+/* Print each node's state to stderr: its threads' progress, the change's steps it installed and
+ * acknowledged, its pass's entries left, and the barriers it reached. Never changes anything. */
+static void hang_report(const pid_t *pids, uint64_t t0)
+{
+    fprintf(stderr, "nessie-stress: stopped after %.1f s; change step %d%s%s%s\n",
+            (double)(nessie_mono_ns() - t0) / 1e9, atomic_load(&sh->chg.phase),
+            atomic_load(&sh->chg.failed) ? ", failed" : "",
+            atomic_load(&sh->chg.stop_retired) ? ", retired node told to stop" : "",
+            atomic_load(&sh->chg.retired_idle) ? ", retired node idle" : "");
+    for (int n = 0; n < all_nodes; n++) {
+        fprintf(stderr, "nessie-stress:   node %d: pid %d, installed %d, acked %d, move left %" PRIu64
+                        ", finished %d, quiet %d, ops",
+                n, (int)pids[n], atomic_load(&sh->chg.installed[n]), atomic_load(&sh->chg.acked[n]),
+                atomic_load(&sh->chg.move_left[n]), atomic_load(&sh->finished[n]),
+                atomic_load(&sh->quiet[n]));
+        for (int t = 0; t < opt_threads && t < 64; t++)
+            fprintf(stderr, " %" PRIu64 "/%" PRIu64, atomic_load(&sh->next[n][t]), per_thread);
+        fputc('\n', stderr);
+    }
+}
+
 int main(int argc, char **argv)
 {
     GError *err = NULL;
@@ -1578,6 +1613,9 @@ int main(int argc, char **argv)
     if (opt_lose_at)
         atomic_store_explicit(&sh->views.epoch, 1, memory_order_release);
     uint64_t t0 = nessie_mono_ns();
+    struct sigaction term = {.sa_handler = stress_on_term}; /* no SA_RESTART: waitpid returns */
+    sigemptyset(&term.sa_mask);
+    sigaction(SIGTERM, &term, NULL);
     atomic_store(&sh->go, 1);
     int failed = 0, running = opt_nodes;
     uint64_t restarts = 0, crash_rng = (uint64_t)opt_seed * 2654435761u + 7;
@@ -1605,6 +1643,13 @@ int main(int argc, char **argv)
     bool add_started = false;
     while (running > 0) {
         int st;
+        if (stress_term) {
+            hang_report(pids, t0);
+            for (int n = 0; n < all_nodes; n++)
+                if (pids[n] > 0)
+                    kill(pids[n], SIGKILL);
+            return 124;
+        }
         if (add_ns && !add_started) {
             if (nessie_mono_ns() >= add_ns) {
                 add_started = true;
