@@ -178,8 +178,9 @@ static const struct cfg_key schema[] = {
      "static: the members are nodes 0..nodes-1, always (no view; no coordination service).\n"
      "etcd: each daemon holds an etcd lease and registers under /nessie/<name>/members/<ID>; a\n"
      "member whose lease lapses is removed by a view change written through etcd (a transaction),\n"
-     "never by one peer's suspicion, and every daemon installs each view it reads. In this slice\n"
-     "the view is kept and shown (nessie-stat, memcstat); the calls do not use it yet."},
+     "never by one peer's suspicion, and every daemon installs each view it reads: the calls plan\n"
+     "their keys on it (a member removed from it holds no positions; a call that needs one waits\n"
+     "for the view that removes it), and nodes are added and retired through it (nessie-cluster)."},
     {"membership", "endpoints", CFG_STR, 0, 511, "", "http://10.0.0.1:2379, http://10.0.0.2:2379",
      NULL, F(etcd_endpoints),
      "etcd only: the etcd cluster's client URLs (its v3 JSON gateway), comma-separated, tried in\n"
