@@ -23,13 +23,18 @@
 #            entries of node 3's positions move to it, node 2's values are relocated and its index
 #            entries moved out over verbs, while checked calls run; its remove: line must show
 #            something moved
+#   cluster  nessie-cluster add and remove over verbs (issue 30): three reception daemons with
+#            `fabric = verbs` and a private etcd (payload's etcd, etcdctl), node-id capacity 5
+#            (addresses for every id in the config); node 3 added and then node 1 retired, each
+#            under a checked load (wire-client load) on every member: no call fails, none reads an
+#            older value or misses what it wrote; every key reads its value through every member
 #   shim     a 3-daemon cluster with `fabric = verbs` serving unmodified libmemcached clients
 #            (memccp, memccat, memcstat from libmemcached-tools) through libdeception.so, and
 #            loadgen checking every value it reads
 # Prints one line per step and a summary; exits non-zero if any step failed.
 # Environment: STRESS_OPS (default 20000), CRASH_OPS (default 8000), DEAD_OPS (default 20000),
 # LOST_OPS (default 20000), EVICT_OPS (default 20000), SD_OPS (default 20000), SD_CRASH_OPS (default 3000), ELASTIC_OPS (default 20000), RXE_STEPS (default "fabric stress crash
-# dead lost evict sd elastic shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
+# dead lost evict sd elastic cluster shim"), STEP_LIMIT (seconds, default 900), TSAN_OPTIONS (a ThreadSanitizer
 # build: test-rxe.sh sets it).
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$self")"
@@ -124,6 +129,87 @@ elastic() {
         { echo "elastic: the retire moved nothing"; return 1; }
 }
 
+# cluster: the daemons' side of issue 30 over verbs, as an operator runs it on one host.
+cluster() {
+    export NESSIE_RECEPTION=$PWD/reception
+    d=/tmp/cluster
+    mkdir -p $d
+    command -v etcd >/dev/null && command -v etcdctl >/dev/null ||
+        { echo "cluster: no etcd or etcdctl in the payload (tools/install-deps on the host)"; return 1; }
+    addrs="$RXE_IP:7600, $RXE_IP:7601, $RXE_IP:7602, $RXE_IP:7603, $RXE_IP:7604"
+    ./reception --print-config --set cluster.name=elastic --set cluster.nodes=3 \
+        --set cluster.node_ids=5 --set cluster.fabric=verbs --set cluster.index_slots=4096 \
+        --set cluster.data_bytes=16777216 --set cluster.max_item_size=65536 \
+        --set cluster.evict=false --set cluster.expiration_ms=200 --set membership.lease_s=10 \
+        --set "cluster.addresses=$addrs" --set reception.workers=1 >$d/nessie.conf || return 1
+    fail() { echo "cluster: FAIL: $*"; grep -h -E "warn|error" $d/node*.log | head -20; ./nessie-cluster stop --dir $d >/dev/null 2>&1; return 1; }
+    ./nessie-cluster start --nodes 3 --dir $d --config $d/nessie.conf --membership etcd >/dev/null ||
+        { fail "start: $(tail -n 3 $d/node*.log $d/etcd/etcd.log 2>/dev/null)"; return 1; }
+    KEYS=50
+    i=0
+    while [ $i -lt $KEYS ]; do
+        ./wire-client -s $d/node$((i % 3)).sock set "e$i" "v-e$i" >/dev/null || { fail "SET e$i"; return 1; }
+        i=$((i + 1))
+    done
+    # keys_read NODES WHEN: every key reads its value through each of NODES.
+    keys_read() {
+        for n in $1; do
+            i=0
+            while [ $i -lt $KEYS ]; do
+                got=$(./wire-client -s $d/node$n.sock get "e$i" 2>&1) || true
+                [ "$got" = "v-e$i" ] || { fail "$2, node $n: GET e$i: $got (want v-e$i)"; return 1; }
+                i=$((i + 1))
+            done
+        done
+    }
+    # load_start ID-BASE NODES: a checked load through each of NODES; load_check NODES WHAT.
+    load_start() {
+        for n in $2; do
+            ./wire-client -s $d/node$n.sock load --id $(($1 + n)) --keys 32 --ops 100000000 \
+                --seconds 30 --max-value 512 --seed 7 >$d/load$n.out 2>&1 &
+            echo $! >$d/load$n.pid
+        done
+    }
+    load_check() {
+        for n in $1; do
+            wait "$(cat $d/load$n.pid)" || { fail "node $n's checked load across the $2: $(tail -n 3 $d/load$n.out)"; return 1; }
+            line=$(tail -n 1 $d/load$n.out)
+            case $line in *" errors=0 "*" violations=0 lost=0 "*) ;; *) fail "node $n's load across the $2: $line"; return 1 ;; esac
+            echo "cluster: node $n's load across the $2: $line"
+        done
+    }
+    # One checked load at a time: the guest has one emulated CPU for the daemons, etcd, the
+    # load and nessie-cluster's etcdctl polls (each a Go process start, costly under TCG).
+    export NESSIE_CLUSTER_POLL_S=1
+    echo "cluster: $(date +%T) $KEYS keys stored; add under load"
+    load_start 0 "0"
+    sleep 1
+    ./nessie-cluster add --dir $d --timeout 120 >$d/add.out 2>&1 || { fail "add: $(cat $d/add.out)"; return 1; }
+    sed 's/^/cluster: /' $d/add.out
+    grep -q "^node 3: added in" $d/add.out || { fail "add did not say node 3 was added"; return 1; }
+    load_check "0" add || return 1
+    keys_read "0 1 2 3" "after the add" || return 1
+    echo "cluster: $(date +%T) keys read back; retire under load"
+    load_start 10 "3"
+    sleep 1
+    ./nessie-cluster remove --node 1 --dir $d --timeout 120 >$d/remove.out 2>&1 ||
+        { fail "remove: $(cat $d/remove.out)"; return 1; }
+    sed 's/^/cluster: /' $d/remove.out
+    grep -q "^node 1: retired in" $d/remove.out || { fail "remove did not say node 1 was retired"; return 1; }
+    load_check "3" retire || return 1
+    keys_read "0 2 3" "after the retire" || return 1
+    ! ./wire-client -s $d/node1.sock get e1 >/dev/null 2>&1 || { fail "node 1 still answers after its retire"; return 1; }
+    moved=0
+    for n in 0 2 3; do
+        m=$(./wire-client -s $d/node$n.sock stats 2>/dev/null | sed -n 's/^STAT nessie_moved \([0-9]*\).*/\1/p')
+        moved=$((moved + ${m:-0}))
+    done
+    [ "$moved" -gt 0 ] || { fail "nothing moved"; return 1; }
+    ./nessie-cluster status --dir $d | sed 's/^/cluster: /'
+    ./nessie-cluster stop --dir $d >/dev/null
+    echo "cluster: node 3 added and node 1 retired over verbs under checked load; $KEYS keys read back through every member; $moved entries moved"
+}
+
 shim() {
     export NESSIE_RECEPTION=$PWD/reception NESSIE_SHIM=$PWD/libdeception.so NESSIE_STRICT=1
     d=/tmp/shim
@@ -159,7 +245,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd elastic shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd elastic cluster shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"

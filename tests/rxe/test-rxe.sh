@@ -10,7 +10,7 @@
 # Both by default. Prints a pass/fail summary; exits non-zero if anything failed.
 # Environment: BUILD (default build), SAN (see below); for the one-guest run STRESS_OPS,
 # CRASH_OPS, DEAD_OPS, LOST_OPS, EVICT_OPS, SD_OPS, SD_CRASH_OPS, ELASTIC_OPS (nessie-stress operations),
-# RXE_STEPS (a subset of "fabric stress crash dead lost evict sd elastic shim") and
+# RXE_STEPS (a subset of "fabric stress crash dead lost evict sd elastic cluster shim") and
 # STEP_LIMIT (seconds one step may take before it is killed with its processes, default 900).
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,6 +52,10 @@ payload() { # payload DIR GUEST-SCRIPT
         "$BUILD/bench/loadgen" "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" \
         "$here/tools/nessie-run" "$here/tests/rxe/checked-load" "$(command -v memccp)" \
         "$(command -v memccat)" "$(command -v memcstat)" "$1/"
+    # The cluster step's coordination service (Debian's etcd-server and etcd-client).
+    for f in etcd etcdctl; do
+        ! command -v $f >/dev/null || cp "$(command -v $f)" "$1/"
+    done
     cp "$2" "$1/run.sh"
     chmod +x "$1/run.sh"
 }

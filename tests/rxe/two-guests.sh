@@ -2,12 +2,16 @@
 # tests/rxe/two-guests.sh: the two-guest run of `make test-rxe` (tests/rxe/test-rxe.sh --two).
 # Boots guest A (10.77.1.1) and guest B (10.77.1.2) joined by a qemu socket netdev, rxe0 on each
 # one's eth0, and runs tests/rxe/wire-guest.sh on both: one Nessie cluster spread over the two,
-# so its RDMA traffic crosses a (virtual) wire. Exit 0 if both guests passed.
+# so its RDMA traffic crosses a (virtual) wire; then a second one, its view in an etcd on guest
+# A, that adds a node on B and retires one on A online (issue 30). Exit 0 if both guests passed.
 # Environment: BUILD (default build), WORK (a scratch directory, default a new one).
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+for f in etcd etcdctl; do
+    command -v $f >/dev/null || { echo "two-guests: $f missing (tools/install-deps)" >&2; exit 1; }
+done
 "$here/tools/rxe/build-image" --out "$BUILD/rxe" >/dev/null
 work=$(mktemp -d "${WORK:-/tmp}/nessie-two-guests-XXXXXX")
 apid=""
@@ -21,7 +25,8 @@ for role in a b; do
     mkdir -p "$work/$role"
     cp "$BUILD/reception" "$BUILD/libdeception.so" "$BUILD/bench/loadgen" \
         "$BUILD/tests/wire-client" "$here/tools/nessie-cluster" "$here/tools/nessie-run" \
-        "$here/tests/rxe/checked-load" "$(command -v memccp)" "$(command -v memccat)" "$work/$role/"
+        "$here/tests/rxe/checked-load" "$(command -v memccp)" "$(command -v memccat)" \
+        "$(command -v etcd)" "$(command -v etcdctl)" "$work/$role/"
     { echo '#!/bin/sh'; echo "export ROLE=$role"; tail -n +2 "$here/tests/rxe/wire-guest.sh"; } \
         >"$work/$role/run.sh"
     chmod +x "$work/$role/run.sh"
