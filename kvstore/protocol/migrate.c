@@ -24,7 +24,7 @@ static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
 }
 
 /* protocol.h has the contract. */
-enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
+enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
                              int *status)
 {
     if (attempt_expired(op)) { /* Step 0, before a CAS */
@@ -36,9 +36,10 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, bool recy
         return A_DONE;
     if (!ok)
         return A_RETRY;
-    if (recycle)
+    if (how & TAKE_RECYCLE)
         nessie_recycle(op->ctx, sv);
-    CTR_ADD(OPC(op->ctx).lost_entries, 1);
+    if (how & TAKE_LOST)
+        CTR_ADD(OPC(op->ctx).lost_entries, 1);
     *status = NESSIE_OK;
     return A_DONE;
 }
@@ -81,7 +82,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * CAS on the exact word as an eviction does (nothing to recycle: its memory is the lost
      * node's). A miss for its key, which a cache may answer at any time. */
     if (mship_lost(&nd->view, ite_node(sv))) {
-        result = proto_take_back(op, src, sv, false, status);
+        result = proto_take_back(op, src, sv, TAKE_LOST, status);
         goto out;
     }
     struct dte_view v;
@@ -102,12 +103,13 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     }
     /* A committed tombstone still linked: its DELETE took effect at its commit, and its step 6
      * (A.1.5: unlink the tombstone) failed or has not run yet. Taking it out by CAS on the exact
-     * word is that step, done on its behalf, recycling it as the DELETE would (only the CAS's
-     * winner does): the key reads absent either way. Taken for an entry in progress, it was
+     * word is that step, done on its behalf, recycling it as the DELETE would (a second mark of
+     * one entry's life, after a CAS whose answer was lost, is ignored: memory/recycle.c): the key
+     * reads absent either way. Taken for an entry in progress, it was
      * waited for until the key's next write, for good if none came: a change of membership's
      * pass stopped at it and the change never ended (test_elastic). */
     if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
-        result = proto_take_back(op, src, sv, true, status);
+        result = proto_take_back(op, src, sv, TAKE_RECYCLE, status);
         goto out;
     }
     /* Step 2.4: never move an entry an operation is writing. */
@@ -143,7 +145,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
             count_abort(op, NESSIE_ABORT_MIGRATE);
             goto out;
         }
-        result = proto_take_back(op, src, sv, true, status);
+        result = proto_take_back(op, src, sv, TAKE_RECYCLE | TAKE_LOST, status);
         goto out;
     }
     uint64_t dst = UINT64_MAX, dv = 0;

@@ -72,7 +72,7 @@ static bool take_back_dup(struct nessie_ctx *ctx, uint64_t pos, uint64_t w)
     int status = NESSIE_FABRIC_ERROR;
     enum attempt r = A_DONE;
     if (proto_view_current(&op))
-        r = proto_take_back(&op, pos, w, true, &status);
+        r = proto_take_back(&op, pos, w, TAKE_RECYCLE, &status);
     proto_finish(&op, r == A_DONE ? status : NESSIE_EXISTS);
     return r == A_DONE && status == NESSIE_OK;
 }
@@ -259,7 +259,7 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
         }
         if (v.h.kind == DTE_KIND_TOMBSTONE) {
             int status = NESSIE_OK;
-            enum attempt a = proto_take_back(&op, pos, w, true, &status);
+            enum attempt a = proto_take_back(&op, pos, w, TAKE_RECYCLE, &status);
             proto_finish(&op, a == A_DONE ? status : NESSIE_EXISTS);
             if (a == A_DONE && status != NESSIE_OK)
                 return false;

@@ -323,13 +323,17 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
 
 /*
  * Take the room of an entry back in place, by CAS on the exact word sv at position src as an
- * eviction does, and recycle its entry if recycle (not when its memory is a lost node's): for a
- * source whose value is lost to its key (issue 28: its value was on a fenced node, or it is a
- * rejoin's orphan), and a duplicate the mover cannot place (move.c). Counted as a lost entry.
- * Returns A_DONE (*status set: NESSIE_OK once the slot is empty, or the fabric's error), or
- * A_RETRY when the attempt outlived its period or the word changed meanwhile (nothing done).
+ * eviction does: for a source whose value is lost to its key (issue 28: its value was on a fenced
+ * node, or it is a rejoin's orphan), a duplicate the mover cannot place, and a linked committed
+ * tombstone (its DELETE's unlink, done on its behalf). how: TAKE_RECYCLE recycles its entry (not
+ * when its memory is a lost node's); TAKE_LOST counts it as a lost entry (its value lost to its
+ * key: a tombstone or a duplicate is not). Returns A_DONE (*status set: NESSIE_OK once the slot is
+ * empty, or the fabric's error), or A_RETRY when the attempt outlived its period or the word
+ * changed meanwhile (nothing done).
  */
-enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, bool recycle,
+#define TAKE_RECYCLE 1u
+#define TAKE_LOST 2u
+enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
                              int *status);
 
 /*
