@@ -740,21 +740,26 @@ static enum fab_fault unlink_fault(void *user, struct fab_ep *ep, const struct f
                : FAB_FAULT_NONE;
 }
 
-/* Linked committed tombstones in node n's index (DELETEs whose unlink failed). */
+/* Whether slot s of node n's index links a committed tombstone (a DELETE whose unlink failed). */
+static bool linked_tombstone(uint32_t n, uint64_t s)
+{
+    uint64_t w;
+    struct dte_hdr h;
+    assert_int_equal(fab_local_read(C.node[n]->fab, FAB_REGION_INDEX, s * 8, &w, 8), FAB_OK);
+    if (ite_empty(w))
+        return false;
+    assert_int_equal(fab_local_read(C.node[ite_node(w)]->fab, FAB_REGION_DATA, ite_offset(w), &h,
+                                    sizeof(h)),
+                     FAB_OK);
+    return (h.state & DTE_COMMITTED) && h.kind == DTE_KIND_TOMBSTONE;
+}
+
+/* Linked committed tombstones in node n's index. */
 static uint64_t tombstones_in(uint32_t n)
 {
     uint64_t c = 0;
-    for (uint64_t s = 0; s < C.node[n]->cfg.index_slots; s++) {
-        uint64_t w;
-        struct dte_hdr h;
-        assert_int_equal(fab_local_read(C.node[n]->fab, FAB_REGION_INDEX, s * 8, &w, 8), FAB_OK);
-        if (ite_empty(w))
-            continue;
-        assert_int_equal(fab_local_read(C.node[ite_node(w)]->fab, FAB_REGION_DATA,
-                                        ite_offset(w), &h, sizeof(h)),
-                         FAB_OK);
-        c += (h.state & DTE_COMMITTED) && h.kind == DTE_KIND_TOMBSTONE;
-    }
+    for (uint64_t s = 0; s < C.node[n]->cfg.index_slots; s++)
+        c += linked_tombstone(n, s);
     return c;
 }
 
@@ -793,17 +798,8 @@ static int tombstones_leaving(void)
         for (uint32_t j = 0; j < kp.n; j++) {
             if (kp.role[j] != KEY_LEAVING)
                 continue;
-            const uint32_t n = (uint32_t)(kp.pos[j] / C.node[0]->cfg.index_slots);
-            const uint64_t s = kp.pos[j] % C.node[0]->cfg.index_slots;
-            uint64_t w;
-            struct dte_hdr h;
-            assert_int_equal(fab_local_read(C.node[n]->fab, FAB_REGION_INDEX, s * 8, &w, 8), FAB_OK);
-            if (ite_empty(w))
-                continue;
-            assert_int_equal(fab_local_read(C.node[ite_node(w)]->fab, FAB_REGION_DATA,
-                                            ite_offset(w), &h, sizeof(h)),
-                             FAB_OK);
-            c += (h.state & DTE_COMMITTED) && h.kind == DTE_KIND_TOMBSTONE;
+            const uint64_t slots = C.node[0]->cfg.index_slots;
+            c += linked_tombstone((uint32_t)(kp.pos[j] / slots), kp.pos[j] % slots);
         }
     }
     return c;
