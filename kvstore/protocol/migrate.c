@@ -105,9 +105,9 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
      * (A.1.5: unlink the tombstone) failed or has not run yet. Taking it out by CAS on the exact
      * word is that step, done on its behalf, recycling it as the DELETE would (a second mark of
      * one entry's life, after a CAS whose answer was lost, is ignored: memory/recycle.c): the key
-     * reads absent either way. Taken for an entry in progress, it was
-     * waited for until the key's next write, for good if none came: a change of membership's
-     * pass stopped at it and the change never ended (test_elastic). */
+     * reads absent either way. Taken for an entry in progress, it was waited for until the key's
+     * next write, for good if none came: a change of membership's pass stopped at it and the
+     * change never ended (test_elastic). */
     if ((v.h.state & DTE_COMMITTED) && v.h.kind == DTE_KIND_TOMBSTONE) {
         result = proto_take_back(op, src, sv, TAKE_RECYCLE, status);
         goto out;

@@ -1643,13 +1643,8 @@ int main(int argc, char **argv)
     bool add_started = false;
     while (running > 0) {
         int st;
-        if (stress_term) {
-            hang_report(pids, t0);
-            for (int n = 0; n < all_nodes; n++)
-                if (pids[n] > 0)
-                    kill(pids[n], SIGKILL);
-            return 124;
-        }
+        if (stress_term)
+            break;
         if (add_ns && !add_started) {
             if (nessie_mono_ns() >= add_ns) {
                 add_started = true;
@@ -1829,12 +1824,15 @@ int main(int argc, char **argv)
         if (pids[n] == 0)
             _exit(node_main((uint32_t)n, true, false));
     }
-    /* A SIGTERM that came as the last node ended (run-unit's timeout signals every process of
-     * the run, and the parent may reap them all first) is reported too; one that comes during
-     * the check from here on ends the run as it always did. */
+    /* A SIGTERM stops the run where it is (one that came as the last node ended too: run-unit's
+     * timeout signals every process of the run, and the parent may reap them all first); one
+     * that comes during the check from here on ends the run as it always did. */
     signal(SIGTERM, SIG_DFL);
     if (stress_term) {
         hang_report(pids, t0);
+        for (int n = 0; n < all_nodes; n++)
+            if (pids[n] > 0)
+                kill(pids[n], SIGKILL);
         return 124;
     }
     uint64_t end_ns = nessie_mono_ns();
