@@ -8,7 +8,8 @@
 # daemon's nessie_moved); the daemons logged the change; nessie-stat shows it. A second add (node
 # 4) with no load; node 3 restarted alone reads the placed members from etcd and serves. An add on
 # a cluster with static membership is refused with a clear error, and changes nothing; an add left
-# half-way is carried on by the next. Then `nessie-cluster remove --node 1` retires node 1 under
+# half-way is carried on by the next. A remove that cannot read the members' acknowledgements
+# stops at its timeout, the change in progress. Then `nessie-cluster remove --node 1` retires node 1 under
 # checked load on the others (and its own, until shortly before the commit): no call fails or
 # reads an older value, every key reads its value through every other node afterwards, node 1's
 # daemon is stopped and its tables removed, and status says it is retired.
@@ -139,6 +140,24 @@ got=$("$client" -s "$dir/node5.sock" get e7 2>&1) || true
     fail "the change key is still there after the carried-on add"
 echo "elastic: an add left at its announce phase carried on: $(tail -n 1 "$dir/add3.out")"
 
+# A retire whose acknowledgements cannot be read (every etcd read of the cluster's keys fails):
+# it must not pass for acknowledged. The remove gives up at its timeout, saying why, and leaves
+# the change at its announce phase; the retire below carries it on.
+mkdir -p "$dir/badbin"
+cat >"$dir/badbin/etcdctl" <<EOF
+#!/bin/sh
+case " \$* " in *" get --prefix "*) echo "etcdctl (test): refused" >&2; exit 1 ;; esac
+exec $(command -v etcdctl) "\$@"
+EOF
+chmod +x "$dir/badbin/etcdctl"
+if out=$(PATH="$dir/badbin:$PATH" "$cluster" remove --node 1 --dir "$dir" --timeout 3 2>&1); then
+    fail "a remove whose acknowledgements could not be read succeeded: $out"
+fi
+case $out in *"change 4: its announce phase could not be read from etcd"*) ;; *) fail "remove with etcd unreadable: $out" ;; esac
+got=$(ETCDCTL_API=3 etcdctl --endpoints="$url" get --print-value-only "/nessie/$name/change")
+[ "$got" = "4 retire 1 announce" ] || fail "after the remove that could not read etcd, the change is \"$got\""
+echo "elastic: a retire whose acknowledgements could not be read stopped at its announce phase: ${out##*nessie-cluster: }"
+
 # A retire under load: node 1 leaves the six members. The checked loads of nodes 0, 2 and 3 run
 # across it; node 1's own load runs through its announce and into its move phase (its writes run
 # on the others then), and ends before the commit, after which node 1 serves nothing.
@@ -155,6 +174,8 @@ sleep 0.5
 "$cluster" remove --node 1 --dir "$dir" >"$dir/remove.out" 2>&1 || fail "nessie-cluster remove: $(cat "$dir/remove.out")"
 sed 's/^/elastic: /' "$dir/remove.out"
 grep -q "^node 1: retired in" "$dir/remove.out" || fail "remove did not say node 1 was retired"
+grep -q "change 4 (node 1) is in progress at its announce phase: carrying it on" "$dir/remove.out" ||
+    fail "remove did not carry the stopped retire on"
 for n in 1 0 2 3; do
     eval "wait \$rload$n" || fail "node $n's checked load saw a violation: $(tail -n 3 "$dir/rload$n.out")"
     line=$(tail -n 1 "$dir/rload$n.out")
