@@ -179,7 +179,8 @@ cluster() {
         done
     }
     # One checked load at a time: the guest has one emulated CPU for the daemons, etcd, the
-    # load and nessie-cluster's etcdctl polls (each a Go process start, costly under TCG).
+    # load and nessie-cluster's etcdctl processes (each a Go process start, costly under TCG:
+    # its reads again, when one failed, only every second).
     export NESSIE_CLUSTER_POLL_S=1
     echo "cluster: $(date +%T) $KEYS keys stored; add under load"
     load_start 0 "0"
