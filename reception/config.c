@@ -173,6 +173,27 @@ static const struct cfg_key schema[] = {
      "%u is replaced by the node ID."},
     {"reception", "socket_mode", CFG_OCTAL, 0, 0777, "0600", NULL, NULL, F(socket_mode),
      "Who may connect: the daemon's user only (peer credentials are checked as well)."},
+    {"reception", "memcached_port", CFG_U32, 0, 65535, "0", "11211", NULL, F(memcached_port),
+     "The memcached protocol on TCP, for clients that do not use libmemcached (pymemcache,\n"
+     "gomemcache, spymemcached, proxies): node N listens on this port + N. 0: off (the default:\n"
+     "every request on it runs with the daemon's rights, and it has no authentication)."},
+    {"reception", "memcached_addr", CFG_STR, 1, 63, "127.0.0.1", "0.0.0.0", NULL,
+     F(memcached_addr),
+     "The address the memcached port listens on, numeric (IPv4 or IPv6). Only this host by\n"
+     "default: another address only when the operator writes it."},
+    {"reception", "memcached_threads", CFG_U32, 1, 256, "2", NULL, NULL, F(memcached_threads),
+     "Threads running the memcached port's connections; each runs its connections' requests\n"
+     "itself, start to end."},
+    {"reception", "max_connections", CFG_U32, 1, 1 << 20, "1024", NULL, NULL, F(max_connections),
+     "Connections the memcached port keeps open at most (memcached's -c, same default); one\n"
+     "more is answered \"ERROR Too many open connections\" and closed, as memcached does."},
+    {"reception", "idle_timeout_s", CFG_U32, 0, 1 << 24, "0", NULL, NULL, F(idle_timeout_s),
+     "A memcached-port connection that sends and reads nothing this long is closed (memcached's\n"
+     "-o idle_timeout; 0: never, its default)."},
+    {"reception", "partial_timeout_s", CFG_U32, 0, 1 << 24, "60", NULL, NULL,
+     F(partial_timeout_s),
+     "A memcached-port connection whose request is begun and not finished this long (a line\n"
+     "with no end, a value short of its length) is closed: it holds up to an item's memory."},
 
     {"membership", "mode", CFG_ENUM, 0, 0, "static", NULL, "static|etcd", F(membership),
      "static: the members are nodes 0..nodes-1, always (no view; no coordination service).\n"

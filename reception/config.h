@@ -39,6 +39,12 @@ struct recep_config {
     char socket_name[108]; /* [reception] socket: relative to run_dir unless absolute; %u = node */
     char run_dir[256];
     char socket_path[108]; /* sun_path's size */
+    /* The memcached protocol on TCP (tcp.c; issue 32). */
+    uint32_t memcached_port;  /* 0: off; node N listens on it + N */
+    char memcached_addr[64];
+    uint32_t memcached_threads;
+    uint32_t max_connections;
+    uint32_t idle_timeout_s, partial_timeout_s;
     /* [membership] (issue 28, reception/members.c): who agrees the cluster's view. */
     enum recep_membership { RECEP_MEMBERSHIP_STATIC = 0, RECEP_MEMBERSHIP_ETCD } membership;
     char etcd_endpoints[512]; /* http://HOST:PORT, ... : etcd's v3 gateway */

@@ -29,6 +29,7 @@
 #include "recycler.h"
 #include "sdserver.h"
 #include "stats.h"
+#include "tcp.h"
 #include "worker.h"
 
 /* Fatal signals: print the stack with libunwind, then die of the same signal (a core, if
@@ -228,9 +229,26 @@ int main(int argc, char **argv)
                                            .socket_mode = cfg.socket_mode,
                                            .arena_bytes = cfg.arena_bytes,
                                            .max_channels = cfg.max_channels};
+    /* The memcached port (issue 32), when configured: before the Receptionist, which is last. */
+    struct recep_tcp *tcp = NULL;
+    if (cfg.memcached_port) {
+        if (cfg.memcached_port + (uint32_t)node > 65535) {
+            log_error("reception: [reception] memcached_port %u + node %d is past port 65535",
+                      cfg.memcached_port, node);
+            goto out_stats;
+        }
+        struct recep_tcp_config tc = {.addr = cfg.memcached_addr,
+                                      .port = cfg.memcached_port + (uint32_t)node,
+                                      .threads = cfg.memcached_threads,
+                                      .max_connections = cfg.max_connections,
+                                      .idle_s = cfg.idle_timeout_s,
+                                      .partial_s = cfg.partial_timeout_s};
+        if (recep_tcp_start(nd, &tc, stats, &tcp) != 0)
+            goto out_stats;
+    }
     struct recep_receptionist *recept;
     if (recep_receptionist_start(&rc, nd, workers, cfg.workers, stats, &recept) != 0)
-        goto out_stats;
+        goto out_tcp;
     char pidfile[300];
     snprintf(pidfile, sizeof(pidfile), "%s/node%d.pid", cfg.run_dir, node);
     FILE *pf = fopen(pidfile, "w");
@@ -253,6 +271,8 @@ int main(int argc, char **argv)
 
     unlink(pidfile);
     recep_receptionist_stop(recept);
+out_tcp:
+    recep_tcp_stop(tcp);
 out_stats:
     recep_stats_stop(stats);
 out_workers:

@@ -2,6 +2,7 @@
  * stats.c - counters aggregation and rendering.
  */
 #include "stats.h"
+#include "tcp.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -151,11 +152,18 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         asleep += ws.asleep;
         requests += ws.requests;
     }
-    STAT_U("curr_connections", channels);
+    /* The memcached port's connections (tcp.c) count as memcached counts its own. */
+    struct recep_tcp_counts tc;
+    recep_tcp_counts(&tc);
+    if (tc.max)
+        STAT_U("max_connections", tc.max);
+    STAT_U("curr_connections", channels + tc.curr);
     /* memcached counts every connection it accepted: a channel is one, and so is each time a
      * client's handle reconnected after memcached_quit. */
     STAT_U("total_connections", __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED) +
-                                    recep_channel_reconnects());
+                                    recep_channel_reconnects() + tc.total);
+    if (tc.max)
+        STAT_U("rejected_connections", tc.rejected);
     STAT_U("threads", st->nworkers);
     const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],
                                     *d = &c.op[NESSIE_OPK_DELETE];

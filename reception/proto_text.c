@@ -1,0 +1,544 @@
+/*
+ * proto_text.c - memcached's text protocol on the engine (proto_text.h).
+ *
+ * The grammar and the answers are memcached 1.6.18's (its proto_text.c, read, not copied), down
+ * to its quirks, because its clients are written against them: a line ends at its first NUL
+ * (memcached tokenizes with strlen, so "incr \0 1" is "incr" alone: ERROR); runs of spaces are
+ * one separator; a "\r" before the "\n" is dropped unless it is the whole line; "noreply" is the
+ * last token and silences every answer of its request, errors included; a storage command's
+ * data that does not end in "\r\n" is "CLIENT_ERROR bad data chunk" and what follows it is read
+ * as the next command; a value over the item limit is answered at once and its data swallowed,
+ * and a SET that fails so takes the key's old value out (memcached's "avoid stale data").
+ * tests/integration/tcp-transcript.cases holds the answers, compared byte for byte with a real
+ * memcached's.
+ *
+ * Each request runs through the same engine calls as a shim's (reception/channel.c); a multi-key
+ * get goes to nessie_get_multi, so its keys' reads go out together.
+ */
+#include "proto_text.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nessie/wire.h>
+
+#include "log.h"
+
+/* Tokens a command is split into at most (memcached's MAX_TOKENS); a get's further keys are
+ * read from the rest of its line. */
+#define TOKENS_MAX 24
+
+struct token {
+    char *v;
+    size_t len;
+};
+
+/* Split line (NUL-terminated, modified) at spaces as memcached does: runs of spaces are one
+ * separator, at most max - 1 tokens; t[n - 1] is the terminal token, whose v is the rest of the
+ * line not split (NULL when the whole line was). Returns n, the terminal token counted. */
+static size_t tokenize(char *line, struct token *t, size_t max)
+{
+    size_t n = 0;
+    char *s = line, *e = line;
+    for (; *e; e++) {
+        if (*e != ' ')
+            continue;
+        if (s != e) {
+            t[n].v = s;
+            t[n].len = (size_t)(e - s);
+            n++;
+            *e = '\0';
+            if (n == max - 1) {
+                s = ++e;
+                goto out;
+            }
+        }
+        s = e + 1;
+    }
+    if (s != e) {
+        t[n].v = s;
+        t[n].len = (size_t)(e - s);
+        n++;
+    }
+out:
+    t[n].v = *e ? e : NULL;
+    t[n].len = 0;
+    return n + 1;
+}
+
+/* memcached's number parsers (its util.c): a number ends at a space or the token's end; an
+ * unsigned one that wraps to negative is refused if written with a '-'. */
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+        return false;
+    if ((long long)v < 0 && strchr(s, '-'))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+        return false;
+    if ((long)v < 0 && strchr(s, '-'))
+        return false;
+    *out = (uint32_t)v; /* memcached keeps the low 32 bits too */
+    return true;
+}
+
+static bool parse_i32(const char *s, int32_t *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+        return false;
+    *out = (int32_t)v; /* memcached keeps the low 32 bits too */
+    return true;
+}
+
+/* The request being run: its answer is silenced by noreply. */
+struct req {
+    struct proto_conn *c;
+    bool noreply;
+};
+
+static void reply(struct req *r, const char *line)
+{
+    if (r->noreply)
+        return;
+    g_string_append(r->c->out, line);
+    g_string_append_len(r->c->out, "\r\n", 2);
+}
+
+/* memcached's set_noreply_maybe: the token before the terminal one. */
+static bool noreply_maybe(struct req *r, const struct token *t, size_t n)
+{
+    if (t[n - 2].v && strcmp(t[n - 2].v, "noreply") == 0)
+        r->noreply = true;
+    return r->noreply;
+}
+
+/* An engine outcome that is no answer of memcached's own: said plainly. */
+static const char *server_error(int rc)
+{
+    switch (rc) {
+    case NESSIE_TOO_BIG:
+        return "SERVER_ERROR object too large for cache";
+    case NESSIE_NO_MEMORY:
+    case NESSIE_INDEX_FULL:
+        return "SERVER_ERROR out of memory storing object";
+    case NESSIE_TIMEOUT:
+        return "SERVER_ERROR timed out: the outcome is unknown";
+    case NESSIE_FABRIC_ERROR:
+        return "SERVER_ERROR a node it needed could not be reached";
+    case NESSIE_BAD_KEY:
+        return "CLIENT_ERROR bad command line format";
+    default:
+        return "SERVER_ERROR internal error";
+    }
+}
+
+/* get, gets, gat, gats (and memcached's ancient bget): every key of the line, read together. */
+struct get_ctx {
+    struct proto_conn *c;
+    bool cas;
+    const char *const *keys;
+    const size_t *lens;
+    bool *hit; /* gat, gats: the keys to touch */
+};
+
+static void get_one(void *user, size_t i, int status, const struct nessie_item *it)
+{
+    struct get_ctx *g = user;
+    if (status != NESSIE_OK)
+        return; /* a miss, or a key the engine could not read: memcached shows neither */
+    if (g->hit)
+        g->hit[i] = true;
+    GString *o = g->c->out;
+    g_string_append_len(o, "VALUE ", 6);
+    g_string_append_len(o, g->keys[i], (gssize)g->lens[i]);
+    if (g->cas)
+        g_string_append_printf(o, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n", it->flags,
+                               it->value_len, it->version);
+    else
+        g_string_append_printf(o, " %" PRIu32 " %" PRIu32 "\r\n", it->flags, it->value_len);
+    g_string_append_len(o, it->value, it->value_len);
+    g_string_append_len(o, "\r\n", 2);
+}
+
+static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool touch)
+{
+    struct proto_conn *c = r->c;
+    size_t first = 1;
+    int32_t exptime = 0;
+    if (touch) {
+        if (!parse_i32(t[1].v, &exptime)) {
+            reply(r, "CLIENT_ERROR invalid exptime argument");
+            return;
+        }
+        first = 2;
+    }
+    /* The keys: those tokenized, then the rest of the line's (a multi-get may have any number). */
+    GPtrArray *keys = g_ptr_array_new();
+    GArray *lens = g_array_new(FALSE, FALSE, sizeof(size_t));
+    bool too_long = false;
+    for (size_t i = first; i < n - 1; i++) {
+        g_ptr_array_add(keys, t[i].v);
+        g_array_append_val(lens, t[i].len);
+    }
+    for (char *rest = t[n - 1].v; rest;) {
+        struct token more[TOKENS_MAX];
+        size_t m = tokenize(rest, more, TOKENS_MAX);
+        for (size_t i = 0; i < m - 1; i++) {
+            g_ptr_array_add(keys, more[i].v);
+            g_array_append_val(lens, more[i].len);
+        }
+        rest = more[m - 1].v;
+    }
+    size_t nk = keys->len;
+    /* memcached stops at a key too long and answers only the error. */
+    for (size_t i = 0; i < nk; i++)
+        if (g_array_index(lens, size_t, i) > NESSIE_KEY_MAX) {
+            too_long = true;
+            nk = i;
+            break;
+        }
+    struct get_ctx g = {.c = c, .cas = cas, .keys = (const char *const *)keys->pdata,
+                        .lens = (const size_t *)(void *)lens->data,
+                        .hit = touch && nk > 0 ? g_new0(bool, nk) : NULL};
+    gsize mark = c->out->len;
+    if (nk > 0)
+        nessie_get_multi(c->ctx, nk, (const void *const *)keys->pdata, g.lens, get_one, &g);
+    /* gat: the value as it was read, then its new expiry (memcached's order: a gat with a
+     * time already past returns the value once). */
+    for (size_t i = 0; g.hit && i < nk; i++)
+        if (g.hit[i])
+            nessie_touch(c->ctx, keys->pdata[i], g.lens[i], exptime);
+    g_free(g.hit);
+    if (too_long) {
+        g_string_truncate(c->out, mark);
+        reply(r, "CLIENT_ERROR bad command line format");
+    } else {
+        g_string_append_len(c->out, "END\r\n", 5);
+    }
+    g_ptr_array_free(keys, TRUE);
+    g_array_free(lens, TRUE);
+}
+
+/*
+ * set, add, replace, append, prepend, cas. Needs the line (line_len bytes, its "\n" included)
+ * and the data after it in in[0..avail). Returns the bytes consumed (line and data, or the line
+ * alone on an error memcached answers before the data), or 0 with c->need set when the data is
+ * not all there yet.
+ */
+static size_t run_store(struct req *r, struct token *t, size_t n, enum nessie_store_mode mode,
+                        const unsigned char *in, size_t line_len, size_t avail)
+{
+    struct proto_conn *c = r->c;
+    noreply_maybe(r, t, n);
+    if (t[1].len > NESSIE_KEY_MAX) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return line_len;
+    }
+    uint32_t flags;
+    int32_t exptime, vlen;
+    uint64_t cas = 0;
+    if (!parse_u32(t[2].v, &flags) || !parse_i32(t[3].v, &exptime) || !parse_i32(t[4].v, &vlen) ||
+        (mode == NESSIE_CAS && !parse_u64(t[5].v, &cas)) || vlen < 0 || vlen > INT_MAX - 2) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return line_len;
+    }
+    uint64_t data = (uint64_t)vlen + 2;
+    /* An item no node could hold: answered now, its data swallowed as it comes. The engine
+     * counts the item as memcached does (key + value + header), which the value alone
+     * bounds from below. */
+    if ((uint64_t)vlen > c->max_item_size) {
+        reply(r, "SERVER_ERROR object too large for cache");
+        if (mode == NESSIE_SET)
+            nessie_delete(c->ctx, t[1].v, t[1].len);
+        c->swallow = data;
+        return line_len;
+    }
+    if (avail - line_len < data) {
+        c->need = line_len + (size_t)data;
+        return 0;
+    }
+    const unsigned char *value = in + line_len;
+    if (value[vlen] != '\r' || value[vlen + 1] != '\n') {
+        reply(r, "CLIENT_ERROR bad data chunk");
+        return line_len + (size_t)data;
+    }
+    int rc = nessie_store(c->ctx, mode, t[1].v, t[1].len, value, (size_t)vlen, flags, exptime,
+                          cas, NULL);
+    switch (rc) {
+    case NESSIE_OK:
+        reply(r, "STORED");
+        break;
+    case NESSIE_NOT_STORED:
+        reply(r, "NOT_STORED");
+        break;
+    case NESSIE_EXISTS:
+        reply(r, "EXISTS");
+        break;
+    case NESSIE_NOT_FOUND:
+        reply(r, "NOT_FOUND");
+        break;
+    default:
+        /* memcached's rule: a SET that fails for want of room takes the old value out. */
+        if (mode == NESSIE_SET && (rc == NESSIE_TOO_BIG || rc == NESSIE_NO_MEMORY))
+            nessie_delete(c->ctx, t[1].v, t[1].len);
+        reply(r, server_error(rc));
+        break;
+    }
+    return line_len + (size_t)data;
+}
+
+static void run_arith(struct req *r, struct token *t, size_t n, bool incr)
+{
+    noreply_maybe(r, t, n);
+    if (t[1].len > NESSIE_KEY_MAX) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    uint64_t delta, result;
+    if (!parse_u64(t[2].v, &delta)) {
+        reply(r, "CLIENT_ERROR invalid numeric delta argument");
+        return;
+    }
+    int rc = nessie_arith(r->c->ctx, t[1].v, t[1].len, incr, delta, &result, NULL);
+    char num[24];
+    switch (rc) {
+    case NESSIE_OK:
+        snprintf(num, sizeof(num), "%" PRIu64, result);
+        reply(r, num);
+        break;
+    case NESSIE_NOT_FOUND:
+        reply(r, "NOT_FOUND");
+        break;
+    case NESSIE_NON_NUMERIC:
+        reply(r, "CLIENT_ERROR cannot increment or decrement non-numeric value");
+        break;
+    case NESSIE_NO_MEMORY:
+    case NESSIE_INDEX_FULL:
+        reply(r, "SERVER_ERROR out of memory");
+        break;
+    default:
+        reply(r, server_error(rc));
+        break;
+    }
+}
+
+static void run_delete(struct req *r, struct token *t, size_t n)
+{
+    if (n > 3) {
+        bool zero = strcmp(t[2].v, "0") == 0;
+        bool nr = noreply_maybe(r, t, n);
+        if (!((n == 4 && (zero || nr)) || (n == 5 && zero && nr))) {
+            reply(r, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+            return;
+        }
+    }
+    if (t[1].len > NESSIE_KEY_MAX) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    int rc = nessie_delete(r->c->ctx, t[1].v, t[1].len);
+    reply(r, rc == NESSIE_OK ? "DELETED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : server_error(rc));
+}
+
+static void run_touch(struct req *r, struct token *t, size_t n)
+{
+    noreply_maybe(r, t, n);
+    if (t[1].len > NESSIE_KEY_MAX) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    int32_t exptime;
+    if (!parse_i32(t[2].v, &exptime)) {
+        reply(r, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    int rc = nessie_touch(r->c->ctx, t[1].v, t[1].len, exptime);
+    reply(r, rc == NESSIE_OK ? "TOUCHED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : server_error(rc));
+}
+
+static void run_flush_all(struct req *r, struct token *t, size_t n)
+{
+    noreply_maybe(r, t, n);
+    int32_t delay = 0;
+    if (n != (r->noreply ? 3u : 2u) && !parse_i32(t[1].v, &delay)) {
+        reply(r, "CLIENT_ERROR invalid exptime argument");
+        return;
+    }
+    int rc = nessie_flush_delayed(r->c->ctx, delay);
+    reply(r, rc == NESSIE_OK ? "OK" : server_error(rc));
+}
+
+static void run_verbosity(struct req *r, struct token *t, size_t n)
+{
+    noreply_maybe(r, t, n);
+    uint32_t level;
+    if (!parse_u32(t[1].v, &level)) {
+        reply(r, "CLIENT_ERROR bad command line format");
+        return;
+    }
+    reply(r, "OK"); /* the daemon's log level is its own ([reception] and --verbose) */
+}
+
+static void run_stats(struct req *r, struct token *t, size_t n)
+{
+    (void)t;
+    if (n == 2 && r->c->stats) {
+        recep_stats_format(r->c->stats, r->c->out);
+        return;
+    }
+    /* Sub-commands (items, slabs, settings, reset, ...) are not kept by this daemon. */
+    reply(r, "ERROR");
+}
+
+/* Is the command token exactly s? */
+static bool is(const struct token *t, const char *s)
+{
+    return strcmp(t->v, s) == 0;
+}
+
+/*
+ * One request whose line is line[0..len) (the "\n" and a "\r" before it already cut off,
+ * NUL-terminated, modified), line_len the bytes it took in the input, in the input from the
+ * line's start with avail bytes. Returns the bytes consumed, or 0 (c->need set) to wait.
+ */
+static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in, size_t line_len,
+                       size_t avail)
+{
+    struct req r = {.c = c};
+    struct token t[TOKENS_MAX];
+    size_t n = tokenize(line, t, TOKENS_MAX);
+    /* Every command has a name of two bytes or more (memcached's rule). */
+    if (n < 2 || t[0].len < 2) {
+        reply(&r, "ERROR");
+        return line_len;
+    }
+#define WANT(cond)                                                                                 \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            reply(&r, "ERROR");                                                                    \
+            return line_len;                                                                       \
+        }                                                                                          \
+    } while (0)
+    if (t[0].len == 2 && t[0].v[0] == 'm') {
+        /* The meta commands: only mn (a no-op that flushes) so far. */
+        reply(&r, t[0].v[1] == 'n' ? "MN" : "ERROR");
+    } else if (is(&t[0], "get") || is(&t[0], "gets") || is(&t[0], "gat") || is(&t[0], "gats") ||
+        is(&t[0], "bget")) {
+        WANT(n >= 3);
+        run_get(&r, t, n, is(&t[0], "gets") || is(&t[0], "gats"),
+                is(&t[0], "gat") || is(&t[0], "gats"));
+    } else if (is(&t[0], "set") || is(&t[0], "add") || is(&t[0], "replace") ||
+               is(&t[0], "append") || is(&t[0], "prepend")) {
+        WANT(n == 6 || n == 7);
+        enum nessie_store_mode mode = is(&t[0], "set")       ? NESSIE_SET
+                                      : is(&t[0], "add")     ? NESSIE_ADD
+                                      : is(&t[0], "replace") ? NESSIE_REPLACE
+                                      : is(&t[0], "append")  ? NESSIE_APPEND
+                                                             : NESSIE_PREPEND;
+        return run_store(&r, t, n, mode, in, line_len, avail);
+    } else if (is(&t[0], "cas")) {
+        WANT(n == 7 || n == 8);
+        return run_store(&r, t, n, NESSIE_CAS, in, line_len, avail);
+    } else if (is(&t[0], "incr") || is(&t[0], "decr")) {
+        WANT(n == 4 || n == 5);
+        run_arith(&r, t, n, t[0].v[0] == 'i');
+    } else if (is(&t[0], "delete")) {
+        WANT(n >= 3 && n <= 5);
+        run_delete(&r, t, n);
+    } else if (is(&t[0], "touch")) {
+        WANT(n == 4 || n == 5);
+        run_touch(&r, t, n);
+    } else if (is(&t[0], "flush_all")) {
+        WANT(n >= 2 && n <= 4);
+        run_flush_all(&r, t, n);
+    } else if (is(&t[0], "version")) {
+        /* The memcached whose answers these are, as the shim's stats say it (wire.h). */
+        reply(&r, "VERSION " WIRE_COMPAT_VERSION);
+    } else if (is(&t[0], "quit")) {
+        c->close = true;
+    } else if (is(&t[0], "verbosity")) {
+        WANT(n == 3 || n == 4);
+        run_verbosity(&r, t, n);
+    } else if (is(&t[0], "stats")) {
+        run_stats(&r, t, n);
+    } else if (strncmp(t[n - 2].v, "HTTP/", 5) == 0) {
+        c->close = true; /* an HTTP request: memcached hangs up on it */
+    } else {
+        reply(&r, "ERROR");
+    }
+#undef WANT
+    return line_len;
+}
+
+/* Does the incomplete line at in[0..len) begin a get (which memcached lets grow past its line
+ * limit)? */
+static bool starts_get(const unsigned char *in, size_t len)
+{
+    size_t i = 0;
+    while (i < len && i <= 100 && in[i] == ' ')
+        i++;
+    if (i > 100)
+        return false;
+    return (len - i >= 4 && memcmp(in + i, "get ", 4) == 0) ||
+           (len - i >= 5 && memcmp(in + i, "gets ", 5) == 0);
+}
+
+size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len)
+{
+    size_t off = 0;
+    c->need = 0;
+    char small[PROTO_LINE_MAX + 1];
+    while (off < len && !c->close && c->out->len < c->out_max) {
+        if (c->swallow > 0) {
+            size_t k = len - off < c->swallow ? len - off : (size_t)c->swallow;
+            off += k;
+            c->swallow -= k;
+            continue;
+        }
+        const unsigned char *p = in + off;
+        size_t avail = len - off;
+        const unsigned char *nl = memchr(p, '\n', avail);
+        if (!nl) {
+            /* No whole line yet: past memcached's limit it is no command (but a get's). */
+            if (avail > PROTO_LINE_MAX &&
+                (!starts_get(p, avail) || avail > PROTO_GET_LINE_MAX)) {
+                c->close = true;
+                off = len;
+            }
+            break;
+        }
+        size_t line_len = (size_t)(nl - p) + 1;
+        size_t l = line_len - 1;
+        if (l > 1 && p[l - 1] == '\r')
+            l--;
+        char *line = l < sizeof(small) ? small : g_malloc(l + 1);
+        memcpy(line, p, l);
+        line[l] = '\0'; /* and the line ends at its first NUL, as memcached's does */
+        size_t used = run_line(c, line, p, line_len, avail);
+        if (line != small)
+            g_free(line);
+        if (used == 0)
+            break; /* a storage command waits for its data */
+        off += used;
+    }
+    return off;
+}

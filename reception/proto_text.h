@@ -1,0 +1,48 @@
+/*
+ * proto_text.h - memcached's text protocol (issue 32), as memcached 1.6 speaks it, run through
+ * the engine's calls: the requests of one TCP connection (tcp.c), parsed from its input and
+ * answered into its output. No socket here: the connection layer reads and writes, this file
+ * only turns bytes into engine calls and their outcomes into memcached's reply lines.
+ */
+#ifndef NESSIE_RECEPTION_PROTO_TEXT_H
+#define NESSIE_RECEPTION_PROTO_TEXT_H
+
+#include <glib.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nessie/nessie.h>
+#include "stats.h"
+
+/* memcached's own limit on a command line that is not a get (its try_read_command_ascii): past
+ * it with no newline, the connection is closed. */
+#define PROTO_LINE_MAX 2048
+/* A get's line (many keys) may be longer, as in memcached, but not without bound here: past this
+ * with no newline, the connection is closed. */
+#define PROTO_GET_LINE_MAX (1024 * 1024)
+
+/* What a connection's requests run with, and what they leave for the connection layer. */
+struct proto_conn {
+    struct nessie_ctx *ctx;     /* the connection's thread's engine context */
+    struct recep_stats *stats;  /* for "stats" (NULL: none) */
+    uint32_t max_item_size;     /* the cluster's, as the engine counts it */
+    GString *out;               /* replies are appended here */
+    size_t out_max;             /* past this many bytes of replies, no further request is run */
+    uint64_t swallow;           /* bytes of a refused value still to discard (in and out) */
+    size_t need;                /* out: bytes the next request needs at the input's start to
+                                 * go on (0: a line not yet whole) */
+    bool close;                 /* out: close once out is written (quit, a hopeless line) */
+};
+
+/*
+ * Run the whole requests at the start of in[0..len), in order, appending their replies to
+ * c->out. Returns the bytes consumed (requests run, or discarded while swallowing); the rest is
+ * an incomplete request, to be passed again with more bytes after it. Sets c->need to the bytes
+ * that request needs in all when it knows (a storage command's line and data), and c->close
+ * when the connection must end (quit, or a line too long to be one). Never fails: bad input
+ * gets memcached's error line and changes nothing.
+ */
+size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len);
+
+#endif

@@ -1,0 +1,499 @@
+/*
+ * tcp.c - the memcached protocol's connections (tcp.h): one listening socket, a few threads,
+ * each with its own epoll set, engine context and connections.
+ *
+ * Every thread watches the listening socket (EPOLLEXCLUSIVE: one of them is woken per
+ * connection) and then runs that connection's requests itself, start to end, as memcached's
+ * worker threads do. Epoll is level-triggered: a connection with replies it could not write yet
+ * is watched for EPOLLOUT only, so a client that never reads its replies stops being read from,
+ * and what the daemon holds for it stays bounded: its input buffer (a request line, or a storage
+ * command's line and data: at most the item limit plus PROTO_LINE_MAX, a multi-get's line at
+ * most PROTO_GET_LINE_MAX) and its pending replies (OUT_MAX, plus one request's). Anything a
+ * client sends can close its own connection, never the daemon.
+ */
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <glib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "proto_text.h"
+
+/* Tunables, with their reasons. */
+/* A connection's input buffer to start with, and the least room a read is given: most requests
+ * are a line and a small value. */
+#define IN_START 16384
+/* Replies held for a connection before its requests stop being run until they are written: a
+ * pipelining client gets its replies in large writes, one that does not read them costs this. */
+#define OUT_MAX (4u << 20)
+/* How often a thread looks for idle and stuck connections, ms. */
+#define SWEEP_MS 1000
+/* memcached's answer to a connection past its limit (its maxconns_fast). */
+#define TOO_MANY "ERROR Too many open connections\r\n"
+
+struct tconn {
+    int fd;
+    guint index;               /* in its thread's conns */
+    unsigned char *in;
+    size_t in_len, in_cap;
+    GString *out;
+    size_t out_off;            /* written so far */
+    struct proto_conn pc;
+    uint64_t active_ns;        /* the last byte read or written */
+    uint64_t partial_ns;       /* since when a request is incomplete (0: none) */
+    bool writing;              /* watched for EPOLLOUT (replies pending), not EPOLLIN */
+    bool eof;                  /* the client sent all it will: closed once its replies are out */
+    bool binary_checked;       /* its first byte was looked at */
+};
+
+struct tcp_thread {
+    struct recep_tcp *tcp;
+    uint32_t index;
+    pthread_t thread;
+    int epfd;
+    struct nessie_ctx *ctx;
+    GPtrArray *conns;          /* owned by the thread */
+};
+
+struct recep_tcp {
+    struct recep_tcp_config cfg;
+    struct nessie_node *node;
+    struct recep_stats *stats;
+    size_t in_max;             /* a connection's input buffer at most */
+    int lfd;
+    int stopfd;                /* eventfd: written once, stop (level-triggered: wakes all) */
+    struct tcp_thread *threads;
+    uint32_t started;
+};
+
+/* The counters memcached's stats have (tcp.h): file-static because a daemon has one listener
+ * and stats.c reads them without a handle; relaxed atomics, being counters. */
+static uint64_t n_curr, n_total, n_rejected, n_max;
+
+void recep_tcp_counts(struct recep_tcp_counts *out)
+{
+    out->curr = __atomic_load_n(&n_curr, __ATOMIC_RELAXED);
+    out->total = __atomic_load_n(&n_total, __ATOMIC_RELAXED);
+    out->rejected = __atomic_load_n(&n_rejected, __ATOMIC_RELAXED);
+    out->max = __atomic_load_n(&n_max, __ATOMIC_RELAXED);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void conn_close(struct tcp_thread *th, struct tconn *c)
+{
+    epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    /* Out of the array by swapping the last one in. */
+    struct tconn *last = g_ptr_array_index(th->conns, th->conns->len - 1);
+    last->index = c->index;
+    g_ptr_array_index(th->conns, c->index) = last;
+    g_ptr_array_set_size(th->conns, th->conns->len - 1);
+    g_string_free(c->out, TRUE);
+    g_free(c->in);
+    g_free(c);
+    __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
+}
+
+static void conn_watch(struct tcp_thread *th, struct tconn *c, bool writing)
+{
+    if (c->writing == writing)
+        return;
+    /* No EPOLLRDHUP: level-triggered, it would wake the thread again and again while the
+     * replies to a client that shut its side wait to be written; a read finds the end. */
+    struct epoll_event ev = {.events = writing ? EPOLLOUT : EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(th->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+        c->writing = writing;
+}
+
+/* When accept last failed for want of descriptors or memory, logged at most every 10 s: a
+ * flood of connections must not flood the log too. */
+static uint64_t accept_warned_ns;
+
+static void accept_warn(int err)
+{
+    uint64_t now = now_ns(), last = __atomic_load_n(&accept_warned_ns, __ATOMIC_RELAXED);
+    if (last && now - last < 10000000000ull)
+        return;
+    if (__atomic_compare_exchange_n(&accept_warned_ns, &last, now, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        log_warn("tcp: accept: %s (new connections wait)", strerror(err));
+}
+
+static void on_accept(struct tcp_thread *th)
+{
+    struct recep_tcp *t = th->tcp;
+    for (;;) {
+        int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                accept_warn(errno);
+            return;
+        }
+        if (__atomic_load_n(&n_curr, __ATOMIC_RELAXED) >= t->cfg.max_connections) {
+            /* As memcached: told, then closed. A full send buffer on a new socket cannot
+             * happen, and a lost line is no loss. */
+            ssize_t w = write(fd, TOO_MANY, sizeof(TOO_MANY) - 1);
+            (void)w;
+            close(fd);
+            __atomic_fetch_add(&n_rejected, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct tconn *c = g_new0(struct tconn, 1);
+        c->fd = fd;
+        c->in_cap = IN_START;
+        c->in = g_malloc(c->in_cap);
+        c->out = g_string_sized_new(1024);
+        c->pc = (struct proto_conn){.ctx = th->ctx, .stats = t->stats,
+                                    .max_item_size = nessie_node_config(t->node)->max_item_size,
+                                    .out = c->out, .out_max = OUT_MAX};
+        c->active_ns = now_ns();
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            log_warn("tcp: epoll_ctl: %s; connection dropped", strerror(errno));
+            close(fd);
+            g_string_free(c->out, TRUE);
+            g_free(c->in);
+            g_free(c);
+            continue;
+        }
+        c->index = th->conns->len;
+        g_ptr_array_add(th->conns, c);
+        __atomic_fetch_add(&n_curr, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&n_total, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* Write what is pending. Returns false if the connection is to be closed (an error). */
+static bool conn_flush(struct tcp_thread *th, struct tconn *c)
+{
+    while (c->out_off < c->out->len) {
+        ssize_t w = send(c->fd, c->out->str + c->out_off, c->out->len - c->out_off,
+                         MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                conn_watch(th, c, true);
+                return true;
+            }
+            return false;
+        }
+        c->out_off += (size_t)w;
+        c->active_ns = now_ns();
+    }
+    g_string_truncate(c->out, 0);
+    c->out_off = 0;
+    conn_watch(th, c, false);
+    return true;
+}
+
+/* Run the whole requests in the input, then write their replies. Returns false if the
+ * connection is to be closed. */
+static bool conn_run(struct tcp_thread *th, struct tconn *c)
+{
+    /* memcached tells the protocols apart by a connection's first byte: 0x80 is the binary
+     * protocol's request magic, which this daemon does not speak yet. Closed at once, so its
+     * client fails at once instead of waiting for an answer that will not come. */
+    if (!c->binary_checked && c->in_len > 0) {
+        c->binary_checked = true;
+        if (c->in[0] == 0x80)
+            return false;
+    }
+    for (;;) {
+        size_t used = proto_text_run(&c->pc, c->in, c->in_len);
+        if (used > 0) {
+            memmove(c->in, c->in + used, c->in_len - used);
+            c->in_len -= used;
+        }
+        if (!conn_flush(th, c))
+            return false;
+        if (c->pc.close)
+            return c->writing; /* closed once the last replies are out */
+        if (c->writing || used == 0 || c->in_len == 0)
+            break;
+        /* Stopped at OUT_MAX with requests left, and their replies are out: go on. */
+    }
+    /* An incomplete request starts the partial timeout; replies the client has not read yet
+     * do not (its requests wait for it, as in memcached, holding at most OUT_MAX). */
+    if (!c->writing && (c->in_len > 0 || c->pc.swallow > 0))
+        c->partial_ns = c->partial_ns ? c->partial_ns : now_ns();
+    else
+        c->partial_ns = 0;
+    return true;
+}
+
+/* Read what the socket has, and run it. Returns false if the connection is to be closed. */
+static bool conn_read(struct tcp_thread *th, struct tconn *c)
+{
+    struct recep_tcp *t = th->tcp;
+    for (;;) {
+        /* Room for the request that waits, or for a read's worth. */
+        size_t want = c->pc.need > c->in_len ? c->pc.need : c->in_len + IN_START;
+        if (want > t->in_max)
+            want = t->in_max;
+        if (want > c->in_cap) {
+            size_t cap = c->in_cap;
+            while (cap < want)
+                cap *= 2;
+            if (cap > t->in_max)
+                cap = t->in_max;
+            c->in = g_realloc(c->in, cap);
+            c->in_cap = cap;
+        }
+        if (c->in_len == c->in_cap)
+            return false; /* no request can be this long: proto_text would have said so */
+        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (r == 0) {
+            /* The requests it sent are answered all the same (a client that shuts its side
+             * after its last request still reads the replies). */
+            c->eof = true;
+            return conn_run(th, c) && c->writing;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK;
+        }
+        c->in_len += (size_t)r;
+        c->active_ns = now_ns();
+        if (!conn_run(th, c))
+            return false;
+        if (c->writing || c->pc.close)
+            return true;
+        /* Memory stays bounded: a big buffer emptied shrinks back. */
+        if (c->in_len == 0 && c->in_cap > 4 * IN_START) {
+            g_free(c->in);
+            c->in_cap = IN_START;
+            c->in = g_malloc(c->in_cap);
+        }
+    }
+}
+
+static void sweep(struct tcp_thread *th, uint64_t now)
+{
+    const struct recep_tcp_config *cfg = &th->tcp->cfg;
+    for (guint i = th->conns->len; i-- > 0;) {
+        struct tconn *c = g_ptr_array_index(th->conns, i);
+        bool idle = cfg->idle_s && now - c->active_ns > (uint64_t)cfg->idle_s * 1000000000u;
+        bool stuck = cfg->partial_s && c->partial_ns &&
+                     now - c->partial_ns > (uint64_t)cfg->partial_s * 1000000000u;
+        if (idle || stuck)
+            conn_close(th, c);
+    }
+}
+
+static void *tcp_thread_main(void *arg)
+{
+    struct tcp_thread *th = arg;
+    struct recep_tcp *t = th->tcp;
+    char name[16];
+    snprintf(name, sizeof(name), "nessie-tcp%u", th->index);
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    struct epoll_event evs[64];
+    uint64_t next_sweep = now_ns() + SWEEP_MS * 1000000ull;
+    for (;;) {
+        int n = epoll_wait(th->epfd, evs, 64, SWEEP_MS);
+        if (n < 0 && errno != EINTR) {
+            log_error("tcp: thread %u: epoll_wait: %s; it stops", th->index, strerror(errno));
+            break;
+        }
+        bool stop = false;
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &t->stopfd) {
+                stop = true;
+            } else if (p == &t->lfd) {
+                on_accept(th);
+            } else {
+                struct tconn *c = p;
+                bool keep;
+                if (c->writing)
+                    keep = conn_flush(th, c) &&
+                           (c->writing || (!c->pc.close && conn_run(th, c) &&
+                                           (!c->eof || c->writing)));
+                else
+                    keep = conn_read(th, c);
+                if (!keep || (c->pc.close && !c->writing))
+                    conn_close(th, c);
+            }
+        }
+        if (stop)
+            break;
+        uint64_t now = now_ns();
+        if (now >= next_sweep) {
+            sweep(th, now);
+            next_sweep = now + SWEEP_MS * 1000000ull;
+        }
+    }
+    while (th->conns->len > 0)
+        conn_close(th, g_ptr_array_index(th->conns, th->conns->len - 1));
+    return NULL;
+}
+
+static int listen_on(const struct recep_tcp_config *cfg)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, cfg->addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+        sl = sizeof(*a4);
+    } else if (inet_pton(AF_INET6, cfg->addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        sl = sizeof(*a6);
+    } else {
+        log_error("tcp: [reception] memcached_addr = %s is not a numeric IPv4 or IPv6 address",
+                  cfg->addr);
+        return -1;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        log_error("tcp: socket: %s", strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+        log_error("tcp: cannot listen on %s port %u: %s", cfg->addr, cfg->port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (listen(fd, 1024) != 0) {
+        log_error("tcp: listen on %s port %u: %s", cfg->addr, cfg->port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void recep_tcp_stop(struct recep_tcp *t)
+{
+    if (!t)
+        return;
+    uint64_t one = 1;
+    if (t->stopfd >= 0 && write(t->stopfd, &one, sizeof(one)) != sizeof(one))
+        log_warn("tcp: stop: %s", strerror(errno));
+    for (uint32_t i = t->started; i-- > 0;) {
+        struct tcp_thread *th = &t->threads[i];
+        pthread_join(th->thread, NULL);
+    }
+    for (uint32_t i = t->cfg.threads; i-- > 0;) {
+        struct tcp_thread *th = &t->threads[i];
+        if (th->conns)
+            g_ptr_array_free(th->conns, TRUE);
+        if (th->ctx)
+            nessie_ctx_destroy(th->ctx);
+        if (th->epfd >= 0)
+            close(th->epfd);
+    }
+    free(t->threads);
+    if (t->stopfd >= 0)
+        close(t->stopfd);
+    if (t->lfd >= 0)
+        close(t->lfd);
+    __atomic_store_n(&n_max, 0, __ATOMIC_RELAXED);
+    free(t);
+}
+
+int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg,
+                    struct recep_stats *stats, struct recep_tcp **out)
+{
+    struct recep_tcp *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -1;
+    t->cfg = *cfg;
+    t->node = node;
+    t->stats = stats;
+    t->stopfd = -1;
+    size_t item = nessie_node_config(node)->max_item_size;
+    t->in_max = (item + PROTO_LINE_MAX + 2 > PROTO_GET_LINE_MAX ? item + PROTO_LINE_MAX + 2
+                                                                  : PROTO_GET_LINE_MAX) + 1;
+    /* A descriptor per connection, and room for the rest (channels, the fabric): the soft limit
+     * raised toward the hard one, as memcached does for its -c. */
+    struct rlimit rl;
+    rlim_t want = (rlim_t)cfg->max_connections + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+            log_warn("tcp: open files limited to %llu: fewer than max_connections = %u may be "
+                     "served", (unsigned long long)rl.rlim_cur, cfg->max_connections);
+    }
+    t->lfd = listen_on(cfg);
+    if (t->lfd < 0)
+        goto fail;
+    t->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    t->threads = calloc(cfg->threads, sizeof(*t->threads));
+    if (t->stopfd < 0 || !t->threads) {
+        log_error("tcp: eventfd or memory: %s", strerror(errno));
+        goto fail;
+    }
+    for (uint32_t i = 0; i < cfg->threads; i++)
+        t->threads[i].epfd = -1;
+    for (uint32_t i = 0; i < cfg->threads; i++) {
+        struct tcp_thread *th = &t->threads[i];
+        th->tcp = t;
+        th->index = i;
+        th->conns = g_ptr_array_new();
+        th->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (th->epfd < 0) {
+            log_error("tcp: epoll_create1: %s", strerror(errno));
+            goto fail;
+        }
+        if (nessie_ctx_create(node, &th->ctx) != NESSIE_OK) {
+            log_error("tcp: no engine context for thread %u", i);
+            goto fail;
+        }
+        /* One thread woken per new connection; the stop, level-triggered, wakes them all. */
+        struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &t->lfd};
+        struct epoll_event es = {.events = EPOLLIN, .data.ptr = &t->stopfd};
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->lfd, &el) != 0 ||
+            epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->stopfd, &es) != 0) {
+            log_error("tcp: epoll_ctl: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    for (; t->started < cfg->threads; t->started++) {
+        struct tcp_thread *th = &t->threads[t->started];
+        int rc = pthread_create(&th->thread, NULL, tcp_thread_main, th);
+        if (rc != 0) {
+            log_error("tcp: pthread_create: %s", strerror(rc));
+            goto fail;
+        }
+    }
+    __atomic_store_n(&n_max, cfg->max_connections, __ATOMIC_RELAXED);
+    log_info("tcp: memcached protocol on %s port %u (%u threads, at most %u connections)",
+             cfg->addr, cfg->port, cfg->threads, cfg->max_connections);
+    *out = t;
+    return 0;
+fail:
+    if (!t->threads)
+        t->cfg.threads = 0;
+    recep_tcp_stop(t);
+    return -1;
+}
