@@ -152,8 +152,15 @@ static const char *server_error(int rc)
 }
 
 /* get, gets, gat, gats (and memcached's ancient bget): every key of the line, read together. */
+/* One get's reply at most, bytes: past it, memcached's answer when it cannot hold a get's reply
+ * ("SERVER_ERROR out of memory writing get response") instead of the values. Bounds what one
+ * request makes the daemon hold (a multi-get of many large values). */
+#define GET_REPLY_MAX (64u << 20)
+
 struct get_ctx {
     struct proto_conn *c;
+    size_t mark;    /* where the reply began in c->out */
+    bool overflow;  /* it passed GET_REPLY_MAX */
     bool cas;
     const char *const *keys;
     const size_t *lens;
@@ -168,6 +175,10 @@ static void get_one(void *user, size_t i, int status, const struct nessie_item *
     if (g->hit)
         g->hit[i] = true;
     GString *o = g->c->out;
+    if (g->overflow || o->len - g->mark + it->value_len > GET_REPLY_MAX) {
+        g->overflow = true;
+        return;
+    }
     g_string_append_len(o, "VALUE ", 6);
     g_string_append_len(o, g->keys[i], (gssize)g->lens[i]);
     if (g->cas)
@@ -220,6 +231,7 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
                         .lens = (const size_t *)(void *)lens->data,
                         .hit = touch && nk > 0 ? g_new0(bool, nk) : NULL};
     gsize mark = c->out->len;
+    g.mark = mark;
     if (nk > 0)
         nessie_get_multi(c->ctx, nk, (const void *const *)keys->pdata, g.lens, get_one, &g);
     /* gat: the value as it was read, then its new expiry (memcached's order: a gat with a
@@ -231,6 +243,9 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
     if (too_long) {
         g_string_truncate(c->out, mark);
         reply(r, "CLIENT_ERROR bad command line format");
+    } else if (g.overflow) {
+        g_string_truncate(c->out, mark);
+        reply(r, "SERVER_ERROR out of memory writing get response");
     } else {
         g_string_append_len(c->out, "END\r\n", 5);
     }

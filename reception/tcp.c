@@ -203,7 +203,14 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
         c->out_off += (size_t)w;
         c->active_ns = now_ns();
     }
-    g_string_truncate(c->out, 0);
+    /* A large reply's buffer is not kept for the small ones after it. */
+    if (c->out->allocated_len > OUT_MAX) {
+        g_string_free(c->out, TRUE);
+        c->out = g_string_sized_new(1024);
+        c->pc.out = c->out;
+    } else {
+        g_string_truncate(c->out, 0);
+    }
     c->out_off = 0;
     conn_watch(th, c, false);
     return true;
