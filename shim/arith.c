@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include <libmemcached/memcached.h>
@@ -86,9 +87,24 @@ static memcached_return_t arith_reply(memcached_st *ptr, bool incr, const char *
     }
 }
 
+/*
+ * A key with a NUL byte, sent in ascii: memcached's line ends at the NUL (it tokenizes with
+ * strlen), so "incr <key> <delta>" loses its delta and memcached answers ERROR, which the library
+ * returns as MEMCACHED_ERROR (pylibmc's SocketCreateError); the connection stays in step, one
+ * line for one. The shim gives memcached's answer, not BAD_KEY_PROVIDED (measured with memcached
+ * 1.6.18 and libmemcached 1.1.4; tests/clients/pylibmc_scenario.py, "incr NUL key").
+ */
+#define NUL_KEY_ERROR(ptr, key, klen)                                                            \
+    do {                                                                                         \
+        if (shim_serving() && (key) && (klen) > 0 && memchr((key), '\0', (klen)) &&             \
+            shim_key_refused_here((ptr), (key), (klen)))                                         \
+            return MEMCACHED_ERROR;                                                              \
+    } while (0)
+
 memcached_return_t memcached_increment(memcached_st *ptr, const char *key, size_t key_length,
                                        uint32_t offset, uint64_t *value)
 {
+    NUL_KEY_ERROR(ptr, key, key_length);
     NOT_SERVED_KEY(memcached_increment, ptr, key, key_length, ptr, key, key_length, offset, value);
     return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
 }
@@ -96,6 +112,7 @@ memcached_return_t memcached_increment(memcached_st *ptr, const char *key, size_
 memcached_return_t memcached_decrement(memcached_st *ptr, const char *key, size_t key_length,
                                        uint32_t offset, uint64_t *value)
 {
+    NUL_KEY_ERROR(ptr, key, key_length);
     NOT_SERVED_KEY(memcached_decrement, ptr, key, key_length, ptr, key, key_length, offset, value);
     return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);
 }
@@ -105,6 +122,7 @@ memcached_return_t memcached_increment_by_key(memcached_st *ptr, const char *gro
                                               size_t key_length, uint64_t offset,
                                               uint64_t *value)
 {
+    NUL_KEY_ERROR(ptr, key, key_length);
     NOT_SERVED_KEY(memcached_increment_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key, key_length,
                offset, value);
     return serve_arith(ptr, true, key, key_length, offset, false, 0, 0, value);
@@ -115,6 +133,7 @@ memcached_return_t memcached_decrement_by_key(memcached_st *ptr, const char *gro
                                               size_t key_length, uint64_t offset,
                                               uint64_t *value)
 {
+    NUL_KEY_ERROR(ptr, key, key_length);
     NOT_SERVED_KEY(memcached_decrement_by_key, ptr, key, key_length, ptr, group_key, group_key_length, key, key_length,
                offset, value);
     return serve_arith(ptr, false, key, key_length, offset, false, 0, 0, value);

@@ -43,6 +43,10 @@ def main():
     step("get int", lambda: mc.get("n"))
     step("incr missing", lambda: mc.incr("nope"))
     step("incr non-numeric", lambda: mc.incr("k1"))
+    # A key of a NUL byte: memcached's ascii line ends there (ERROR); binary carries it.
+    step("incr NUL key", lambda: mc.incr("\0"))
+    step("decr NUL key", lambda: mc.decr("a\0b", 2))
+    step("incr after NUL key", lambda: mc.incr("n"))
     step("binary value", lambda: mc.set("bin", b"a\x00b\x00\xff"))
     step("get binary", lambda: mc.get("bin"))
     step("big value", lambda: mc.set("big", b"x" * (1000 * 1000)))
