@@ -119,3 +119,13 @@ foreach (["largest value" => $largest, "largest value + 1" => $largest + 1,
 }
 step("flush", $m->flush());
 step("get after flush", $m->get("m1"));
+// php-memcached's stats_hang.phpt: with NO_BLOCK and BINARY both on, getStats turns NO_BLOCK off
+// and on around its call, and the library reconnects for it: a second getStats sees one more
+// connection (total_connections); with either off, none.
+foreach ([[true, true], [false, true], [true, false], [false, false]] as $nb) {
+    $m->setOption(Memcached::OPT_NO_BLOCK, $nb[0]);
+    $m->setOption(Memcached::OPT_BINARY_PROTOCOL, $nb[1]);
+    $s1 = array_values($m->getStats())[0]["total_connections"];
+    $s2 = array_values($m->getStats())[0]["total_connections"];
+    step(sprintf("stats reconnects (no_block %d, binary %d)", $nb[0], $nb[1]), $s1 == $s2);
+}
