@@ -109,6 +109,12 @@ static bool parse_i32(const char *s, int32_t *out)
     return true;
 }
 
+/* Is the token exactly s? */
+static bool is(const struct token *t, const char *s)
+{
+    return strcmp(t->v, s) == 0;
+}
+
 /* The request being run: its answer is silenced by noreply. */
 struct req {
     struct proto_conn *c;
@@ -415,19 +421,24 @@ static void run_verbosity(struct req *r, struct token *t, size_t n)
 
 static void run_stats(struct req *r, struct token *t, size_t n)
 {
-    (void)t;
     if (n == 2 && r->c->stats) {
         recep_stats_format(r->c->stats, r->c->out);
         return;
     }
-    /* Sub-commands (items, slabs, settings, reset, ...) are not kept by this daemon. */
+    if (n >= 3 && is(&t[1], "detail")) {
+        /* memcached's per-prefix counts: its usage line for a bad request; this daemon keeps
+         * none, so there is nothing to dump and nothing to turn on. */
+        if (n >= 4 && is(&t[2], "dump"))
+            reply(r, "END");
+        else if (n >= 4 && (is(&t[2], "on") || is(&t[2], "off")))
+            reply(r, "CLIENT_ERROR stats detail is not kept by this server");
+        else
+            reply(r, "CLIENT_ERROR usage: stats detail on|off|dump");
+        return;
+    }
+    /* The other sub-commands (items, slabs, sizes, settings, conns, reset) describe memcached's
+     * own memory and are not kept here: memcached's answer to a sub-command it does not know. */
     reply(r, "ERROR");
-}
-
-/* Is the command token exactly s? */
-static bool is(const struct token *t, const char *s)
-{
-    return strcmp(t->v, s) == 0;
 }
 
 /*
@@ -495,6 +506,8 @@ static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in
         run_verbosity(&r, t, n);
     } else if (is(&t[0], "stats")) {
         run_stats(&r, t, n);
+    } else if (is(&t[0], "shutdown")) {
+        reply(&r, "ERROR: shutdown not enabled"); /* memcached's, without -A; so here, always */
     } else if (strncmp(t[n - 2].v, "HTTP/", 5) == 0) {
         c->close = true; /* an HTTP request: memcached hangs up on it */
     } else {

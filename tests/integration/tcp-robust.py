@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""tests/integration/tcp-robust.py: the memcached port (issue 32) under clients that misbehave.
+
+Usage: tcp-robust.py HOST:PORT DAEMON_PID MAX_CONNECTIONS PARTIAL_TIMEOUT_S
+
+Against one daemon's memcached port (its config: max_connections and partial_timeout_s as given):
+  - MAX_CONNECTIONS connections opened at once (the test raises its own open-file limit), each
+    answering; 20 more are told "ERROR Too many open connections" and closed, as memcached does;
+    all dropped, the port serves again and curr_connections comes back down;
+  - requests cut mid-way (a set's value, a get's line) and dropped: nothing is stored that was
+    not acknowledged;
+  - garbage (random bytes, NULs, long lines): that connection gets errors or is closed, and the
+    daemon keeps serving others;
+  - an over-size value: SERVER_ERROR object too large for cache, its data swallowed, and the
+    same connection goes on;
+  - a line past 2048 bytes with no newline: closed (memcached's rule); a get of 5000 keys: served;
+  - a client that never reads its replies (gets of a 512 KiB value, sent until its socket is
+    full): the daemon's resident memory grows by less than 64 MiB, and other clients are served;
+    one get of that value 200 times (100 MiB) is refused as memcached refuses a reply it cannot
+    hold;
+  - a request begun and left unfinished is closed after the partial timeout.
+Exit 0 if everything held; 1 with the first failure named.
+"""
+import os
+import random
+import resource
+import socket
+import sys
+import time
+
+HOST, PORT = sys.argv[1].rsplit(":", 1)
+PORT = int(PORT)
+PID = int(sys.argv[2])
+MAXC = int(sys.argv[3])
+PARTIAL_S = int(sys.argv[4])
+# Under a sanitizer (run-unit's SAN) freed memory is held in quarantine and allocations are
+# padded: the daemon's resident size says nothing then, and is only reported.
+SANITIZED = bool(os.environ.get("SAN"))
+
+
+def fail(msg):
+    print("tcp-robust: FAIL: " + msg)
+    sys.exit(1)
+
+
+def conn(timeout=5.0):
+    s = socket.create_connection((HOST, PORT), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def recv_until(s, end, limit=1 << 24):
+    out = b""
+    while not out.endswith(end):
+        d = s.recv(65536)
+        if not d:
+            raise EOFError(out)
+        out += d
+        if len(out) > limit:
+            break
+    return out
+
+
+def ask(s, req, end=b"\r\n"):
+    s.sendall(req)
+    return recv_until(s, end)
+
+
+def closed_within(s, seconds):
+    """True if the server closes s within seconds (whatever it sends first)."""
+    s.settimeout(seconds)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def stat(name):
+    with conn() as s:
+        out = ask(s, b"stats\r\n", b"END\r\n").decode()
+    for line in out.split("\r\n"):
+        p = line.split(" ")
+        if len(p) == 3 and p[1] == name:
+            return int(p[2])
+    fail("no stat " + name)
+
+
+def rss_kib():
+    with open("/proc/%d/status" % PID) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def healthy(what):
+    with conn() as s:
+        r = ask(s, b"set health 0 0 2\r\nok\r\nget health\r\n", b"END\r\n")
+    if r != b"STORED\r\nVALUE health 0 2\r\nok\r\nEND\r\n":
+        fail("after %s, a normal client got %r" % (what, r))
+
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = MAXC + 200
+if soft < want:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+
+# 1. Connections up to the limit, and past it.
+base = stat("curr_connections") - 1  # but the stats connection itself
+socks = []
+for i in range(MAXC - base):
+    socks.append(conn())
+for i, s in enumerate(socks):
+    if i % 50 == 0 and ask(s, b"version\r\n")[:8] != b"VERSION ":
+        fail("connection %d of %d did not answer" % (i, len(socks)))
+over = 0
+for i in range(20):
+    s = conn()
+    s.settimeout(5)
+    try:
+        got = recv_until(s, b"\r\n")
+    except EOFError as e:
+        got = e.args[0]
+    if got == b"ERROR Too many open connections\r\n" and closed_within(s, 5):
+        over += 1
+    s.close()
+if over != 20:
+    fail("%d of 20 connections past max_connections were refused as memcached refuses them" % over)
+for s in socks:
+    s.close()
+socks = []
+# (A stats connection just closed may still be counted while the next one asks: base + 1.)
+deadline = time.time() + 10
+while (now := stat("curr_connections")) > base + 1 and time.time() < deadline:
+    time.sleep(0.2)
+if now > base + 1:
+    fail("%d connections still counted after all were dropped (%d before)" % (now, base))
+if stat("rejected_connections") < 20:
+    fail("rejected_connections did not count the 20 refused")
+healthy("%d connections dropped" % MAXC)
+print("tcp-robust: %d connections opened and dropped, 20 past the limit refused as memcached does"
+      % (MAXC - base))
+
+# 2. Requests cut mid-way: nothing stored that was not acknowledged.
+for i in range(50):
+    s = conn()
+    s.sendall(b"set cut%d 0 0 100\r\n" % i + b"v" * random.randint(0, 101))
+    s.close()
+    s = conn()
+    s.sendall(b"get cut%d cut%d" % (i, i + 1))
+    s.close()
+with conn() as s:
+    r = ask(s, b"get " + b" ".join(b"cut%d" % i for i in range(50)) + b"\r\n", b"END\r\n")
+if r != b"END\r\n":
+    fail("a set cut mid-way was stored: %r" % r[:200])
+healthy("cut requests")
+print("tcp-robust: 50 sets cut mid-way stored nothing")
+
+# 3. Garbage.
+rng = random.Random(7)
+for i in range(40):
+    s = conn(timeout=2)
+    blob = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 6000)))
+    if i % 3 == 0:
+        blob = blob.replace(b"\n", b"") + b"\r\n"
+    try:
+        s.sendall(blob)
+        s.settimeout(0.3)
+        while s.recv(65536):
+            pass
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    s.close()
+healthy("garbage")
+print("tcp-robust: 40 connections of garbage; the daemon serves on")
+
+# 4. An over-size value, swallowed; the connection goes on.
+with conn(timeout=20) as s:
+    big = 2 * 1024 * 1024
+    s.sendall(b"set huge 0 0 %d\r\n" % big)
+    r = recv_until(s, b"\r\n")
+    if r != b"SERVER_ERROR object too large for cache\r\n":
+        fail("an over-size set answered %r" % r)
+    for off in range(0, big + 2, 65536):
+        s.sendall(b"x" * min(65536, big + 2 - off))
+    s.sendall(b"get huge\r\nversion\r\n")
+    r = b""
+    while r.count(b"\r\n") < 2:
+        r += recv_until(s, b"\r\n")
+    if not r.startswith(b"END\r\nVERSION "):
+        fail("after a swallowed value the connection answered %r" % r)
+print("tcp-robust: a 2 MiB value refused as memcached refuses it, its data swallowed")
+
+# 5. Line limits.
+with conn() as s:
+    s.sendall(b"x" * 3000)
+    if not closed_within(s, 5):
+        fail("a 3000-byte line with no newline did not close its connection")
+with conn() as s:
+    keys = b" ".join(b"k%d" % i for i in range(5000))
+    r = ask(s, b"get " + keys + b"\r\n", b"END\r\n")
+    if r != b"END\r\n":
+        fail("a get of 5000 absent keys answered %r" % r[:100])
+print("tcp-robust: a long line with no newline closed; a get of 5000 keys served")
+
+# 6. A client that never reads its replies.
+with conn(timeout=20) as s:
+    if ask(s, b"set big 0 0 524288\r\n" + b"b" * 524288 + b"\r\n") != b"STORED\r\n":
+        fail("could not store the 512 KiB value")
+before = rss_kib()
+hog = conn()
+hog.setblocking(False)
+sent = 0
+req = b"get big\r\n" * 64
+stall = time.time() + 5
+while time.time() < stall:
+    try:
+        sent += hog.send(req)
+    except BlockingIOError:
+        time.sleep(0.05)
+t0 = time.time()
+healthy("a client that never reads")
+if time.time() - t0 > 2:
+    fail("a normal client waited %.1f s beside one that never reads" % (time.time() - t0))
+grown = rss_kib() - before
+if grown > 64 * 1024 and not SANITIZED:
+    fail("the daemon grew by %d KiB for a client that never reads (%d gets sent)"
+         % (grown, sent // 9))
+hog.close()
+print("tcp-robust: a client sent %d gets of 512 KiB and read none: the daemon grew %d KiB"
+      % (sent // 9, max(grown, 0)))
+# One get whose reply would be 100 MiB (the key 200 times): refused as memcached refuses a reply
+# it cannot hold, and the daemon holds no more for it than for the rest.
+with conn(timeout=20) as s:
+    r = ask(s, b"get" + b" big" * 200 + b"\r\n")
+    if r != b"SERVER_ERROR out of memory writing get response\r\n":
+        fail("a get of 100 MiB answered %r" % r[:100])
+grown = rss_kib() - before
+if grown > 96 * 1024 and not SANITIZED:
+    fail("the daemon grew by %d KiB for a get of 100 MiB" % grown)
+print("tcp-robust: a get of 100 MiB in one request refused (SERVER_ERROR out of memory writing get "
+      "response); the daemon grew %d KiB" % max(grown, 0))
+
+# 7. A request begun and never finished.
+with conn() as s:
+    s.sendall(b"set slow 0 0 10\r\nabc")
+    t0 = time.time()
+    if not closed_within(s, PARTIAL_S + 5):
+        fail("a request left unfinished was not closed within %d s" % (PARTIAL_S + 5))
+    took = time.time() - t0
+    if took < PARTIAL_S - 0.5:
+        fail("an unfinished request was closed after %.1f s, before the %d s timeout"
+             % (took, PARTIAL_S))
+print("tcp-robust: an unfinished request closed after %.1f s (partial_timeout_s = %d)"
+      % (took, PARTIAL_S))
+healthy("everything")
+print("tcp-robust: passed")
