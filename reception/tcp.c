@@ -234,6 +234,10 @@ static bool conn_run(struct tcp_thread *th, struct tconn *c)
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
         }
+        /* While a refused value is swallowed, its answer and those before it wait, as in
+         * memcached (they are written once the value's last byte is read). */
+        if (c->pc.swallow > 0)
+            break;
         if (!conn_flush(th, c))
             return false;
         if (c->pc.close)

@@ -4,22 +4,44 @@
 #include <stdio.h>
 #include <string.h>
 
+/* C's isspace in the C locale, which memcached's strtoull and its end check use. */
+static bool c_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 bool arith_parse(const void *val, size_t len, uint64_t *out)
 {
+    /* memcached's safe_strtoull on the item's data, which is followed by "\r\n": strtoull's
+     * leading white space and sign, at least one digit, no overflow, and then white space (the
+     * "\r" at the latest), or a NUL; a number that is negative as a signed one is refused if a
+     * '-' comes before the first NUL (measured with memcached 1.6.18: " 5" and "5 x" are 5). */
     const unsigned char *p = val;
-    size_t i = 0, digits = 0;
+    size_t i = 0;
+    while (i < len && c_space(p[i]))
+        i++;
+    bool neg = false;
+    if (i < len && (p[i] == '+' || p[i] == '-'))
+        neg = p[i++] == '-';
+    size_t digits = 0;
     uint64_t v = 0;
     for (; i < len && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
         uint64_t d = (uint64_t)(p[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
-            return false; /* does not fit in 64 bits */
+            return false; /* ERANGE */
         v = v * 10 + d;
     }
-    if (digits == 0 || digits > ARITH_MAX_DIGITS)
+    if (digits == 0 || (i < len && !c_space(p[i]) && p[i] != '\0'))
         return false;
-    for (; i < len; i++)
-        if (p[i] != ' ')
+    if (neg)
+        v = (uint64_t)0 - v; /* strtoull negates in unsigned arithmetic */
+    if ((int64_t)v < 0) {
+        size_t n = 0;
+        while (n < len && p[n] != '\0' && p[n] != '-')
+            n++;
+        if (n < len && p[n] == '-')
             return false;
+    }
     *out = v;
     return true;
 }

@@ -2,8 +2,9 @@
  * arith.h - memcached's incr/decr rules on a stored value, shared by the engine (which applies
  * them inside a read-modify-write) and the stress checker (which models them).
  *
- * The stored value must be an unsigned decimal number of at most 20 digits that fits in 64 bits,
- * optionally followed by spaces (memcached pads a shrunk number with spaces, see below); anything
+ * The stored value is read as memcached reads it (strtoull on the data and its "\r\n"): white
+ * space, an optional sign, decimal digits that fit in 64 bits, then white space or nothing (so
+ * " 5", "5 " and "5 x" are 5; memcached pads a shrunk number with spaces, see below); anything
  * else is non-numeric. incr wraps around at 2^64; decr stops at 0.
  * The new value is the decimal number; if it is shorter than the old value, it is padded with
  * spaces to the old length, as memcached 1.6 does when it updates an item in place.

@@ -194,6 +194,21 @@ static void test_arith_and_touch(void **state)
     assert_int_equal(set(a, "c", "abc"), NESSIE_OK);
     assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_NON_NUMERIC);
     check_value(a, "c", "abc");
+    /* memcached reads the value with strtoull (tests/integration/tcp-transcript.cases,
+     * text-incr-errors): leading white space and a '+' are taken, what follows white space
+     * after the digits is ignored (and overwritten), a negative number is not a number. */
+    assert_int_equal(set(a, "c", " 5"), NESSIE_OK);
+    assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_OK);
+    assert_int_equal(r, 6);
+    check_value(a, "c", "6 ");
+    assert_int_equal(set(a, "c", "+7 x"), NESSIE_OK);
+    assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_OK);
+    assert_int_equal(r, 8);
+    check_value(a, "c", "8   ");
+    assert_int_equal(set(a, "c", "-5"), NESSIE_OK);
+    assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_NON_NUMERIC);
+    assert_int_equal(set(a, "c", "5x"), NESSIE_OK);
+    assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_NON_NUMERIC);
 
     /* touch keeps value and version; a past expiry makes the item absent */
     uint64_t v;
