@@ -192,8 +192,9 @@ static const struct cfg_key schema[] = {
      "-o idle_timeout; 0: never, its default)."},
     {"reception", "partial_timeout_s", CFG_U32, 0, 1 << 24, "60", NULL, NULL,
      F(partial_timeout_s),
-     "A memcached-port connection whose request is begun and not finished this long (a line\n"
-     "with no end, a value short of its length) is closed: it holds up to an item's memory."},
+     "A memcached-port connection whose request is begun and makes no progress this long (a line\n"
+     "with no end, a value short of its length), or whose replies wait this long for it to read\n"
+     "them, is closed: it holds up to an item's memory. 0: never."},
 
     {"membership", "mode", CFG_ENUM, 0, 0, "static", NULL, "static|etcd", F(membership),
      "static: the members are nodes 0..nodes-1, always (no view; no coordination service).\n"

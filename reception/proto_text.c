@@ -17,6 +17,7 @@
  */
 #include "proto_text.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -77,7 +78,7 @@ static bool parse_u64(const char *s, uint64_t *out)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+    if (errno == ERANGE || end == s || (*end != '\0' && !isspace((unsigned char)*end)))
         return false;
     if ((long long)v < 0 && strchr(s, '-'))
         return false;
@@ -90,7 +91,7 @@ static bool parse_u32(const char *s, uint32_t *out)
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
-    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+    if (errno == ERANGE || end == s || (*end != '\0' && !isspace((unsigned char)*end)))
         return false;
     if ((long)v < 0 && strchr(s, '-'))
         return false;
@@ -103,7 +104,7 @@ static bool parse_i32(const char *s, int32_t *out)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno == ERANGE || end == s || (*end != '\0' && *end != ' '))
+    if (errno == ERANGE || end == s || (*end != '\0' && !isspace((unsigned char)*end)))
         return false;
     *out = (int32_t)v; /* memcached keeps the low 32 bits too */
     return true;
@@ -157,16 +158,17 @@ static const char *server_error(int rc)
     }
 }
 
-/* get, gets, gat, gats (and memcached's ancient bget): every key of the line, read together. */
-/* One get's reply at most, bytes: past it, memcached's answer when it cannot hold a get's reply
- * ("SERVER_ERROR out of memory writing get response") instead of the values. Bounds what one
- * request makes the daemon hold (a multi-get of many large values). */
-#define GET_REPLY_MAX (64u << 20)
+/* get, gets, gat, gats (and memcached's ancient bget): every key of the line, read together, a
+ * batch at a time. */
+/* Keys read together: their reads go out as one post, and a reply that cannot be held stops the
+ * reading within a batch. */
+#define GET_BATCH 64
 
 struct get_ctx {
     struct proto_conn *c;
     size_t mark;    /* where the reply began in c->out */
-    bool overflow;  /* it passed GET_REPLY_MAX */
+    bool overflow;  /* it passed c->reply_max or the daemon's c->held_max */
+    int error;      /* the first outcome that is neither a value nor a miss (NESSIE_OK: none) */
     bool cas;
     const char *const *keys;
     const size_t *lens;
@@ -176,12 +178,21 @@ struct get_ctx {
 static void get_one(void *user, size_t i, int status, const struct nessie_item *it)
 {
     struct get_ctx *g = user;
-    if (status != NESSIE_OK)
-        return; /* a miss, or a key the engine could not read: memcached shows neither */
+    if (status != NESSIE_OK) {
+        /* A miss is left out, as memcached does; a key the engine could not read (a node it
+         * needed unreachable, the call's budget spent) fails the whole get: a miss would be a
+         * lie about a value that may be there. */
+        if (status != NESSIE_NOT_FOUND && g->error == NESSIE_OK)
+            g->error = status;
+        return;
+    }
     if (g->hit)
         g->hit[i] = true;
-    GString *o = g->c->out;
-    if (g->overflow || o->len - g->mark + it->value_len > GET_REPLY_MAX) {
+    struct proto_conn *c = g->c;
+    GString *o = c->out;
+    size_t grown = o->len - g->mark + it->value_len;
+    if (g->overflow || grown > c->reply_max ||
+        (c->held && __atomic_load_n(c->held, __ATOMIC_RELAXED) + grown > c->held_max)) {
         g->overflow = true;
         return;
     }
@@ -238,8 +249,17 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
                         .hit = touch && nk > 0 ? g_new0(bool, nk) : NULL};
     gsize mark = c->out->len;
     g.mark = mark;
-    if (nk > 0)
-        nessie_get_multi(c->ctx, nk, (const void *const *)keys->pdata, g.lens, get_one, &g);
+    for (size_t i = 0; i < nk && !g.overflow && g.error == NESSIE_OK; i += GET_BATCH) {
+        size_t b = nk - i < GET_BATCH ? nk - i : GET_BATCH;
+        struct get_ctx part = g;
+        part.keys += i;
+        part.lens += i;
+        part.hit = g.hit ? g.hit + i : NULL;
+        nessie_get_multi(c->ctx, b, (const void *const *)keys->pdata + i, part.lens, get_one,
+                         &part);
+        g.overflow = part.overflow;
+        g.error = part.error;
+    }
     /* gat: the value as it was read, then its new expiry (memcached's order: a gat with a
      * time already past returns the value once). */
     for (size_t i = 0; g.hit && i < nk; i++)
@@ -252,6 +272,9 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
     } else if (g.overflow) {
         g_string_truncate(c->out, mark);
         reply(r, "SERVER_ERROR out of memory writing get response");
+    } else if (g.error != NESSIE_OK) {
+        g_string_truncate(c->out, mark);
+        reply(r, server_error(g.error));
     } else {
         g_string_append_len(c->out, "END\r\n", 5);
     }

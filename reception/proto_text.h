@@ -29,6 +29,11 @@ struct proto_conn {
     uint32_t max_item_size;     /* the cluster's, as the engine counts it */
     GString *out;               /* replies are appended here */
     size_t out_max;             /* past this many bytes of replies, no further request is run */
+    size_t reply_max;           /* one get's reply at most: past it (or past held_max for the
+                                 * daemon), memcached's answer for a reply it cannot hold,
+                                 * "SERVER_ERROR out of memory writing get response" */
+    const uint64_t *held;       /* replies every connection holds now (NULL: not counted) */
+    uint64_t held_max;
     uint64_t swallow;           /* bytes of a refused value still to discard (in and out) */
     size_t need;                /* out: bytes the next request needs at the input's start to
                                  * go on (0: a line not yet whole) */

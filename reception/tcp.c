@@ -41,6 +41,16 @@
 #define OUT_MAX (4u << 20)
 /* How often a thread looks for idle and stuck connections, ms. */
 #define SWEEP_MS 1000
+/* One get's reply at most (at least an item and its line, whatever the item limit): past it,
+ * memcached's answer for a reply it cannot hold. */
+#define REPLY_MAX (16u << 20)
+/* Replies all connections together hold unwritten, at most (a get past it is refused as one past
+ * REPLY_MAX): a thousand clients that ask for large values and never read them cost the daemon
+ * this much, not a thousand times a reply. At least two replies of the largest item. */
+#define HELD_MAX (256ull << 20)
+/* Reads one connection is given per wake-up of its thread before the others' turn (memcached's
+ * reqs_per_event): level-triggered epoll comes back to it. */
+#define READS_PER_EVENT 16
 /* memcached's answer to a connection past its limit (its maxconns_fast). */
 #define TOO_MANY "ERROR Too many open connections\r\n"
 
@@ -53,7 +63,9 @@ struct tconn {
     size_t out_off;            /* written so far */
     struct proto_conn pc;
     uint64_t active_ns;        /* the last byte read or written */
-    uint64_t partial_ns;       /* since when a request is incomplete (0: none) */
+    uint64_t partial_ns;       /* the last progress of an incomplete request (0: none) */
+    uint64_t stalled_ns;       /* since when replies wait for the client to read (0: none) */
+    uint64_t held;             /* its unwritten replies, as counted in held_bytes */
     bool writing;              /* watched for EPOLLOUT (replies pending), not EPOLLIN */
     bool eof;                  /* the client sent all it will: closed once its replies are out */
     bool binary_checked;       /* its first byte was looked at */
@@ -66,6 +78,8 @@ struct tcp_thread {
     int epfd;
     struct nessie_ctx *ctx;
     GPtrArray *conns;          /* owned by the thread */
+    bool accept_paused;        /* out of descriptors: the listening socket left out until the
+                                * next sweep, or its readiness would spin the thread */
 };
 
 struct recep_tcp {
@@ -82,6 +96,9 @@ struct recep_tcp {
 /* The counters memcached's stats have (tcp.h): file-static because a daemon has one listener
  * and stats.c reads them without a handle; relaxed atomics, being counters. */
 static uint64_t n_curr, n_total, n_rejected, n_max;
+/* Bytes of replies all connections hold unwritten (HELD_MAX); file-static for the same reason:
+ * proto_text.c reads it through each connection's pointer. */
+static uint64_t held_bytes;
 
 void recep_tcp_counts(struct recep_tcp_counts *out)
 {
@@ -98,8 +115,20 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Account for c's unwritten replies in held_bytes. */
+static void conn_held(struct tconn *c)
+{
+    uint64_t now = c->out->len - c->out_off;
+    if (now != c->held) {
+        __atomic_fetch_add(&held_bytes, now - c->held, __ATOMIC_RELAXED); /* wraps to a sub */
+        c->held = now;
+    }
+}
+
 static void conn_close(struct tcp_thread *th, struct tconn *c)
 {
+    c->out_off = c->out->len;
+    conn_held(c);
     epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     /* Out of the array by swapping the last one in. */
@@ -144,12 +173,21 @@ static void on_accept(struct tcp_thread *th)
     for (;;) {
         int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The connection stays queued and the socket readable: this thread stops
+                 * watching it until its next sweep (memcached's accept_new_conns(false)). */
                 accept_warn(errno);
+                if (epoll_ctl(th->epfd, EPOLL_CTL_DEL, t->lfd, NULL) == 0)
+                    th->accept_paused = true;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                       errno != ECONNABORTED) {
+                accept_warn(errno);
+            }
             return;
         }
-        if (__atomic_load_n(&n_curr, __ATOMIC_RELAXED) >= t->cfg.max_connections) {
+        /* Counted first, then judged: threads accepting at once cannot pass the limit. */
+        if (__atomic_add_fetch(&n_curr, 1, __ATOMIC_RELAXED) > t->cfg.max_connections) {
+            __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
             /* As memcached: told, then closed. A full send buffer on a new socket cannot
              * happen, and a lost line is no loss. */
             ssize_t w = write(fd, TOO_MANY, sizeof(TOO_MANY) - 1);
@@ -165,9 +203,14 @@ static void on_accept(struct tcp_thread *th)
         c->in_cap = IN_START;
         c->in = g_malloc(c->in_cap);
         c->out = g_string_sized_new(1024);
-        c->pc = (struct proto_conn){.ctx = th->ctx, .stats = t->stats,
-                                    .max_item_size = nessie_node_config(t->node)->max_item_size,
-                                    .out = c->out, .out_max = OUT_MAX};
+        uint32_t item = nessie_node_config(t->node)->max_item_size;
+        size_t reply_max = item + 4096u > REPLY_MAX ? item + 4096u : REPLY_MAX;
+        c->pc = (struct proto_conn){.ctx = th->ctx, .stats = t->stats, .max_item_size = item,
+                                    .out = c->out, .out_max = OUT_MAX, .reply_max = reply_max,
+                                    .held = &held_bytes,
+                                    .held_max = 2 * (uint64_t)reply_max > HELD_MAX
+                                                    ? 2 * (uint64_t)reply_max
+                                                    : HELD_MAX};
         c->active_ns = now_ns();
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
@@ -176,11 +219,11 @@ static void on_accept(struct tcp_thread *th)
             g_string_free(c->out, TRUE);
             g_free(c->in);
             g_free(c);
+            __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
             continue;
         }
         c->index = th->conns->len;
         g_ptr_array_add(th->conns, c);
-        __atomic_fetch_add(&n_curr, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&n_total, 1, __ATOMIC_RELAXED);
     }
 }
@@ -196,12 +239,16 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 conn_watch(th, c, true);
+                conn_held(c);
+                if (!c->stalled_ns)
+                    c->stalled_ns = now_ns();
                 return true;
             }
             return false;
         }
         c->out_off += (size_t)w;
         c->active_ns = now_ns();
+        c->stalled_ns = 0; /* it reads: its replies are moving */
     }
     /* A large reply's buffer is not kept for the small ones after it. */
     if (c->out->allocated_len > OUT_MAX) {
@@ -212,6 +259,8 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
         g_string_truncate(c->out, 0);
     }
     c->out_off = 0;
+    c->stalled_ns = 0;
+    conn_held(c);
     conn_watch(th, c, false);
     return true;
 }
@@ -233,7 +282,9 @@ static bool conn_run(struct tcp_thread *th, struct tconn *c)
         if (used > 0) {
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
+            c->partial_ns = 0; /* a request done: progress */
         }
+        conn_held(c);
         /* While a refused value is swallowed, its answer and those before it wait, as in
          * memcached (they are written once the value's last byte is read). */
         if (c->pc.swallow > 0)
@@ -246,8 +297,9 @@ static bool conn_run(struct tcp_thread *th, struct tconn *c)
             break;
         /* Stopped at OUT_MAX with requests left, and their replies are out: go on. */
     }
-    /* An incomplete request starts the partial timeout; replies the client has not read yet
-     * do not (its requests wait for it, as in memcached, holding at most OUT_MAX). */
+    /* An incomplete request starts the partial timeout, counted from its last progress (a
+     * request done, or bytes read: conn_read); replies the client has not read yet have the
+     * same timeout of their own (stalled_ns), counted from the last bytes it took. */
     if (!c->writing && (c->in_len > 0 || c->pc.swallow > 0))
         c->partial_ns = c->partial_ns ? c->partial_ns : now_ns();
     else
@@ -259,7 +311,7 @@ static bool conn_run(struct tcp_thread *th, struct tconn *c)
 static bool conn_read(struct tcp_thread *th, struct tconn *c)
 {
     struct recep_tcp *t = th->tcp;
-    for (;;) {
+    for (int reads = 0; reads < READS_PER_EVENT; reads++) {
         /* Room for the request that waits, or for a read's worth. */
         size_t want = c->pc.need > c->in_len ? c->pc.need : c->in_len + IN_START;
         if (want > t->in_max)
@@ -289,6 +341,7 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
         }
         c->in_len += (size_t)r;
         c->active_ns = now_ns();
+        c->partial_ns = 0; /* bytes came: progress */
         if (!conn_run(th, c))
             return false;
         if (c->writing || c->pc.close)
@@ -300,17 +353,25 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
             c->in = g_malloc(c->in_cap);
         }
     }
+    return true; /* its turn is over; epoll comes back to what is left */
 }
 
 static void sweep(struct tcp_thread *th, uint64_t now)
 {
-    const struct recep_tcp_config *cfg = &th->tcp->cfg;
+    struct recep_tcp *t = th->tcp;
+    const struct recep_tcp_config *cfg = &t->cfg;
+    if (th->accept_paused) {
+        struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &t->lfd};
+        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->lfd, &el) == 0)
+            th->accept_paused = false;
+    }
+    uint64_t partial = (uint64_t)cfg->partial_s * 1000000000u;
     for (guint i = th->conns->len; i-- > 0;) {
         struct tconn *c = g_ptr_array_index(th->conns, i);
         bool idle = cfg->idle_s && now - c->active_ns > (uint64_t)cfg->idle_s * 1000000000u;
-        bool stuck = cfg->partial_s && c->partial_ns &&
-                     now - c->partial_ns > (uint64_t)cfg->partial_s * 1000000000u;
-        if (idle || stuck)
+        bool stuck = partial && c->partial_ns && now - c->partial_ns > partial;
+        bool unread = partial && c->stalled_ns && now - c->stalled_ns > partial;
+        if (idle || stuck || unread)
             conn_close(th, c);
     }
 }
@@ -460,12 +521,12 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
         goto fail;
     t->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     t->threads = calloc(cfg->threads, sizeof(*t->threads));
+    for (uint32_t i = 0; t->threads && i < cfg->threads; i++)
+        t->threads[i].epfd = -1; /* before any exit to fail: its ladder closes what is >= 0 */
     if (t->stopfd < 0 || !t->threads) {
         log_error("tcp: eventfd or memory: %s", strerror(errno));
         goto fail;
     }
-    for (uint32_t i = 0; i < cfg->threads; i++)
-        t->threads[i].epfd = -1;
     for (uint32_t i = 0; i < cfg->threads; i++) {
         struct tcp_thread *th = &t->threads[i];
         th->tcp = t;

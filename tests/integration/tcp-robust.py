@@ -15,7 +15,8 @@ Against one daemon's memcached port (its config: max_connections and partial_tim
     same connection goes on;
   - a line past 2048 bytes with no newline: closed (memcached's rule); a get of 5000 keys: served;
   - a client that never reads its replies (gets of a 512 KiB value, sent until its socket is
-    full): the daemon's resident memory grows by less than 64 MiB, and other clients are served;
+    full): the daemon's resident memory grows by less than 64 MiB, other clients are served, and
+    it is closed once its replies waited the partial timeout;
     one get of that value 200 times (100 MiB) is refused as memcached refuses a reply it cannot
     hold;
   - a request begun and left unfinished is closed after the partial timeout.
@@ -214,7 +215,7 @@ hog = conn()
 hog.setblocking(False)
 sent = 0
 req = b"get big\r\n" * 64
-stall = time.time() + 5
+stall = time.time() + max(1.0, PARTIAL_S - 1.5)  # its replies are unread: closed at PARTIAL_S
 while time.time() < stall:
     try:
         sent += hog.send(req)
@@ -228,9 +229,16 @@ grown = rss_kib() - before
 if grown > 64 * 1024 and not SANITIZED:
     fail("the daemon grew by %d KiB for a client that never reads (%d gets sent)"
          % (grown, sent // 9))
+# Closed by the daemon, seen from its stats (reading would let the replies move again).
+t0 = time.time()
+while (now := stat("curr_connections")) > base + 1 and time.time() - t0 < PARTIAL_S + 5:
+    time.sleep(0.2)
+if now > base + 1:
+    fail("a client that reads none of its replies was not closed within %d s" % (PARTIAL_S + 5))
 hog.close()
-print("tcp-robust: a client sent %d gets of 512 KiB and read none: the daemon grew %d KiB"
-      % (sent // 9, max(grown, 0)))
+print("tcp-robust: a client sent %d gets of 512 KiB and read none: the daemon grew %d KiB, and "
+      "closed it %.1f s later (partial_timeout_s = %d)" % (sent // 9, max(grown, 0),
+                                                          time.time() - t0, PARTIAL_S))
 # One get whose reply would be 100 MiB (the key 200 times): refused as memcached refuses a reply
 # it cannot hold, and the daemon holds no more for it than for the rest.
 with conn(timeout=20) as s:
