@@ -26,9 +26,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "proto_text.h"
 
@@ -108,13 +108,6 @@ void recep_tcp_counts(struct recep_tcp_counts *out)
     out->max = __atomic_load_n(&n_max, __ATOMIC_RELAXED);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Account for c's unwritten replies in held_bytes. */
 static void conn_held(struct tconn *c)
 {
@@ -159,7 +152,7 @@ static uint64_t accept_warned_ns;
 
 static void accept_warn(int err)
 {
-    uint64_t now = now_ns(), last = __atomic_load_n(&accept_warned_ns, __ATOMIC_RELAXED);
+    uint64_t now = nessie_mono_ns(), last = __atomic_load_n(&accept_warned_ns, __ATOMIC_RELAXED);
     if (last && now - last < 10000000000ull)
         return;
     if (__atomic_compare_exchange_n(&accept_warned_ns, &last, now, false, __ATOMIC_RELAXED,
@@ -211,7 +204,7 @@ static void on_accept(struct tcp_thread *th)
                                     .held_max = 2 * (uint64_t)reply_max > HELD_MAX
                                                     ? 2 * (uint64_t)reply_max
                                                     : HELD_MAX};
-        c->active_ns = now_ns();
+        c->active_ns = nessie_mono_ns();
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             log_warn("tcp: epoll_ctl: %s; connection dropped", strerror(errno));
@@ -241,13 +234,13 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
                 conn_watch(th, c, true);
                 conn_held(c);
                 if (!c->stalled_ns)
-                    c->stalled_ns = now_ns();
+                    c->stalled_ns = nessie_mono_ns();
                 return true;
             }
             return false;
         }
         c->out_off += (size_t)w;
-        c->active_ns = now_ns();
+        c->active_ns = nessie_mono_ns();
         c->stalled_ns = 0; /* it reads: its replies are moving */
     }
     /* A large reply's buffer is not kept for the small ones after it. */
@@ -301,7 +294,7 @@ static bool conn_run(struct tcp_thread *th, struct tconn *c)
      * request done, or bytes read: conn_read); replies the client has not read yet have the
      * same timeout of their own (stalled_ns), counted from the last bytes it took. */
     if (!c->writing && (c->in_len > 0 || c->pc.swallow > 0))
-        c->partial_ns = c->partial_ns ? c->partial_ns : now_ns();
+        c->partial_ns = c->partial_ns ? c->partial_ns : nessie_mono_ns();
     else
         c->partial_ns = 0;
     return true;
@@ -340,7 +333,7 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
             return errno == EAGAIN || errno == EWOULDBLOCK;
         }
         c->in_len += (size_t)r;
-        c->active_ns = now_ns();
+        c->active_ns = nessie_mono_ns();
         c->partial_ns = 0; /* bytes came: progress */
         if (!conn_run(th, c))
             return false;
@@ -384,7 +377,7 @@ static void *tcp_thread_main(void *arg)
     snprintf(name, sizeof(name), "nessie-tcp%u", th->index);
     prctl(PR_SET_NAME, name, 0, 0, 0);
     struct epoll_event evs[64];
-    uint64_t next_sweep = now_ns() + SWEEP_MS * 1000000ull;
+    uint64_t next_sweep = nessie_mono_ns() + SWEEP_MS * 1000000ull;
     for (;;) {
         int n = epoll_wait(th->epfd, evs, 64, SWEEP_MS);
         if (n < 0 && errno != EINTR) {
@@ -413,7 +406,7 @@ static void *tcp_thread_main(void *arg)
         }
         if (stop)
             break;
-        uint64_t now = now_ns();
+        uint64_t now = nessie_mono_ns();
         if (now >= next_sweep) {
             sweep(th, now);
             next_sweep = now + SWEEP_MS * 1000000ull;
