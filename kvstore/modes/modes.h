@@ -35,8 +35,11 @@ bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value
  * rules for any node: placement ships stores to nodes that are not the key's home). */
 bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len);
 /* Whether calls to home run here for now: its servers looked dead or stalled (a withdrawal won
- * there), until a probe sees its heartbeat move. One relaxed load; never blocks. */
-bool sd_home_shunned(const struct nessie_node *nd, uint32_t home);
+ * there), until a probe sees its heartbeat move. A shunned home is probed (one fabric READ of
+ * its heartbeat, one thread at a time, at most once a take-up limit) by whoever asks, so every
+ * caller that avoids a shunned home must ask here: a home only ever tested by a plain load
+ * would stay shunned for good. One acquire load when the home is not shunned; never blocks. */
+bool sd_home_shunned(struct nessie_ctx *ctx, uint32_t home);
 
 /* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD), then, once
  * it ended, teach the selector how long it took. */

@@ -113,10 +113,11 @@ static uint64_t victim_age(uint64_t victim_ms, uint64_t now_ms)
 /* Whether a store may be placed on peer p: a placed member (not an absent id, nor one retired
  * and still reachable: it serves nothing), reachable, not being added or retired (a node being
  * retired writes nothing new: R1), and its servers not shunned. */
-static bool place_may(const struct nessie_node *nd, uint32_t p)
+static bool place_may(struct nessie_ctx *ctx, uint32_t p)
 {
+    const struct nessie_node *nd = ctx->node;
     return mship_placed(&nd->view, p) && !mship_unreachable(&nd->view, p) &&
-           !mship_changing(&nd->view, p) && !sd_home_shunned(nd, p);
+           !mship_changing(&nd->view, p) && !sd_home_shunned(ctx, p);
 }
 
 uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len)
@@ -145,7 +146,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
         bool room = spare >= PLACE_MIN_SPARE ||
                     (atomic_load_explicit(&ps->peer[p].classes, memory_order_relaxed) & bit);
         /* score: spare pages, plus one so that a class's room alone also counts */
-        if (p != self && room && spare + 1 > best_score && place_may(nd, p)) {
+        if (p != self && room && spare + 1 > best_score && place_may(ctx, p)) {
             best = p;
             best_score = spare + 1;
         }
@@ -157,7 +158,7 @@ uint32_t place_target(struct nessie_ctx *ctx, uint32_t key_len, size_t value_len
     uint64_t mine = victim_age(__atomic_load_n(&nd->hdr->room_victim_ms, __ATOMIC_RELAXED), now_ms);
     uint64_t best_age = mine / PLACE_COLDER_DEN * PLACE_COLDER_NUM;
     for (uint32_t p = 0; p < nd->cfg.node_ids; p++) {
-        if (p == self || !place_may(nd, p))
+        if (p == self || !place_may(ctx, p))
             continue;
         uint64_t age = victim_age(atomic_load_explicit(&ps->peer[p].victim_ms,
                                                        memory_order_relaxed), now_ms);

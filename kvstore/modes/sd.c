@@ -340,10 +340,9 @@ bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
     return true;
 }
 
-bool sd_home_shunned(const struct nessie_node *nd, uint32_t home)
+bool sd_home_shunned(struct nessie_ctx *ctx, uint32_t home)
 {
-    return home < nd->cfg.node_ids &&
-           atomic_load_explicit(&nd->sd->home[home].shunned, memory_order_relaxed);
+    return home < ctx->node->cfg.node_ids && !sd_home_open(ctx, home);
 }
 
 bool sd_can_ship(struct nessie_ctx *ctx, const struct key_plan *kp, size_t value_len)
@@ -359,7 +358,7 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
     ch->est = NULL;
     uint32_t home = kp->home;
     if (home == nd->cfg.self || kp->klen + value_len > slot_payload(st) ||
-        atomic_load_explicit(&st->home[home].shunned, memory_order_relaxed))
+        !sd_home_open(ctx, home))
         return NESSIE_MODE_CD; /* nothing to choose (or its servers look dead): nothing to learn */
     uint32_t bucket = !write ? 0 : value_len <= 1024 ? 0 : value_len <= 16384 ? 1 : 2;
     struct sd_est *e = &st->est[((size_t)home * 2 + write) * AUTO_BUCKETS + bucket];

@@ -61,6 +61,15 @@ static void *server_main(void *p)
     return NULL;
 }
 
+/* Start node i's server thread. */
+static void server_start(uint32_t i)
+{
+    struct server *s = &C.srv[i];
+    s->node = C.node[i];
+    assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+    s->running = true;
+}
+
 /* Open NODES nodes of 1 MiB of data each (about 800 values of VALUE_LEN bytes), with a server
  * thread on those in `serving` (a bit per node), expiration period period_ms. */
 static void cluster_open(unsigned serving, uint32_t period_ms)
@@ -83,14 +92,9 @@ static void cluster_open(unsigned serving, uint32_t period_ms)
         assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
         assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
     }
-    for (uint32_t i = 0; i < NODES; i++) {
-        if (!(serving & (1u << i)))
-            continue;
-        struct server *s = &C.srv[i];
-        s->node = C.node[i];
-        assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
-        s->running = true;
-    }
+    for (uint32_t i = 0; i < NODES; i++)
+        if (serving & (1u << i))
+            server_start(i);
 }
 
 static int teardown(void **state)
@@ -222,6 +226,26 @@ static void test_placement_without_server_runs_here(void **state)
     assert_int_equal(hits(C.ctx[0], 900, 1000), 100); /* the newest are there */
 }
 
+/* A peer shunned because its server did not take a store up is placed on again once its server
+ * runs: placement probes the shunned peer's heartbeat as shipping does. Before, placement only
+ * looked at the shunned flag, which nothing else cleared in a node whose calls are all CD: a
+ * server descheduled past one take-up limit (5 ms) sent every later placement back home for
+ * good (seen as a flaky test_full_cluster_evicts_everywhere under tsan on a loaded machine). */
+static void test_shunned_peer_is_placed_on_again(void **state)
+{
+    (void)state;
+    cluster_open(0x1, SHORT_MS); /* node 0 serves; 1 and 2 do not, yet */
+    set_n(C.ctx[0], 0, 1000);
+    assert_int_equal(counters(0).placed, 0);
+    assert_true(counters(0).sd_withdrawn > 0); /* both peers shunned */
+    server_start(1);
+    server_start(2);
+    usleep(4 * SHORT_MS * 1000); /* past a take-up limit: the heartbeats have moved */
+    set_n(C.ctx[0], 1000, 1200);
+    assert_true(counters(0).placed > 0);
+    assert_int_equal(hits(C.ctx[0], 1000, 1200), 200);
+}
+
 /* Once every node is full, stores keep succeeding, and go where the coldest items are: node 0
  * evicts, but so do the others (before, only node 0's items were ever evicted). */
 static void test_full_cluster_evicts_everywhere(void **state)
@@ -241,6 +265,7 @@ int main(void)
         cmocka_unit_test_teardown(test_full_node_places_values_on_peers, teardown),
         cmocka_unit_test_teardown(test_freed_slots_are_used_before_peers, teardown),
         cmocka_unit_test_teardown(test_placement_without_server_runs_here, teardown),
+        cmocka_unit_test_teardown(test_shunned_peer_is_placed_on_again, teardown),
         cmocka_unit_test_teardown(test_full_cluster_evicts_everywhere, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -838,6 +838,38 @@ static void test_auto_follows_the_faster_way(void **state)
     assert_int_equal(nessie_ctx_counters(au)->sd_auto[0] + nessie_ctx_counters(au)->sd_auto[1], asked);
 }
 
+/* Mode auto ships to a home again once the home's server is back: a shipped call withdrawn
+ * because no server took it up shuns the home, and auto's choice probes the shunned home's
+ * heartbeat as shipping does. Before, auto only looked at the shunned flag and chose CD for that
+ * home for good: a server descheduled once past a take-up limit was never shipped to again. */
+static void test_auto_ships_again_after_a_shun(void **state)
+{
+    (void)state;
+    cluster_open(true);
+    struct nessie_ctx *au = C.ctx[0];
+    nessie_ctx_set_mode(au, NESSIE_MODE_AUTO);
+    char k[32];
+    key_homed(k, sizeof(k), 1, 0);
+    assert_int_equal(nessie_store(au, NESSIE_SET, k, strlen(k), "auto", 4, 0, 0, 0, NULL), NESSIE_OK);
+    fab_set_fault(nessie_node_fabric(C.node[0]), slow_fault, NULL);
+    atomic_store(&slow_what, FAB_OP_READ); /* shipping is the faster way */
+    assert_true(gets_until(au, k, true, 90) >= 0);
+
+    server_stop(1);
+    struct nessie_item it;
+    for (int i = 0; i < 50 && nessie_ctx_counters(au)->sd_withdrawn == 0; i++)
+        assert_int_equal(nessie_get(au, k, strlen(k), &it), NESSIE_OK);
+    assert_true(nessie_ctx_counters(au)->sd_withdrawn > 0); /* node 1 shunned */
+
+    server_start(1);
+    usleep(TAKEUP_US);
+    int took = gets_until(au, k, true, 90);
+    printf("server back: 90 of the last 100 GETs shipped again after %d calls\n", took);
+    assert_true(took >= 0);
+    atomic_store(&slow_what, 0);
+    fab_set_fault(nessie_node_fabric(C.node[0]), NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -854,6 +886,7 @@ int main(void)
         cmocka_unit_test_teardown(test_taken_get_without_reply_runs_here, teardown),
         cmocka_unit_test_teardown(test_requester_on_new_tables_is_served, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
+        cmocka_unit_test_teardown(test_auto_ships_again_after_a_shun, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
