@@ -303,10 +303,17 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
                  int64_t exptime, uint64_t cas, uint64_t *version_out);
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len);
+/* nessie_delete, only if the item's version is cas (0: any, as nessie_delete): NESSIE_EXISTS
+ * when it is another, and nothing is deleted (memcached's meta delete with C). */
+int nessie_delete_cas(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t cas);
 
 /* incr (incr=true) or decr by delta; on NESSIE_OK sets *result and *version_out (if not NULL). */
 int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
                  uint64_t delta, uint64_t *result, uint64_t *version_out);
+/* nessie_arith, only if the item's version is cas (0: any): NESSIE_EXISTS when it is another,
+ * and nothing changes (memcached's meta arithmetic with C). */
+int nessie_arith_cas(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
+                     uint64_t delta, uint64_t cas, uint64_t *result, uint64_t *version_out);
 
 int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime);
 

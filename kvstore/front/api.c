@@ -172,15 +172,26 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)
 {
+    return nessie_delete_cas(ctx, key, key_len, 0);
+}
+
+int nessie_delete_cas(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t cas)
+{
     struct key_plan kp;
-    API_RUN(ctx, key, key_len, kp, mode_delete(ctx, &kp));
+    API_RUN(ctx, key, key_len, kp, mode_delete(ctx, &kp, cas));
 }
 
 int nessie_arith(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
                  uint64_t delta, uint64_t *result, uint64_t *version_out)
 {
+    return nessie_arith_cas(ctx, key, key_len, incr, delta, 0, result, version_out);
+}
+
+int nessie_arith_cas(struct nessie_ctx *ctx, const void *key, size_t key_len, bool incr,
+                     uint64_t delta, uint64_t cas, uint64_t *result, uint64_t *version_out)
+{
     struct key_plan kp;
-    API_RUN(ctx, key, key_len, kp, mode_arith(ctx, &kp, incr, delta, result, version_out));
+    API_RUN(ctx, key, key_len, kp, mode_arith(ctx, &kp, incr, delta, cas, result, version_out));
 }
 
 int nessie_touch(struct nessie_ctx *ctx, const void *key, size_t key_len, int64_t exptime)

@@ -329,8 +329,10 @@ _Static_assert(ITE_MAX_CLASSES <= 64, "a class is a bit of room_classes");
  * 2 (issue 26): a request carries its take-up word (ctl) and its requester's remaining budget;
  * the take-up word is left out of the checksum, since it changes after the request was written.
  * 3 (issue 29): a store's sub may carry SD_SUB_PLACED, which a version-2 server would refuse.
+ * 4 (issue 32): a delete's arg and an arith's cas carry a CAS token, which a version-3 server
+ * would ignore (deleting or changing an item the caller meant to leave alone).
  */
-#define MSG_WIRE_VERSION 3
+#define MSG_WIRE_VERSION 4
 
 /* At offset 0 of every MSG region, written by its node only. */
 struct msg_hdr {
@@ -363,13 +365,13 @@ struct sd_req {
      * call past that (clocks of two hosts are never compared; only a duration travels). */
     uint32_t budget_us;
     int64_t exptime;      /* as the client gave it: the home node makes it absolute */
-    uint64_t arg;         /* store: the CAS token; arith: the delta */
+    uint64_t arg;         /* store, delete: the CAS token (0: none); arith: the delta */
     /* The take-up word: sd_ctl(state, incarnation, seq). Written SD_CTL_POSTED with the request;
      * after that changed only by CAS (through the fabric, on the home node too): a server takes
      * the request up (POSTED -> TAKEN) before it runs it, a requester that waited too long
      * withdraws it (POSTED -> WITHDRAWN) and runs the call itself. Exactly one of the two wins. */
     uint64_t ctl;
-    uint64_t pad2;
+    uint64_t cas;         /* arith: the CAS token (0: none) */
 };                        /* then key, value, trailer */
 _Static_assert(sizeof(struct sd_req) == 64, "request header is one cache line");
 #define SD_REQ_OFF_CTL ((uint64_t)__builtin_offsetof(struct sd_req, ctl))

@@ -171,18 +171,18 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
     return rc;
 }
 
-int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp)
+int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas)
 {
-    const struct sd_req rq = {.op = SD_OP_DELETE};
-    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL, proto_delete(ctx, kp));
+    const struct sd_req rq = {.op = SD_OP_DELETE, .arg = cas};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL, proto_delete(ctx, kp, cas));
 }
 
 int mode_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
-               uint64_t *result, uint64_t *version_out)
+               uint64_t cas, uint64_t *result, uint64_t *version_out)
 {
-    const struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta};
+    const struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta, .cas = cas};
     DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, version_out, result,
-                   proto_arith(ctx, kp, incr, delta, result, version_out));
+                   proto_arith(ctx, kp, incr, delta, cas, result, version_out));
 }
 
 int mode_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime)

@@ -96,9 +96,9 @@ int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, co
 int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
                uint64_t cas, uint64_t *version_out);
-int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp);
+int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas);
 int mode_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
-               uint64_t *result, uint64_t *version_out);
+               uint64_t cas, uint64_t *result, uint64_t *version_out);
 int mode_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime);
 
 #endif

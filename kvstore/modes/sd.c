@@ -916,10 +916,10 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         ctx->value_flags8 = 0;
         break;
     case SD_OP_DELETE:
-        rc = proto_delete(ctx, &kp);
+        rc = proto_delete(ctx, &kp, q->arg);
         break;
     case SD_OP_ARITH:
-        rc = proto_arith(ctx, &kp, q->sub == 1, q->arg, &rp->num, &rp->version);
+        rc = proto_arith(ctx, &kp, q->sub == 1, q->arg, q->cas, &rp->num, &rp->version);
         break;
     case SD_OP_TOUCH:
     default:

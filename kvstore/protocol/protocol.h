@@ -370,9 +370,10 @@ int proto_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, c
 int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                 const void *value, size_t value_len, uint32_t flags, int64_t exptime,
                 uint64_t cas, uint64_t *version_out);
-int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp);
+/* cas: the version the item must have (0: any), else NESSIE_EXISTS. */
+int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas);
 int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
-                uint64_t *result, uint64_t *version_out);
+                uint64_t cas, uint64_t *result, uint64_t *version_out);
 int proto_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime);
 
 /* The eviction observer (nessie_set_evict_hook), or NULL. */

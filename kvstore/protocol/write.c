@@ -30,7 +30,7 @@ struct wreq {
     uint32_t vlen;
     uint32_t flags;
     uint32_t exptime;
-    uint64_t cas;
+    uint64_t cas;     /* W_CAS; W_DELETE, W_INCR, W_DECR: the version required (0: any) */
     uint64_t delta;
     uint64_t version_out;
     uint64_t num_out;
@@ -272,6 +272,8 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_DECR: {
         if (!live)
             return NESSIE_NOT_FOUND;
+        if (w->cas && old->h.version != w->cas)
+            return NESSIE_EXISTS; /* meta arithmetic's C */
         size_t cap = old->h.value_len > ARITH_MAX_DIGITS ? old->h.value_len : ARITH_MAX_DIGITS;
         char *out = (char *)nessie_ctx_buf(op->ctx, 2, cap);
         size_t outlen;
@@ -297,6 +299,8 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_DELETE:
         if (!live)
             return NESSIE_NOT_FOUND;
+        if (w->cas && old->h.version != w->cas)
+            return NESSIE_EXISTS; /* meta delete's C */
         h->kind = DTE_KIND_TOMBSTONE;
         *v1 = NULL;
         *l1 = 0;
@@ -906,16 +910,16 @@ int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_s
     return rc;
 }
 
-int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp)
+int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas)
 {
-    struct wreq w = {.mode = W_DELETE};
+    struct wreq w = {.mode = W_DELETE, .cas = cas};
     return run_write(ctx, NESSIE_OPK_DELETE, kp, &w);
 }
 
 int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
-                uint64_t *result, uint64_t *version_out)
+                uint64_t cas, uint64_t *result, uint64_t *version_out)
 {
-    struct wreq w = {.mode = incr ? W_INCR : W_DECR, .delta = delta};
+    struct wreq w = {.mode = incr ? W_INCR : W_DECR, .delta = delta, .cas = cas};
     int rc = run_write(ctx, NESSIE_OPK_PUT, kp, &w);
     if (rc == NESSIE_OK) {
         if (result)

@@ -225,6 +225,33 @@ static void test_arith_and_touch(void **state)
     assert_int_equal(nessie_touch(b, "nope", 4, 10), NESSIE_NOT_FOUND);
 }
 
+/* Delete and arithmetic with a CAS (memcached's meta md and ma with C): applied only when the
+ * item's version is the one given, NESSIE_EXISTS and nothing changed otherwise; 0 is any. */
+static void test_delete_and_arith_with_cas(void **state)
+{
+    (void)state;
+    cluster_open(2, 1024, 4 << 20, NULL);
+    struct nessie_ctx *a = C.ctx[0], *b = C.ctx[1];
+    uint64_t v, v2, r;
+    assert_int_equal(nessie_store(a, NESSIE_SET, "n", 1, "5", 1, 0, 0, 0, &v), NESSIE_OK);
+    assert_int_equal(nessie_arith_cas(b, "n", 1, true, 1, v + 1, &r, NULL), NESSIE_EXISTS);
+    check_value(a, "n", "5");
+    assert_int_equal(nessie_arith_cas(b, "n", 1, true, 1, v, &r, &v2), NESSIE_OK);
+    assert_int_equal(r, 6);
+    assert_true(v2 != v);
+    assert_int_equal(nessie_arith_cas(a, "n", 1, false, 2, 0, &r, &v), NESSIE_OK);
+    assert_int_equal(r, 4);
+    assert_int_equal(nessie_delete_cas(b, "n", 1, v2), NESSIE_EXISTS); /* an old version */
+    check_value(a, "n", "4");
+    assert_int_equal(nessie_delete_cas(b, "n", 1, v), NESSIE_OK);
+    check_value(a, "n", NULL);
+    assert_int_equal(nessie_delete_cas(b, "n", 1, v), NESSIE_NOT_FOUND);
+    assert_int_equal(nessie_arith_cas(b, "n", 1, true, 1, v, &r, NULL), NESSIE_NOT_FOUND);
+    assert_int_equal(set(a, "n", "1"), NESSIE_OK);
+    assert_int_equal(nessie_delete_cas(b, "n", 1, 0), NESSIE_OK);
+    check_value(a, "n", NULL);
+}
+
 static void test_expiry_and_flush(void **state)
 {
     (void)state;
@@ -2590,6 +2617,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_get_into_remote_uncached, teardown),
         cmocka_unit_test_teardown(test_store_forms, teardown),
         cmocka_unit_test_teardown(test_arith_and_touch, teardown),
+        cmocka_unit_test_teardown(test_delete_and_arith_with_cas, teardown),
         cmocka_unit_test_teardown(test_expiry_and_flush, teardown),
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
