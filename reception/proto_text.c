@@ -16,6 +16,7 @@
  * get goes to nessie_get_multi, so its keys' reads go out together.
  */
 #include "proto_text.h"
+#include "proto_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -29,19 +30,10 @@
 
 #include "log.h"
 
-/* Tokens a command is split into at most (memcached's MAX_TOKENS); a get's further keys are
- * read from the rest of its line. */
-#define TOKENS_MAX 24
-
-struct token {
-    char *v;
-    size_t len;
-};
-
 /* Split line (NUL-terminated, modified) at spaces as memcached does: runs of spaces are one
  * separator, at most max - 1 tokens; t[n - 1] is the terminal token, whose v is the rest of the
  * line not split (NULL when the whole line was). Returns n, the terminal token counted. */
-static size_t tokenize(char *line, struct token *t, size_t max)
+size_t proto_tokenize(char *line, struct proto_token *t, size_t max)
 {
     size_t n = 0;
     char *s = line, *e = line;
@@ -73,7 +65,7 @@ out:
 
 /* memcached's number parsers (its util.c): a number ends at a space or the token's end; an
  * unsigned one that wraps to negative is refused if written with a '-'. */
-static bool parse_u64(const char *s, uint64_t *out)
+bool proto_parse_u64(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
@@ -86,7 +78,7 @@ static bool parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-static bool parse_u32(const char *s, uint32_t *out)
+bool proto_parse_u32(const char *s, uint32_t *out)
 {
     char *end;
     errno = 0;
@@ -99,7 +91,7 @@ static bool parse_u32(const char *s, uint32_t *out)
     return true;
 }
 
-static bool parse_i32(const char *s, int32_t *out)
+bool proto_parse_i32(const char *s, int32_t *out)
 {
     char *end;
     errno = 0;
@@ -111,18 +103,12 @@ static bool parse_i32(const char *s, int32_t *out)
 }
 
 /* Is the token exactly s? */
-static bool is(const struct token *t, const char *s)
+static bool is(const struct proto_token *t, const char *s)
 {
     return strcmp(t->v, s) == 0;
 }
 
-/* The request being run: its answer is silenced by noreply. */
-struct req {
-    struct proto_conn *c;
-    bool noreply;
-};
-
-static void reply(struct req *r, const char *line)
+void proto_reply(struct proto_req *r, const char *line)
 {
     if (r->noreply)
         return;
@@ -131,7 +117,7 @@ static void reply(struct req *r, const char *line)
 }
 
 /* memcached's set_noreply_maybe: the token before the terminal one. */
-static bool noreply_maybe(struct req *r, const struct token *t, size_t n)
+static bool noreply_maybe(struct proto_req *r, const struct proto_token *t, size_t n)
 {
     if (t[n - 2].v && strcmp(t[n - 2].v, "noreply") == 0)
         r->noreply = true;
@@ -139,7 +125,7 @@ static bool noreply_maybe(struct req *r, const struct token *t, size_t n)
 }
 
 /* An engine outcome that is no answer of memcached's own: said plainly. */
-static const char *server_error(int rc)
+const char *proto_server_error(int rc)
 {
     switch (rc) {
     case NESSIE_TOO_BIG:
@@ -207,14 +193,14 @@ static void get_one(void *user, size_t i, int status, const struct nessie_item *
     g_string_append_len(o, "\r\n", 2);
 }
 
-static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool touch)
+static void run_get(struct proto_req *r, struct proto_token *t, size_t n, bool cas, bool touch)
 {
     struct proto_conn *c = r->c;
     size_t first = 1;
     int32_t exptime = 0;
     if (touch) {
-        if (!parse_i32(t[1].v, &exptime)) {
-            reply(r, "CLIENT_ERROR invalid exptime argument");
+        if (!proto_parse_i32(t[1].v, &exptime)) {
+            proto_reply(r, "CLIENT_ERROR invalid exptime argument");
             return;
         }
         first = 2;
@@ -228,8 +214,8 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
         g_array_append_val(lens, t[i].len);
     }
     for (char *rest = t[n - 1].v; rest;) {
-        struct token more[TOKENS_MAX];
-        size_t m = tokenize(rest, more, TOKENS_MAX);
+        struct proto_token more[PROTO_TOKENS_MAX];
+        size_t m = proto_tokenize(rest, more, PROTO_TOKENS_MAX);
         for (size_t i = 0; i < m - 1; i++) {
             g_ptr_array_add(keys, more[i].v);
             g_array_append_val(lens, more[i].len);
@@ -268,13 +254,13 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
     g_free(g.hit);
     if (too_long) {
         g_string_truncate(c->out, mark);
-        reply(r, "CLIENT_ERROR bad command line format");
+        proto_reply(r, "CLIENT_ERROR bad command line format");
     } else if (g.overflow) {
         g_string_truncate(c->out, mark);
-        reply(r, "SERVER_ERROR out of memory writing get response");
+        proto_reply(r, "SERVER_ERROR out of memory writing get response");
     } else if (g.error != NESSIE_OK) {
         g_string_truncate(c->out, mark);
-        reply(r, server_error(g.error));
+        proto_reply(r, proto_server_error(g.error));
     } else {
         g_string_append_len(c->out, "END\r\n", 5);
     }
@@ -288,21 +274,21 @@ static void run_get(struct req *r, struct token *t, size_t n, bool cas, bool tou
  * alone on an error memcached answers before the data), or 0 with c->need set when the data is
  * not all there yet.
  */
-static size_t run_store(struct req *r, struct token *t, size_t n, enum nessie_store_mode mode,
+static size_t run_store(struct proto_req *r, struct proto_token *t, size_t n, enum nessie_store_mode mode,
                         const unsigned char *in, size_t line_len, size_t avail)
 {
     struct proto_conn *c = r->c;
     noreply_maybe(r, t, n);
     if (t[1].len > NESSIE_KEY_MAX) {
-        reply(r, "CLIENT_ERROR bad command line format");
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return line_len;
     }
     uint32_t flags;
     int32_t exptime, vlen;
     uint64_t cas = 0;
-    if (!parse_u32(t[2].v, &flags) || !parse_i32(t[3].v, &exptime) || !parse_i32(t[4].v, &vlen) ||
-        (mode == NESSIE_CAS && !parse_u64(t[5].v, &cas)) || vlen < 0 || vlen > INT_MAX - 2) {
-        reply(r, "CLIENT_ERROR bad command line format");
+    if (!proto_parse_u32(t[2].v, &flags) || !proto_parse_i32(t[3].v, &exptime) || !proto_parse_i32(t[4].v, &vlen) ||
+        (mode == NESSIE_CAS && !proto_parse_u64(t[5].v, &cas)) || vlen < 0 || vlen > INT_MAX - 2) {
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return line_len;
     }
     uint64_t data = (uint64_t)vlen + 2;
@@ -310,7 +296,7 @@ static size_t run_store(struct req *r, struct token *t, size_t n, enum nessie_st
      * counts the item as memcached does (key + value + header), which the value alone
      * bounds from below. */
     if ((uint64_t)vlen > c->max_item_size) {
-        reply(r, "SERVER_ERROR object too large for cache");
+        proto_reply(r, "SERVER_ERROR object too large for cache");
         if (mode == NESSIE_SET)
             nessie_delete(c->ctx, t[1].v, t[1].len);
         c->swallow = data;
@@ -322,44 +308,44 @@ static size_t run_store(struct req *r, struct token *t, size_t n, enum nessie_st
     }
     const unsigned char *value = in + line_len;
     if (value[vlen] != '\r' || value[vlen + 1] != '\n') {
-        reply(r, "CLIENT_ERROR bad data chunk");
+        proto_reply(r, "CLIENT_ERROR bad data chunk");
         return line_len + (size_t)data;
     }
     int rc = nessie_store(c->ctx, mode, t[1].v, t[1].len, value, (size_t)vlen, flags, exptime,
                           cas, NULL);
     switch (rc) {
     case NESSIE_OK:
-        reply(r, "STORED");
+        proto_reply(r, "STORED");
         break;
     case NESSIE_NOT_STORED:
-        reply(r, "NOT_STORED");
+        proto_reply(r, "NOT_STORED");
         break;
     case NESSIE_EXISTS:
-        reply(r, "EXISTS");
+        proto_reply(r, "EXISTS");
         break;
     case NESSIE_NOT_FOUND:
-        reply(r, "NOT_FOUND");
+        proto_reply(r, "NOT_FOUND");
         break;
     default:
         /* memcached's rule: a SET that fails for want of room takes the old value out. */
         if (mode == NESSIE_SET && (rc == NESSIE_TOO_BIG || rc == NESSIE_NO_MEMORY))
             nessie_delete(c->ctx, t[1].v, t[1].len);
-        reply(r, server_error(rc));
+        proto_reply(r, proto_server_error(rc));
         break;
     }
     return line_len + (size_t)data;
 }
 
-static void run_arith(struct req *r, struct token *t, size_t n, bool incr)
+static void run_arith(struct proto_req *r, struct proto_token *t, size_t n, bool incr)
 {
     noreply_maybe(r, t, n);
     if (t[1].len > NESSIE_KEY_MAX) {
-        reply(r, "CLIENT_ERROR bad command line format");
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return;
     }
     uint64_t delta, result;
-    if (!parse_u64(t[2].v, &delta)) {
-        reply(r, "CLIENT_ERROR invalid numeric delta argument");
+    if (!proto_parse_u64(t[2].v, &delta)) {
+        proto_reply(r, "CLIENT_ERROR invalid numeric delta argument");
         return;
     }
     int rc = nessie_arith(r->c->ctx, t[1].v, t[1].len, incr, delta, &result, NULL);
@@ -367,82 +353,82 @@ static void run_arith(struct req *r, struct token *t, size_t n, bool incr)
     switch (rc) {
     case NESSIE_OK:
         snprintf(num, sizeof(num), "%" PRIu64, result);
-        reply(r, num);
+        proto_reply(r, num);
         break;
     case NESSIE_NOT_FOUND:
-        reply(r, "NOT_FOUND");
+        proto_reply(r, "NOT_FOUND");
         break;
     case NESSIE_NON_NUMERIC:
-        reply(r, "CLIENT_ERROR cannot increment or decrement non-numeric value");
+        proto_reply(r, "CLIENT_ERROR cannot increment or decrement non-numeric value");
         break;
     case NESSIE_NO_MEMORY:
     case NESSIE_INDEX_FULL:
-        reply(r, "SERVER_ERROR out of memory");
+        proto_reply(r, "SERVER_ERROR out of memory");
         break;
     default:
-        reply(r, server_error(rc));
+        proto_reply(r, proto_server_error(rc));
         break;
     }
 }
 
-static void run_delete(struct req *r, struct token *t, size_t n)
+static void run_delete(struct proto_req *r, struct proto_token *t, size_t n)
 {
     if (n > 3) {
         bool zero = strcmp(t[2].v, "0") == 0;
         bool nr = noreply_maybe(r, t, n);
         if (!((n == 4 && (zero || nr)) || (n == 5 && zero && nr))) {
-            reply(r, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+            proto_reply(r, "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
             return;
         }
     }
     if (t[1].len > NESSIE_KEY_MAX) {
-        reply(r, "CLIENT_ERROR bad command line format");
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return;
     }
     int rc = nessie_delete(r->c->ctx, t[1].v, t[1].len);
-    reply(r, rc == NESSIE_OK ? "DELETED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : server_error(rc));
+    proto_reply(r, rc == NESSIE_OK ? "DELETED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : proto_server_error(rc));
 }
 
-static void run_touch(struct req *r, struct token *t, size_t n)
+static void run_touch(struct proto_req *r, struct proto_token *t, size_t n)
 {
     noreply_maybe(r, t, n);
     if (t[1].len > NESSIE_KEY_MAX) {
-        reply(r, "CLIENT_ERROR bad command line format");
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return;
     }
     int32_t exptime;
-    if (!parse_i32(t[2].v, &exptime)) {
-        reply(r, "CLIENT_ERROR invalid exptime argument");
+    if (!proto_parse_i32(t[2].v, &exptime)) {
+        proto_reply(r, "CLIENT_ERROR invalid exptime argument");
         return;
     }
     int rc = nessie_touch(r->c->ctx, t[1].v, t[1].len, exptime);
-    reply(r, rc == NESSIE_OK ? "TOUCHED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : server_error(rc));
+    proto_reply(r, rc == NESSIE_OK ? "TOUCHED" : rc == NESSIE_NOT_FOUND ? "NOT_FOUND" : proto_server_error(rc));
 }
 
-static void run_flush_all(struct req *r, struct token *t, size_t n)
+static void run_flush_all(struct proto_req *r, struct proto_token *t, size_t n)
 {
     noreply_maybe(r, t, n);
     int32_t delay = 0;
-    if (n != (r->noreply ? 3u : 2u) && !parse_i32(t[1].v, &delay)) {
-        reply(r, "CLIENT_ERROR invalid exptime argument");
+    if (n != (r->noreply ? 3u : 2u) && !proto_parse_i32(t[1].v, &delay)) {
+        proto_reply(r, "CLIENT_ERROR invalid exptime argument");
         return;
     }
     int rc = nessie_flush_delayed(r->c->ctx, delay);
-    reply(r, rc == NESSIE_OK ? "OK" : server_error(rc));
+    proto_reply(r, rc == NESSIE_OK ? "OK" : proto_server_error(rc));
 }
 
-static void run_verbosity(struct req *r, struct token *t, size_t n)
+static void run_verbosity(struct proto_req *r, struct proto_token *t, size_t n)
 {
     noreply_maybe(r, t, n);
     uint32_t level;
-    if (!parse_u32(t[1].v, &level)) {
-        reply(r, "CLIENT_ERROR bad command line format");
+    if (!proto_parse_u32(t[1].v, &level)) {
+        proto_reply(r, "CLIENT_ERROR bad command line format");
         return;
     }
-    reply(r, "OK"); /* the daemon's log level is its own ([reception] and --verbose) */
+    proto_reply(r, "OK"); /* the daemon's log level is its own ([reception] and --verbose) */
 }
 
-static void run_stats(struct req *r, struct token *t, size_t n)
+static void run_stats(struct proto_req *r, struct proto_token *t, size_t n)
 {
     if (n == 2 && r->c->stats) {
         recep_stats_format(r->c->stats, r->c->out);
@@ -452,16 +438,16 @@ static void run_stats(struct req *r, struct token *t, size_t n)
         /* memcached's per-prefix counts: its usage line for a bad request; this daemon keeps
          * none, so there is nothing to dump and nothing to turn on. */
         if (n >= 4 && is(&t[2], "dump"))
-            reply(r, "END");
+            proto_reply(r, "END");
         else if (n >= 4 && (is(&t[2], "on") || is(&t[2], "off")))
-            reply(r, "CLIENT_ERROR stats detail is not kept by this server");
+            proto_reply(r, "CLIENT_ERROR stats detail is not kept by this server");
         else
-            reply(r, "CLIENT_ERROR usage: stats detail on|off|dump");
+            proto_reply(r, "CLIENT_ERROR usage: stats detail on|off|dump");
         return;
     }
     /* The other sub-commands (items, slabs, sizes, settings, conns, reset) describe memcached's
      * own memory and are not kept here: memcached's answer to a sub-command it does not know. */
-    reply(r, "ERROR");
+    proto_reply(r, "ERROR");
 }
 
 /*
@@ -472,24 +458,23 @@ static void run_stats(struct req *r, struct token *t, size_t n)
 static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in, size_t line_len,
                        size_t avail)
 {
-    struct req r = {.c = c};
-    struct token t[TOKENS_MAX];
-    size_t n = tokenize(line, t, TOKENS_MAX);
+    struct proto_req r = {.c = c};
+    struct proto_token t[PROTO_TOKENS_MAX];
+    size_t n = proto_tokenize(line, t, PROTO_TOKENS_MAX);
     /* Every command has a name of two bytes or more (memcached's rule). */
     if (n < 2 || t[0].len < 2) {
-        reply(&r, "ERROR");
+        proto_reply(&r, "ERROR");
         return line_len;
     }
 #define WANT(cond)                                                                                 \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            reply(&r, "ERROR");                                                                    \
+            proto_reply(&r, "ERROR");                                                                    \
             return line_len;                                                                       \
         }                                                                                          \
     } while (0)
     if (t[0].len == 2 && t[0].v[0] == 'm') {
-        /* The meta commands: only mn (a no-op that flushes) so far. */
-        reply(&r, t[0].v[1] == 'n' ? "MN" : "ERROR");
+        return proto_meta_run(&r, t, n, in, line_len, avail); /* proto_meta.c */
     } else if (is(&t[0], "get") || is(&t[0], "gets") || is(&t[0], "gat") || is(&t[0], "gats") ||
         is(&t[0], "bget")) {
         WANT(n >= 3);
@@ -521,7 +506,7 @@ static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in
         run_flush_all(&r, t, n);
     } else if (is(&t[0], "version")) {
         /* The memcached whose answers these are, as the shim's stats say it (wire.h). */
-        reply(&r, "VERSION " WIRE_COMPAT_VERSION);
+        proto_reply(&r, "VERSION " WIRE_COMPAT_VERSION);
     } else if (is(&t[0], "quit")) {
         c->close = true;
     } else if (is(&t[0], "verbosity")) {
@@ -530,11 +515,11 @@ static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in
     } else if (is(&t[0], "stats")) {
         run_stats(&r, t, n);
     } else if (is(&t[0], "shutdown")) {
-        reply(&r, "ERROR: shutdown not enabled"); /* memcached's, without -A; so here, always */
+        proto_reply(&r, "ERROR: shutdown not enabled"); /* memcached's, without -A; so here, always */
     } else if (strncmp(t[n - 2].v, "HTTP/", 5) == 0) {
         c->close = true; /* an HTTP request: memcached hangs up on it */
     } else {
-        reply(&r, "ERROR");
+        proto_reply(&r, "ERROR");
     }
 #undef WANT
     return line_len;
