@@ -96,7 +96,7 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover bench-capacity rxe-selftest \
+.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover bench-capacity bench-tcp rxe-selftest \
 	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
@@ -254,6 +254,12 @@ model: deps
 bench-modes: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/modes.sh
+
+# bench-tcp: memcached's protocol on TCP, memcached against a Nessie node's memcached port, the
+# same loadgen over TCP (issue 32; about 3 minutes).
+bench-tcp: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/tcp.sh
 
 # bench-failover: issue 28's figure, node 2 of 3 lost for 4 s under load, Nessie (shim, shm, etcd
 # views) against memcached behind libmemcached with failed-server removal, in one run (< 1 minute).

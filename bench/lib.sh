@@ -36,6 +36,16 @@ BENCH_T0=$(date +%s)
 COLS=""
 COLS_HEADER=""
 
+# An awk function for scripts' summaries, prepended to their awk programs: median(list) of a
+# space-separated list of numbers (0 for an empty one).
+AWK_MEDIAN='
+function median(list,    n, a, i, j, t) {
+    n = split(list, a, " ")
+    if (n == 0) return 0
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}'
+
 bench_die() {
     echo "bench: $*" >&2
     exit 1

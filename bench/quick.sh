@@ -48,13 +48,6 @@ bench_begin quick "3-node Nessie (shim, shm fabric) vs memcached, same loadgen b
 trap 'burners_stop; bench_cleanup' EXIT
 
 # Median of a column over the rows of one case and label: csv_median CASE LABEL COLUMN
-AWK_MEDIAN='
-function median(list,    n, a, i, j, t) {
-    n = split(list, a, " ")
-    if (n == 0) return 0
-    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}'
 csv_median() {
     grep -v '^#' "$CSV" | awk -F, -v cs="$1" -v lb="$2" -v name="$3" "$AWK_MEDIAN"'
         NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
