@@ -607,20 +607,35 @@ void nessie_data_usage(struct nessie_node *node, uint64_t *items, uint64_t *byte
  * issue 29), and their bytes, the same way. */
 void nessie_data_placed(struct nessie_node *node, uint64_t *items, uint64_t *bytes);
 
+/* memcached's cache_memlimit: this node's data region assigns at most `bytes` of pages to
+ * items from now on (its eviction then keeps within them). Returns NESSIE_OK, or NESSIE_INVALID
+ * when bytes is more than the region or less than the pages already in use (never taken back);
+ * nothing changes then. */
+int nessie_mem_limit(struct nessie_node *node, uint64_t bytes);
+
 /* Non-empty entries of this node's index table (a scan of it: for stats, not per operation). */
 uint64_t nessie_index_used(struct nessie_node *node);
 
-/* Per size class usage of this node's data region (for stats and tests). */
+/* Per size class usage of this node's data region (for stats and tests; memcached's slab
+ * classes: `stats slabs`, `stats items`). */
 struct nessie_class_usage {
     uint32_t slot_bytes;
     uint64_t slots;       /* slots in pages assigned to the class */
     uint64_t free;        /* on the free list */
     uint64_t recycled;    /* marked recycled, waiting for their expiry (as of the last full
                              pass of the recycle scan) */
+    uint64_t pages;       /* pages assigned to the class */
+    uint64_t slots_per_page;
+    uint64_t used;        /* holding items (and tombstones on their way out), their bytes */
+    uint64_t bytes;       /*   (as of the last full pass of the recycle scan) */
+    uint64_t failed;      /* allocations refused: no free slot */
 };
 /* Fills up to max entries; returns the number of classes. */
 uint32_t nessie_class_usage(struct nessie_node *node, struct nessie_class_usage *out,
                             uint32_t max);
+/* The class (an index of nessie_class_usage) an item of these sizes goes to, or -1 when it
+ * fits none. */
+int nessie_class_of(struct nessie_node *node, size_t key_len, size_t value_len);
 
 #ifdef __cplusplus
 }

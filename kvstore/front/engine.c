@@ -512,9 +512,28 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
         out[c].slots = nd->slab.cls[c].slots;
         out[c].free = nd->slab.cls[c].nfree;
         out[c].recycled = nd->slab.cls[c].recycled;
+        out[c].pages = nd->slab.cls[c].npages;
+        out[c].slots_per_page = slab_slots_per_page(&nd->slab, c);
+        out[c].used = nd->slab.cls[c].used;
+        out[c].bytes = nd->slab.cls[c].bytes;
+        out[c].failed = nd->slab.cls[c].failed;
     }
     pthread_mutex_unlock(&nd->slab.lock);
     return nd->nclasses;
+}
+
+int nessie_mem_limit(struct nessie_node *nd, uint64_t bytes)
+{
+    if (bytes > nd->cfg.data_bytes)
+        return NESSIE_INVALID; /* the region is mapped once, at its configured size */
+    return slab_set_limit(&nd->slab, bytes) ? NESSIE_OK : NESSIE_INVALID;
+}
+
+int nessie_class_of(struct nessie_node *nd, size_t key_len, size_t value_len)
+{
+    if (key_len > NESSIE_KEY_MAX || value_len > UINT32_MAX)
+        return -1;
+    return slab_class_for(&nd->slab, dte_size((uint32_t)key_len, (uint32_t)value_len));
 }
 
 /* See nessie_flush: how far ahead of real time an unreachable node's version clock may be. */

@@ -138,7 +138,7 @@ static uint64_t page_offset(const struct slab *s, uint64_t page)
     return s->hdr->pages_offset + page * s->hdr->page_bytes;
 }
 
-static uint64_t slots_per_page(const struct slab *s, uint32_t cls)
+uint64_t slab_slots_per_page(const struct slab *s, uint32_t cls)
 {
     return s->hdr->page_bytes / s->cls[cls].slot_bytes;
 }
@@ -194,7 +194,7 @@ static void set_reserve(struct slab *s, uint32_t cls)
 static void publish_spare(struct slab *s)
 {
     uint64_t used = s->next_page + s->reserve_pages;
-    uint64_t spare = used < s->hdr->page_count ? s->hdr->page_count - used : 0;
+    uint64_t spare = used < s->page_limit ? s->page_limit - used : 0;
     __atomic_store_n(&s->hdr->room_spare_pages, spare, __ATOMIC_RELAXED);
 }
 
@@ -251,6 +251,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
     s->reserve_pages = h->page_count / 64 ? h->page_count / 64 : 1;
     if (s->reserve_pages >= h->page_count)
         s->reserve_pages = 0;
+    s->page_limit = h->page_count;
     s->page_free = calloc(h->page_count, sizeof(*s->page_free));
     s->page_freed_ms = calloc(h->page_count, sizeof(*s->page_freed_ms));
     if (!s->page_free || !s->page_freed_ms) {
@@ -275,7 +276,7 @@ int slab_open(struct slab *s, void *region, uint64_t region_bytes, uint64_t max_
             return -1;
         }
         s->next_page = p + 1;
-        uint64_t per = slots_per_page(s, c);
+        uint64_t per = slab_slots_per_page(s, c);
         s->cls[c].slots += per;
         set_reserve(s, c);
         if (page_list_add(s, c, p) != 0) {
@@ -322,12 +323,12 @@ int slab_class_for(const struct slab *s, uint64_t bytes)
  * the lock held. */
 static int grow_class(struct slab *s, uint32_t cls, enum slab_use use)
 {
-    uint64_t limit = s->hdr->page_count - (use != SLAB_FOR_TOMBSTONE ? s->reserve_pages : 0);
+    uint64_t limit = s->page_limit - (use != SLAB_FOR_TOMBSTONE ? s->reserve_pages : 0);
     if (s->next_page >= limit)
         return -1;
     uint64_t p = s->next_page++;
     publish_spare(s);
-    uint64_t per = slots_per_page(s, cls);
+    uint64_t per = slab_slots_per_page(s, cls);
     /* Persist the assignment before any slot of the page is handed out, so a restart that finds a
      * written slot also finds the page's class. */
     atomic_store_explicit((_Atomic uint8_t *)&s->page_class[p], (uint8_t)cls, memory_order_release);
@@ -482,7 +483,7 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
     }
     uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[s->scan_page],
                                      memory_order_acquire);
-    if (s->scan_slot >= slots_per_page(s, c)) {
+    if (s->scan_slot >= slab_slots_per_page(s, c)) {
         /* The page changed class under the cursor (rebalance_locked): go on with the next. */
         s->scan_slot = 0;
         s->scan_page++;
@@ -490,7 +491,7 @@ static bool scan_step(struct slab *s, uint32_t *cls, uint64_t *off)
     }
     *cls = c;
     *off = page_offset(s, s->scan_page) + s->scan_slot * s->cls[c].slot_bytes;
-    if (++s->scan_slot >= slots_per_page(s, c)) {
+    if (++s->scan_slot >= slab_slots_per_page(s, c)) {
         s->scan_slot = 0;
         s->scan_page++;
     }
@@ -552,14 +553,14 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
          * and no write room (test_migration_on_full_node_waits_for_room). */
         if (s->cls[d].npages <= 1)
             continue;
-        if (s->page_free[p] == slots_per_page(s, d) && now - s->page_freed_ms[p] >= s->late_ms &&
+        if (s->page_free[p] == slab_slots_per_page(s, d) && now - s->page_freed_ms[p] >= s->late_ms &&
             s->cls[d].nfree > best_free) {
             best = p;
             best_free = s->cls[d].nfree;
         }
     }
     if (s->drain_page >= 0 && s->drain_for == cls &&
-        s->page_free[s->drain_page] == slots_per_page(s, s->page_class[s->drain_page]) &&
+        s->page_free[s->drain_page] == slab_slots_per_page(s, s->page_class[s->drain_page]) &&
         now - s->page_freed_ms[s->drain_page] >= s->late_ms)
         best = (uint64_t)s->drain_page;
     if (best == UINT64_MAX)
@@ -575,11 +576,11 @@ static int rebalance_locked(struct slab *s, uint32_t cls)
             *free_at(dc, kept++) = off;
     }
     dc->nfree = kept;
-    dc->slots -= slots_per_page(s, d);
+    dc->slots -= slab_slots_per_page(s, d);
     set_reserve(s, d);
     page_list_remove(s, d, best);
     s->page_free[best] = 0;
-    uint64_t per = slots_per_page(s, cls);
+    uint64_t per = slab_slots_per_page(s, cls);
     for (uint64_t i = 0; i < per; i++) {
         uint64_t off = page_offset(s, best) + i * s->cls[cls].slot_bytes;
         /* A new slot that starts where one of the donor's did continues that slot's lives (its
@@ -731,7 +732,7 @@ bool slab_drain(struct slab *s, uint32_t cls, uint64_t max_ms, uint64_t *first, 
     uint64_t p = (uint64_t)s->drain_page;
     *page_cls = s->page_class[p];
     *first = page_offset(s, p);
-    *slots = slots_per_page(s, *page_cls);
+    *slots = slab_slots_per_page(s, *page_cls);
     bool ours = s->drain_for == cls;
     pthread_mutex_unlock(&s->lock);
     return ours;
@@ -745,10 +746,25 @@ bool slab_values_refused(struct slab *s, uint32_t cls)
     return refused;
 }
 
+bool slab_set_limit(struct slab *s, uint64_t bytes)
+{
+    uint64_t pages = bytes / s->hdr->page_bytes;
+    if (pages > s->hdr->page_count)
+        pages = s->hdr->page_count;
+    pthread_mutex_lock(&s->lock);
+    bool ok = pages >= s->next_page + s->reserve_pages;
+    if (ok) {
+        s->page_limit = pages;
+        publish_spare(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
 bool slab_has_spare_pages(struct slab *s)
 {
     pthread_mutex_lock(&s->lock);
-    bool spare = s->next_page + s->reserve_pages < s->hdr->page_count;
+    bool spare = s->next_page + s->reserve_pages < s->page_limit;
     pthread_mutex_unlock(&s->lock);
     return spare;
 }
@@ -778,7 +794,7 @@ uint32_t slab_sample(struct slab *s, uint32_t cls, uint64_t *rng, uint64_t *offs
     uint32_t got = 0;
     pthread_mutex_lock(&s->lock);
     const struct slab_class *c = &s->cls[cls];
-    uint64_t per = cls < s->nclasses ? slots_per_page(s, cls) : 0;
+    uint64_t per = cls < s->nclasses ? slab_slots_per_page(s, cls) : 0;
     for (; got < n && c->npages > 0 && per > 0; got++) {
         uint64_t r = hash_xorshift(rng);
         uint64_t p = c->pages[r % c->npages];
@@ -795,7 +811,7 @@ bool slab_slot_of_class(struct slab *s, uint32_t cls, uint64_t offset)
     uint64_t p = page_of(s, offset);
     return p < s->hdr->page_count && page_class_of(s, offset) == cls &&
            (offset - page_offset(s, p)) % s->cls[cls].slot_bytes == 0 &&
-           (offset - page_offset(s, p)) / s->cls[cls].slot_bytes < slots_per_page(s, cls);
+           (offset - page_offset(s, p)) / s->cls[cls].slot_bytes < slab_slots_per_page(s, cls);
 }
 
 void slab_free_unpublished(struct slab *s, uint32_t cls, uint64_t offset)
@@ -843,7 +859,7 @@ void slab_crawl(struct slab *s, uint64_t *page, uint64_t *slot, size_t n,
         }
         uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[*page],
                                          memory_order_acquire);
-        if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses || *slot >= slots_per_page(s, c)) {
+        if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses || *slot >= slab_slots_per_page(s, c)) {
             (*page)++;
             *slot = 0;
             continue;
@@ -871,7 +887,7 @@ void slab_walk(struct slab *s, uint64_t *pos, size_t n,
         if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses)
             continue;
         const uint64_t sb = s->cls[c].slot_bytes;
-        for (uint64_t i = (within + sb - 1) / sb; i < slots_per_page(s, c); i++) {
+        for (uint64_t i = (within + sb - 1) / sb; i < slab_slots_per_page(s, c); i++) {
             uint64_t off = page_offset(s, p) + i * sb;
             if (seen == n || !fn(arg, c, off)) {
                 *pos = off;
@@ -907,7 +923,7 @@ void slab_for_each_slot(struct slab *s, void (*fn)(void *arg, uint32_t cls, uint
         uint8_t c = atomic_load_explicit((_Atomic uint8_t *)&s->page_class[p], memory_order_acquire);
         if (c == DATA_PAGE_UNASSIGNED || c >= s->nclasses)
             continue;
-        for (uint64_t i = 0; i < slots_per_page(s, c); i++)
+        for (uint64_t i = 0; i < slab_slots_per_page(s, c); i++)
             fn(arg, c, page_offset(s, p) + i * s->cls[c].slot_bytes);
     }
 }

@@ -75,6 +75,9 @@ struct slab {
     uint64_t rebalanced;  /* pages moved from one class to another */
     uint64_t quarantine_ms; /* a recycled slot is freed this long after the scan first sees it */
     uint64_t reserve_pages; /* unassigned pages only tombstones may take */
+    /* Pages that may be assigned at most: the region's, or fewer once an operator lowered the
+     * limit (memcached's cache_memlimit: slab_set_limit). Under the lock. */
+    uint64_t page_limit;
     /* The page being emptied for another class (slab_drain), or -1: its free slots are not
      * handed out again, so that once its items are evicted and their quarantine is over it is
      * entirely free and rebalance_locked gives it to drain_for. */
@@ -108,6 +111,13 @@ void slab_close(struct slab *s);
 
 /* Smallest class whose slots hold `bytes`, or -1 if none (too big). */
 int slab_class_for(const struct slab *s, uint64_t bytes);
+/* Let at most bytes of pages be assigned from now on (memcached's cache_memlimit; all the
+ * region's pages when bytes is more). Returns false, and changes nothing, when that is fewer
+ * pages than are assigned already (with the tombstones' reserve): pages given to classes are
+ * never taken back for this. */
+bool slab_set_limit(struct slab *s, uint64_t bytes);
+/* Slots in one page of class cls. */
+uint64_t slab_slots_per_page(const struct slab *s, uint32_t cls);
 
 /* Pages are divided anew only ms after their last slot came back (see page_freed_ms). */
 void slab_set_late_ms(struct slab *s, uint64_t ms);

@@ -487,6 +487,36 @@ static void test_full_node_evicts(void **state)
     assert_int_equal(c.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], 0);
 }
 
+/* memcached's cache_memlimit (nessie_mem_limit): refused past the region or below the pages in
+ * use; a lower limit is honoured: a node filled many times over assigns no page past it, evicts
+ * instead, and every SET still succeeds. */
+static void test_mem_limit_bounds_the_pages(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 14, 4 << 20, evict_cfg);
+    assert_int_equal(nessie_mem_limit(C.node[0], 64ull << 20), NESSIE_INVALID);
+    assert_int_equal(nessie_mem_limit(C.node[0], 1 << 20), NESSIE_OK);
+    struct bg_evictor b;
+    bg_evictor_start(&b, 0);
+    char v[1000];
+    for (int i = 0; i < 5000; i++) /* 5 MB into 1 MiB */
+        evict_store(C.ctx[0], i, v, sizeof(v));
+    bg_evictor_stop(&b);
+    assert_true(evict_check(C.ctx[0], 4999, sizeof(v)));
+    struct nessie_class_usage cu[64];
+    uint32_t n = nessie_class_usage(C.node[0], cu, 64);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < n && i < 64; i++)
+        bytes += cu[i].slots * cu[i].slot_bytes;
+    assert_true(bytes <= 1 << 20);
+    struct nessie_counters c;
+    nessie_node_counters(C.node[0], &c);
+    assert_true(c.evictions > 0);
+    /* Now below what is in use: refused, nothing changed. */
+    assert_int_equal(nessie_mem_limit(C.node[0], 0), NESSIE_INVALID);
+    assert_int_equal(nessie_mem_limit(C.node[0], 4 << 20), NESSIE_OK);
+}
+
 /* Items read often survive a fill that evicts everything else many times over. */
 static void test_read_items_survive_eviction(void **state)
 {
@@ -2622,6 +2652,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_full_node_evicts, teardown),
+        cmocka_unit_test_teardown(test_mem_limit_bounds_the_pages, teardown),
         cmocka_unit_test_teardown(test_new_item_outlives_old_read_ones, teardown),
         cmocka_unit_test_teardown(test_get_of_an_item_being_evicted, teardown),
         cmocka_unit_test_teardown(test_new_item_young_for_a_share_of_turnover, teardown),
