@@ -417,6 +417,23 @@ static void run_flush_all(struct proto_req *r, struct proto_token *t, size_t n)
     proto_reply(r, rc == NESSIE_OK ? "OK" : proto_server_error(rc));
 }
 
+/* cache_memlimit MB: memcached's runtime memory limit (its checks, its answers). */
+static void run_memlimit(struct proto_req *r, struct proto_token *t, size_t n)
+{
+    noreply_maybe(r, t, n);
+    uint32_t mb;
+    if (!proto_parse_u32(t[1].v, &mb))
+        proto_reply(r, "ERROR");
+    else if (mb < 8)
+        proto_reply(r, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m");
+    else if (mb > 1000000000)
+        proto_reply(r, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes");
+    else if (r->c->stats && recep_stats_mem_limit(r->c->stats, (uint64_t)mb << 20))
+        proto_reply(r, "OK");
+    else
+        proto_reply(r, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust");
+}
+
 static void run_verbosity(struct proto_req *r, struct proto_token *t, size_t n)
 {
     noreply_maybe(r, t, n);
@@ -428,10 +445,52 @@ static void run_verbosity(struct proto_req *r, struct proto_token *t, size_t n)
     proto_reply(r, "OK"); /* the daemon's log level is its own ([reception] and --verbose) */
 }
 
+/* memcached's slab classes at most (MAX_NUMBER_OF_SLAB_CLASSES): a cachedump past it is refused. */
+#define STATS_CLASSES_MAX 64
+
 static void run_stats(struct proto_req *r, struct proto_token *t, size_t n)
 {
-    if (n == 2 && r->c->stats) {
-        recep_stats_format(r->c->stats, r->c->out);
+    struct recep_stats *st = r->c->stats;
+    if (!st) {
+        proto_reply(r, "ERROR");
+        return;
+    }
+    if (n == 2) {
+        recep_stats_format(st, r->c->out);
+        return;
+    }
+    if (is(&t[1], "reset")) {
+        recep_stats_reset(st);
+        proto_reply(r, "RESET");
+        return;
+    }
+    if (is(&t[1], "settings")) {
+        recep_stats_settings(st, r->c->out);
+        return;
+    }
+    if (is(&t[1], "items")) {
+        recep_stats_items(st, r->c->out);
+        return;
+    }
+    if (is(&t[1], "slabs")) {
+        recep_stats_slabs(st, r->c->out);
+        return;
+    }
+    if (is(&t[1], "sizes")) {
+        /* memcached's answer while its size histogram is off (its default); none is kept here */
+        g_string_append(r->c->out, "STAT sizes_status disabled\r\nEND\r\n");
+        return;
+    }
+    if (is(&t[1], "cachedump")) {
+        uint32_t id, limit;
+        if (n < 5)
+            proto_reply(r, "CLIENT_ERROR bad command line");
+        else if (!proto_parse_u32(t[2].v, &id) || !proto_parse_u32(t[3].v, &limit))
+            proto_reply(r, "CLIENT_ERROR bad command line format");
+        else if (id >= STATS_CLASSES_MAX)
+            proto_reply(r, "CLIENT_ERROR Illegal slab id");
+        else
+            recep_stats_cachedump(st, r->c->ctx, id, limit, r->c->out);
         return;
     }
     if (n >= 3 && is(&t[1], "detail")) {
@@ -445,8 +504,8 @@ static void run_stats(struct proto_req *r, struct proto_token *t, size_t n)
             proto_reply(r, "CLIENT_ERROR usage: stats detail on|off|dump");
         return;
     }
-    /* The other sub-commands (items, slabs, sizes, settings, conns, reset) describe memcached's
-     * own memory and are not kept here: memcached's answer to a sub-command it does not know. */
+    /* conns (each connection's state) is not kept yet; the others are no sub-command of
+     * memcached's either: its answer to one it does not know. */
     proto_reply(r, "ERROR");
 }
 
@@ -509,6 +568,9 @@ static size_t run_line(struct proto_conn *c, char *line, const unsigned char *in
         proto_reply(&r, "VERSION " WIRE_COMPAT_VERSION);
     } else if (is(&t[0], "quit")) {
         c->close = true;
+    } else if (is(&t[0], "cache_memlimit")) {
+        WANT(n == 3 || n == 4);
+        run_memlimit(&r, t, n);
     } else if (is(&t[0], "verbosity")) {
         WANT(n == 3 || n == 4);
         run_verbosity(&r, t, n);

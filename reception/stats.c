@@ -31,7 +31,29 @@ struct recep_stats {
     struct nessie_counters prev;
     uint64_t prev_ns;
     double rate[NESSIE_OPK_COUNT];
+    /* What "stats reset" took away, under lock: the counters are the engine's, cumulative and
+     * shared with its other readers (the rates above, tests), so a reset is a baseline the
+     * rendered counters are taken from, never a change to the engine's. */
+    struct nessie_counters base;
+    uint64_t base_connections, base_rejected;
+    uint64_t maxbytes; /* __atomic: the limit cache_memlimit set last (0: the region's size) */
 };
+
+/* Every field of struct nessie_counters is a uint64_t counter: a baseline is taken from all. */
+_Static_assert(sizeof(struct nessie_counters) % sizeof(uint64_t) == 0,
+               "nessie_counters holds uint64_t counters only");
+
+/* The engine's counters since the last "stats reset". */
+static void counters_since_reset(struct recep_stats *st, struct nessie_counters *c)
+{
+    nessie_node_counters(st->node, c);
+    uint64_t *v = (uint64_t *)(void *)c;
+    pthread_mutex_lock(&st->lock);
+    const uint64_t *b = (const uint64_t *)(const void *)&st->base;
+    for (size_t i = 0; i < sizeof(*c) / sizeof(uint64_t); i++)
+        v[i] -= b[i];
+    pthread_mutex_unlock(&st->lock);
+}
 
 static void *stats_main(void *arg)
 {
@@ -124,14 +146,42 @@ static void stat_hist(GString *out, const char *op, const char *what, const uint
     g_string_append(out, "\r\n");
 }
 
+/* memcached's maxbytes: the region's size, or the limit cache_memlimit set last. */
+static uint64_t maxbytes(struct recep_stats *st)
+{
+    uint64_t b = __atomic_load_n(&st->maxbytes, __ATOMIC_RELAXED);
+    return b ? b : nessie_node_config(st->node)->data_bytes;
+}
+
+bool recep_stats_mem_limit(struct recep_stats *st, uint64_t bytes)
+{
+    if (nessie_mem_limit(st->node, bytes) != NESSIE_OK)
+        return false;
+    __atomic_store_n(&st->maxbytes, bytes, __ATOMIC_RELAXED);
+    log_info("stats: cache_memlimit: this node's items now take %llu MiB at most",
+             (unsigned long long)(bytes >> 20));
+    return true;
+}
+
+/* memcached counts every connection it accepted: a channel is one, and so is each time a
+ * client's handle reconnected after memcached_quit, and each of the memcached port's. */
+static uint64_t connections_total(struct recep_stats *st, const struct recep_tcp_counts *tc)
+{
+    return __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED) + recep_channel_reconnects() +
+           tc->total;
+}
+
 void recep_stats_format(struct recep_stats *st, GString *out)
 {
     const struct nessie_config *cfg = nessie_node_config(st->node);
     struct nessie_counters c;
-    nessie_node_counters(st->node, &c);
+    counters_since_reset(st, &c);
     double rate[NESSIE_OPK_COUNT];
+    uint64_t base_connections, base_rejected;
     pthread_mutex_lock(&st->lock);
     memcpy(rate, st->rate, sizeof(rate));
+    base_connections = st->base_connections;
+    base_rejected = st->base_rejected;
     pthread_mutex_unlock(&st->lock);
 
     /* memcached's names first, so memcstat and memcached tools read what they expect. */
@@ -158,12 +208,9 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     if (tc.max)
         STAT_U("max_connections", tc.max);
     STAT_U("curr_connections", channels + tc.curr);
-    /* memcached counts every connection it accepted: a channel is one, and so is each time a
-     * client's handle reconnected after memcached_quit. */
-    STAT_U("total_connections", __atomic_load_n(&st->channels_total, __ATOMIC_RELAXED) +
-                                    recep_channel_reconnects() + tc.total);
+    STAT_U("total_connections", connections_total(st, &tc) - base_connections);
     if (tc.max)
-        STAT_U("rejected_connections", tc.rejected);
+        STAT_U("rejected_connections", tc.rejected - base_rejected);
     STAT_U("threads", st->nworkers);
     const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],
                                     *d = &c.op[NESSIE_OPK_DELETE];
@@ -174,7 +221,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("get_misses", g->outcomes[NESSIE_NOT_FOUND]);
     STAT_U("delete_hits", d->outcomes[NESSIE_OK]);
     STAT_U("delete_misses", d->outcomes[NESSIE_NOT_FOUND]);
-    STAT_U("limit_maxbytes", cfg->data_bytes);
+    STAT_U("limit_maxbytes", maxbytes(st));
     /* This node's data region: its items as of the recycle scan's last pass, and what its
      * evictor removed (memcached's meanings; reclaimed: expired or flushed items removed). */
     uint64_t items, bytes;
@@ -341,6 +388,142 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U(name, cu[i].free);
         snprintf(name, sizeof(name), "nessie_class_%u_recycled", i);
         STAT_U(name, cu[i].recycled);
+    }
+    g_string_append(out, "END\r\n");
+}
+
+void recep_stats_reset(struct recep_stats *st)
+{
+    struct nessie_counters now;
+    struct recep_tcp_counts tc;
+    nessie_node_counters(st->node, &now);
+    recep_tcp_counts(&tc);
+    pthread_mutex_lock(&st->lock);
+    st->base = now;
+    st->base_connections = connections_total(st, &tc);
+    st->base_rejected = tc.rejected;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void recep_stats_settings(struct recep_stats *st, GString *out)
+{
+    const struct nessie_config *cfg = nessie_node_config(st->node);
+    struct recep_tcp_counts tc;
+    recep_tcp_counts(&tc);
+    /* memcached's names, where the setting means the same here. */
+    STAT_U("maxbytes", maxbytes(st));
+    if (tc.max)
+        STAT_U("maxconns", tc.max);
+    STAT_U("udpport", 0);
+    STAT_S("evictions", cfg->no_evict ? "off" : "on");
+    STAT_S("cas_enabled", "yes");
+    STAT_U("item_size_max", cfg->max_item_size);
+    STAT_S("flush_enabled", "yes");
+    STAT_S("dump_enabled", "yes");
+    /* Nessie's own. */
+    STAT_U("nessie_nodes", cfg->nodes);
+    STAT_U("nessie_index_slots", cfg->index_slots);
+    STAT_U("nessie_expiration_ms", cfg->expiration_ms);
+    STAT_S("nessie_mode", nessie_mode_name(cfg->mode));
+    g_string_append(out, "END\r\n");
+}
+
+/* The classes of this node's data region: up to CLASSES_MAX, as memcached's slab classes (its
+ * ids start at 1). */
+#define CLASSES_MAX 64
+
+void recep_stats_slabs(struct recep_stats *st, GString *out)
+{
+    struct nessie_class_usage cu[CLASSES_MAX];
+    uint32_t n = nessie_class_usage(st->node, cu, CLASSES_MAX);
+    uint64_t active = 0, malloced = 0;
+    char name[64];
+    for (uint32_t i = 0; i < n && i < CLASSES_MAX; i++) {
+        if (cu[i].pages == 0)
+            continue;
+        active++;
+        malloced += cu[i].slots * cu[i].slot_bytes;
+#define SLAB_STAT(field, v)                                                                        \
+    do {                                                                                           \
+        snprintf(name, sizeof(name), "%u:%s", i + 1, field);                                       \
+        STAT_U(name, v);                                                                           \
+    } while (0)
+        SLAB_STAT("chunk_size", cu[i].slot_bytes);
+        SLAB_STAT("chunks_per_page", cu[i].slots_per_page);
+        SLAB_STAT("total_pages", cu[i].pages);
+        SLAB_STAT("total_chunks", cu[i].slots);
+        /* memcached's count: the chunks not free (here, also those recycled and waiting out
+         * their quarantine) */
+        SLAB_STAT("used_chunks", cu[i].slots > cu[i].free ? cu[i].slots - cu[i].free : 0);
+        SLAB_STAT("free_chunks", cu[i].free);
+#undef SLAB_STAT
+    }
+    STAT_U("active_slabs", active);
+    STAT_U("total_malloced", malloced);
+    g_string_append(out, "END\r\n");
+}
+
+void recep_stats_items(struct recep_stats *st, GString *out)
+{
+    struct nessie_class_usage cu[CLASSES_MAX];
+    uint32_t n = nessie_class_usage(st->node, cu, CLASSES_MAX);
+    char name[64];
+    for (uint32_t i = 0; i < n && i < CLASSES_MAX; i++) {
+        if (cu[i].used == 0)
+            continue;
+        snprintf(name, sizeof(name), "items:%u:number", i + 1);
+        STAT_U(name, cu[i].used);
+        snprintf(name, sizeof(name), "items:%u:mem_requested", i + 1);
+        STAT_U(name, cu[i].bytes);
+        snprintf(name, sizeof(name), "items:%u:outofmemory", i + 1);
+        STAT_U(name, cu[i].failed);
+    }
+    g_string_append(out, "END\r\n");
+}
+
+/* stats cachedump's walk: the keys of one class, up to a count and a size. */
+struct cachedump {
+    struct recep_stats *st;
+    struct nessie_ctx *ctx;
+    int cls;
+    uint32_t limit, shown;
+    GString *out;
+    size_t max_bytes;
+    bool full; /* the next line would pass max_bytes */
+};
+
+/* memcached's answer is at most this long (its item_cachedump's memlimit). */
+#define CACHEDUMP_MAX_BYTES (2 * 1024 * 1024)
+
+static bool cachedump_one(void *user, const void *key, size_t key_len)
+{
+    struct cachedump *d = user;
+    struct nessie_item it;
+    if (nessie_get(d->ctx, key, key_len, &it) != NESSIE_OK ||
+        nessie_class_of(d->st->node, key_len, it.value_len) != d->cls)
+        return true;
+    GString *line = g_string_new("ITEM ");
+    g_string_append_len(line, key, (gssize)key_len);
+    g_string_append_printf(line, " [%" PRIu32 " b; %" PRIu32 " s]\r\n", it.value_len, it.exptime);
+    d->full = d->out->len + line->len > d->max_bytes;
+    if (!d->full) {
+        g_string_append_len(d->out, line->str, (gssize)line->len);
+        d->shown++;
+    }
+    g_string_free(line, TRUE);
+    return !d->full && (d->limit == 0 || d->shown < d->limit);
+}
+
+void recep_stats_cachedump(struct recep_stats *st, struct nessie_ctx *ctx, uint32_t id,
+                           uint32_t limit, GString *out)
+{
+    struct cachedump d = {.st = st, .ctx = ctx, .cls = (int)id - 1, .limit = limit, .out = out,
+                          .max_bytes = out->len + CACHEDUMP_MAX_BYTES - 5};
+    uint64_t cursor = 0;
+    /* One walk over the region, stopped by the limit or the answer's size. */
+    while (id >= 1 && !d.full && (limit == 0 || d.shown < limit)) {
+        if (nessie_dump_local(ctx, &cursor, 0, cachedump_one, &d) == NESSIE_INVALID || cursor == 0)
+            break;
     }
     g_string_append(out, "END\r\n");
 }

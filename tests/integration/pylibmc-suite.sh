@@ -38,26 +38,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The sdist of exactly this version, from PyPI's simple index (what pip reads; no build, no
-# install), checked against the digest the index gives for it.
-if ! why=$($py - "$ver" "$dir/sdist.tar.gz" 2>&1 <<'EOF'
-import hashlib, re, sys, urllib.request
-ver, out = sys.argv[1], sys.argv[2]
-index = urllib.request.urlopen("https://pypi.org/simple/pylibmc/", timeout=60).read().decode()
-name = re.escape(f"pylibmc-{ver}.tar.gz")
-links = re.findall(r'href="([^"#]+/' + name + r')#sha256=([0-9a-f]{64})"', index)
-if not links:
-    sys.exit(f"no source distribution of pylibmc {ver} on PyPI")
-url, digest = links[0]
-data = urllib.request.urlopen(url, timeout=120).read()
-if hashlib.sha256(data).hexdigest() != digest:
-    sys.exit(f"{url}: sha256 mismatch")
-with open(out, "wb") as f:
-    f.write(data)
-EOF
-); then
+# The sdist of exactly this version, checked against the index's digest.
+why=$($py "$here/tests/integration/pypi-sdist.py" pylibmc "$ver" "$dir/sdist.tar.gz" 2>&1) ||
     skip "cannot download pylibmc $ver from PyPI: $(echo "$why" | tail -n 1)"
-fi
 tar xzf "$dir/sdist.tar.gz" -C "$dir"
 src="$dir/pylibmc-$ver"
 [ -d "$src/tests" ] || skip "pylibmc $ver's source distribution has no tests/"
