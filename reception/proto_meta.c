@@ -9,8 +9,9 @@
  * HD of ms, md and ma), never an error.
  *
  * What memcached keeps per item and this engine does not is refused with a clear error rather
- * than answered falsely: the fetched bit and last access time (mg h, l; me), and the
- * stale-while-revalidate state (mg N and R, md I, ms I, and the W, X, Z flags they give).
+ * than answered falsely: the stale-while-revalidate state (mg N and R, md I, ms I, and the W, X,
+ * Z flags they give). The fetched bit and the last access (mg h and l, me) are the engine's
+ * record of reads (nessie_item_fetched, nessie_item_idle_s), as coarse as it keeps them.
  * A client that relies on them to protect a key from a stampede would be harmed by a made-up
  * answer. Where memcached changes an item in place under its lock and the engine has no such
  * call (mg T, ma T: the new expiry after the read), two engine calls are made, as gat does.
@@ -301,7 +302,7 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
         meta_error(r, f.err);
         return;
     }
-    if (f.has_h || f.has_l || f.has_N || f.has_R) {
+    if (f.has_N || f.has_R) {
         meta_error(r, META_UNSUPPORTED);
         return;
     }
@@ -354,6 +355,12 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
             break;
         case 'f':
             g_string_append_printf(o, " f%" PRIu32, it.flags);
+            break;
+        case 'l':
+            g_string_append_printf(o, " l%" PRIu32, nessie_item_idle_s(&it));
+            break;
+        case 'h':
+            g_string_append(o, nessie_item_fetched(&it) ? " h1" : " h0");
             break;
         case 'O':
             if (t[i].len > META_OPAQUE_MAX) {
@@ -626,6 +633,56 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
         nessie_touch(c->ctx, t[1].v, t[1].len, f.T);
 }
 
+/* me KEY [b]: memcached's debug line for an item (its exp is the seconds since the expiry: a
+ * negative number for an item that has not expired, -1 for one that never does; size is its
+ * item's size as memcached counts it; cls, the class stats items and cachedump number). */
+static void meta_debug(struct proto_req *r, struct proto_token *t, size_t n)
+{
+    struct proto_conn *c = r->c;
+    if (n < 3 || t[1].len > NESSIE_KEY_MAX) {
+        proto_reply(r, META_BAD_FORMAT);
+        return;
+    }
+    bool b = n >= 4 && t[2].len == 1 && t[2].v[0] == 'b';
+    if (b) {
+        size_t l = meta_b64_decode(t[1].v, t[1].len);
+        if (l == 0) {
+            proto_reply(r, META_BAD_FORMAT);
+            return;
+        }
+        t[1].len = l;
+    }
+    struct nessie_item it;
+    int rc = nessie_get(c->ctx, t[1].v, t[1].len, &it);
+    if (rc == NESSIE_NOT_FOUND) {
+        proto_reply(r, "EN");
+        return;
+    }
+    if (rc != NESSIE_OK) {
+        proto_reply(r, proto_server_error(rc));
+        return;
+    }
+    GString *o = c->out;
+    g_string_append_len(o, "ME ", 3);
+    if (b) {
+        gchar *enc = g_base64_encode((const guchar *)t[1].v, t[1].len);
+        g_string_append(o, enc);
+        g_free(enc);
+    } else {
+        g_string_append_len(o, t[1].v, (gssize)t[1].len);
+    }
+    int64_t now = (int64_t)time(NULL);
+    int cls = nessie_class_of(nessie_ctx_node(c->ctx), t[1].len, it.value_len);
+    g_string_append_printf(o, " exp=%" PRId64 " la=%" PRIu32 " cas=%" PRIu64
+                           " fetch=%s cls=%d size=%" PRIu64 "\r\n",
+                           it.exptime == 0 ? -1 : now - (int64_t)it.exptime,
+                           nessie_item_idle_s(&it), it.version,
+                           nessie_item_fetched(&it) ? "yes" : "no", cls + 1,
+                           /* memcached's item size: its 48-byte header, the CAS, the key's NUL
+                            * and the value's CRLF, and 4 bytes for flags that are not 0 */
+                           (uint64_t)59 + (it.flags ? 4 : 0) + t[1].len + it.value_len);
+}
+
 size_t proto_meta_run(struct proto_req *r, struct proto_token *t, size_t n,
                       const unsigned char *in, size_t line_len, size_t avail)
 {
@@ -642,10 +699,7 @@ size_t proto_meta_run(struct proto_req *r, struct proto_token *t, size_t n,
         meta_arith(r, t, n);
         break;
     case 'e':
-        /* memcached's debug dump of an item: its last access, fetched bit and slab class are
-         * not kept by this engine (see the top of this file). */
-        if (meta_precheck(r, t, n, "CLIENT_ERROR options flags too long"))
-            meta_error(r, META_UNSUPPORTED);
+        meta_debug(r, t, n);
         break;
     case 'n':
         proto_reply(r, "MN");

@@ -242,6 +242,8 @@ const struct nessie_config *nessie_node_config(const struct nessie_node *node);
 
 int nessie_ctx_create(struct nessie_node *node, struct nessie_ctx **out);
 void nessie_ctx_destroy(struct nessie_ctx *ctx);
+/* The node a context was created on. */
+struct nessie_node *nessie_ctx_node(const struct nessie_ctx *ctx);
 /* This context's counters (cumulative since creation). */
 const struct nessie_counters *nessie_ctx_counters(const struct nessie_ctx *ctx);
 /* Sum of the counters of every context ever created on node (destroyed ones included). */
@@ -255,7 +257,16 @@ struct nessie_item {
     uint32_t flags;
     uint32_t exptime;   /* absolute Unix seconds, 0 = never */
     uint64_t version;   /* memcached CAS token */
+    uint32_t access;    /* its reads as this read found them: nessie_item_fetched, _idle_s */
 };
+
+/* Whether the item had been read since it was written, before the read that returned it
+ * (memcached's "fetched" bit: meta h, me). */
+bool nessie_item_fetched(const struct nessie_item *it);
+/* Seconds since the item was last read, or written when it never was, before the read that
+ * returned it (memcached's last access: meta l, me's la); as coarse as the reads' record, a
+ * fifteenth of a second, and the hosts' clocks. */
+uint32_t nessie_item_idle_s(const struct nessie_item *it);
 
 enum nessie_store_mode {
     NESSIE_SET = 0,

@@ -453,6 +453,8 @@ static void counters_add(struct nessie_counters *sum, const struct nessie_counte
         dst[i] += __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
+struct nessie_node *nessie_ctx_node(const struct nessie_ctx *ctx) { return ctx->node; }
+
 void nessie_ctx_destroy(struct nessie_ctx *ctx)
 {
     if (!ctx)

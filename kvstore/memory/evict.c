@@ -90,6 +90,17 @@ uint32_t nessie_acc_tick(void)
     return (uint32_t)(nessie_real_ns() >> DTE_ACC_TICK_SHIFT) & DTE_ACC_TIME_MASK;
 }
 
+bool nessie_item_fetched(const struct nessie_item *it)
+{
+    return (it->access & DTE_ACC_FETCHED) != 0;
+}
+
+uint32_t nessie_item_idle_s(const struct nessie_item *it)
+{
+    uint64_t ticks = (nessie_acc_tick() - dte_acc_time(it->access)) & DTE_ACC_TIME_MASK;
+    return (uint32_t)((ticks << DTE_ACC_TICK_SHIFT) / 1000000000ULL);
+}
+
 /* The read count of access word a, decayed by the idle time up to tick now. */
 static uint32_t acc_decayed(uint32_t a, uint32_t now)
 {

@@ -330,7 +330,8 @@ _Static_assert(ITE_MAX_CLASSES <= 64, "a class is a bit of room_classes");
  * the take-up word is left out of the checksum, since it changes after the request was written.
  * 3 (issue 29): a store's sub may carry SD_SUB_PLACED, which a version-2 server would refuse.
  * 4 (issue 32): a delete's arg and an arith's cas carry a CAS token, which a version-3 server
- * would ignore (deleting or changing an item the caller meant to leave alone).
+ * would ignore (deleting or changing an item the caller meant to leave alone); a get's reply
+ * carries the item's access word.
  */
 #define MSG_WIRE_VERSION 4
 
@@ -407,7 +408,9 @@ struct sd_rep {
     uint32_t exptime;
     uint64_t version;
     uint64_t num;         /* arith: the new value */
-    uint64_t pad[2];
+    uint32_t access;      /* get: the item's access word as read (nessie_item.access) */
+    uint32_t pad32;
+    uint64_t pad;
 };                        /* then value, trailer */
 _Static_assert(sizeof(struct sd_rep) == 64, "reply header is one cache line");
 

@@ -776,7 +776,7 @@ int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t 
             }
             *out = (struct nessie_item){.value = v, .value_len = rp->value_len,
                                         .flags = rp->flags, .exptime = rp->exptime,
-                                        .version = rp->version};
+                                        .version = rp->version, .access = rp->access};
         }
     }
     return sd_done(ctx, rc);
@@ -893,6 +893,7 @@ static uint64_t req_run(struct nessie_ctx *ctx)
             rp->flags = it.flags;
             rp->exptime = it.exptime;
             rp->version = it.version;
+            rp->access = it.access;
         }
         break;
     }

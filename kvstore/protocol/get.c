@@ -33,6 +33,7 @@ static void item_out(const struct dte_view *v, struct nessie_item *out)
     out->flags = v->h.flags;
     out->exptime = v->h.exptime;
     out->version = v->h.version;
+    out->access = v->h.access;
 }
 
 static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)

@@ -56,10 +56,10 @@ memcached -U 0 -p "$mport" -l 127.0.0.1 -m 64 $user >"$dir/memcached.log" 2>&1 &
 mcpid=$!
 for i in $(seq 1 50); do port_free "$mport" || break; sleep 0.1; done
 
-# What memcached keeps per item and the engine does not (proto_meta.c's head): the fetched bit
-# and last access (mg h, l; me), the stale-while-revalidate state (md I, mg N, W/X/Z), and a
-# stored key's "binary" mark (mg k of a key set with b, read without it).
-known_meta=meta-mg-hit-flags,meta-ms-invalidate,meta-vivify,meta-base64,meta-me
+# What memcached keeps per item and the engine does not (proto_meta.c's head): the
+# stale-while-revalidate state (md I, mg N, W/X/Z), and a stored key's "binary" mark (mg k of a
+# key set with b, read without it).
+known_meta=meta-ms-invalidate,meta-vivify,meta-base64
 python3 "$here/tests/integration/tcp-transcript.py" --group text,limits,meta --known "$known_meta" "$here/tests/integration/tcp-transcript.cases" \
     "127.0.0.1:$mport" "127.0.0.1:$((base + 1))" >"$dir/transcript.out" 2>&1 ||
     { cat "$dir/transcript.out"; fail "the transcript differs from memcached's"; }

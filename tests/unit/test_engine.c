@@ -210,6 +210,15 @@ static void test_arith_and_touch(void **state)
     assert_int_equal(set(a, "c", "5x"), NESSIE_OK);
     assert_int_equal(nessie_arith(b, "c", 1, true, 1, &r, NULL), NESSIE_NON_NUMERIC);
 
+    /* The record of reads an item carries (meta h, l; me): none after its write, then one. */
+    assert_int_equal(nessie_store(a, NESSIE_SET, "r", 1, "x", 1, 0, 0, 0, NULL), NESSIE_OK);
+    struct nessie_item ri;
+    assert_int_equal(nessie_get(b, "r", 1, &ri), NESSIE_OK);
+    assert_false(nessie_item_fetched(&ri));
+    assert_true(nessie_item_idle_s(&ri) <= 1);
+    assert_int_equal(nessie_get(a, "r", 1, &ri), NESSIE_OK);
+    assert_true(nessie_item_fetched(&ri));
+
     /* touch keeps value and version; a past expiry makes the item absent */
     uint64_t v;
     struct nessie_item it;

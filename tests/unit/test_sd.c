@@ -225,6 +225,13 @@ static void test_every_operation_shipped(void **state)
     assert_int_equal(nessie_arith(sd, n, strlen(n), false, 20, &num, NULL), NESSIE_OK);
     assert_int_equal(num, 0);
     expect_item(cd, n, "0 "); /* memcached keeps the length: "15" - 20 is "0 " */
+    /* A shipped GET's reply carries the item's record of reads (meta h, l). */
+    key_homed(far, sizeof(far), 1, 2);
+    assert_int_equal(nessie_store(cd, NESSIE_SET, far, strlen(far), "r", 1, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(nessie_get(sd, far, strlen(far), &it), NESSIE_OK);
+    assert_false(nessie_item_fetched(&it));
+    assert_int_equal(nessie_get(sd, far, strlen(far), &it), NESSIE_OK);
+    assert_true(nessie_item_fetched(&it));
     /* The CAS of a shipped delete and arithmetic travels with it (meta md, ma with C). */
     uint64_t vn = 0;
     assert_int_equal(nessie_arith_cas(sd, n, strlen(n), true, 1, 1, &num, NULL), NESSIE_EXISTS);
