@@ -258,7 +258,14 @@ struct nessie_item {
     uint32_t exptime;   /* absolute Unix seconds, 0 = never */
     uint64_t version;   /* memcached CAS token */
     uint32_t access;    /* its reads as this read found them: nessie_item_fetched, _idle_s */
+    uint32_t meta;      /* NESSIE_META_* */
 };
+
+/* An item's marks for memcached's meta protocol (its stale-while-revalidate). */
+#define NESSIE_META_STALE 0x1      /* invalidated (nessie_invalidate): still served, marked stale */
+#define NESSIE_META_TOKEN 0x2      /* a reader won the right to refresh it (nessie_token_take) */
+#define NESSIE_META_KEY_BINARY 0x4 /* its key was given in base64 by the client that stored it */
+#define NESSIE_META_MASK 0x7
 
 /* Whether the item had been read since it was written, before the read that returned it
  * (memcached's "fetched" bit: meta h, me). */
@@ -312,6 +319,26 @@ int nessie_get_multi_into(struct nessie_ctx *ctx, size_t n, const void *const *k
 int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
                  size_t key_len, const void *value, size_t value_len, uint32_t flags,
                  int64_t exptime, uint64_t cas, uint64_t *version_out);
+
+/*
+ * nessie_store, with marks for memcached's meta protocol: the new item carries meta's
+ * NESSIE_META_TOKEN and NESSIE_META_KEY_BINARY bits (a vivified item is created with its token
+ * taken; a key given in base64 is remembered so). NESSIE_META_STALE asks, in NESSIE_CAS mode
+ * only, that a cas older (lower) than the item's store the value all the same, marked stale,
+ * with the item's expiry and token kept (memcached's ms with I). NESSIE_INVALID for other bits.
+ */
+int nessie_store_meta(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
+                      size_t key_len, const void *value, size_t value_len, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint32_t meta, uint64_t *version_out);
+/* Invalidate (memcached's md with I): the item stays, marked NESSIE_META_STALE, its token
+ * cleared, a new version; its expiry becomes exptime if set_exptime. Only if its version is cas
+ * (0: any): NESSIE_EXISTS otherwise; NESSIE_NOT_FOUND when absent. */
+int nessie_invalidate(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t cas,
+                      bool set_exptime, int64_t exptime);
+/* Take the item's token (memcached's win, W): set NESSIE_META_TOKEN on the item read at
+ * version, version and all else kept. NESSIE_OK: this caller won; NESSIE_EXISTS: someone took
+ * it first, or the item changed; NESSIE_NOT_FOUND: absent. Exactly one caller wins a version. */
+int nessie_token_take(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t version);
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len);
 /* nessie_delete, only if the item's version is cas (0: any, as nessie_delete): NESSIE_EXISTS
@@ -610,6 +637,13 @@ void nessie_node_on_pressure(struct nessie_node *node, nessie_pressure_fn fn, vo
 typedef bool (*nessie_dump_fn)(void *user, const void *key, size_t key_len);
 int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots,
                       nessie_dump_fn fn, void *user);
+/* nessie_dump_local, over the slots of one size class only (cls, as nessie_class_usage numbers
+ * them; -1: all), with each item's header as it was judged (it->value is NULL; no access is
+ * recorded and no operation counted: memcached's `stats cachedump` reads nothing either). */
+typedef bool (*nessie_dump_item_fn)(void *user, const void *key, size_t key_len,
+                                    const struct nessie_item *it);
+int nessie_dump_class(struct nessie_ctx *ctx, int cls, uint64_t *cursor, size_t max_slots,
+                      nessie_dump_item_fn fn, void *user);
 
 /* Live items and their bytes (header, key and value) in this node's data region, as of the
  * last full pass of the recycle scan (memcached's curr_items and bytes). */

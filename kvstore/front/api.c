@@ -161,13 +161,36 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
                  size_t key_len, const void *value, size_t value_len, uint32_t flags,
                  int64_t exptime, uint64_t cas, uint64_t *version_out)
 {
-    if ((unsigned)mode > NESSIE_PREPEND || (!value && value_len))
+    return nessie_store_meta(ctx, mode, key, key_len, value, value_len, flags, exptime, cas, 0,
+                             version_out);
+}
+
+int nessie_store_meta(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
+                      size_t key_len, const void *value, size_t value_len, uint32_t flags,
+                      int64_t exptime, uint64_t cas, uint32_t meta, uint64_t *version_out)
+{
+    if ((unsigned)mode > NESSIE_PREPEND || (!value && value_len) || (meta & ~NESSIE_META_MASK) ||
+        ((meta & NESSIE_META_STALE) && mode != NESSIE_CAS))
         return NESSIE_INVALID;
     struct key_plan kp;
     API_RUN(ctx, key, key_len, kp,
             mc_item_size((uint32_t)key_len, value_len, flags) > ctx->node->cfg.max_item_size
                 ? NESSIE_TOO_BIG
-                : mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, version_out));
+                : mode_store(ctx, &kp, mode, value, value_len, flags, exptime, cas, meta,
+                             version_out));
+}
+
+int nessie_invalidate(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t cas,
+                      bool set_exptime, int64_t exptime)
+{
+    struct key_plan kp;
+    API_RUN(ctx, key, key_len, kp, mode_invalidate(ctx, &kp, cas, set_exptime, exptime));
+}
+
+int nessie_token_take(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t version)
+{
+    struct key_plan kp;
+    API_RUN(ctx, key, key_len, kp, mode_token(ctx, &kp, version));
 }
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len)

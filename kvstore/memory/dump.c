@@ -14,6 +14,8 @@
 struct dump_walk {
     struct nessie_ctx *ctx;
     nessie_dump_fn fn;
+    nessie_dump_item_fn item_fn; /* instead of fn: the item's header too (nessie_dump_class) */
+    int cls;                     /* only this class's slots (-1: all) */
     void *user;
     bool undecided; /* an item was left out: a node its judgment needed is unreachable */
 };
@@ -60,6 +62,8 @@ static bool dump_slot(void *arg, uint32_t cls, uint64_t off)
 {
     struct dump_walk *dw = arg;
     struct nessie_node *nd = dw->ctx->node;
+    if (dw->cls >= 0 && cls != (uint32_t)dw->cls)
+        return true;
     struct dte_hdr h;
     if (fab_local_read(nd->fab, FAB_REGION_DATA, off, &h, sizeof(h)) != FAB_OK)
         return true;
@@ -84,7 +88,14 @@ static bool dump_slot(void *arg, uint32_t cls, uint64_t off)
     int cur = dump_current(dw->ctx, mine, &kp);
     if (cur < 0)
         dw->undecided = true;
-    return cur <= 0 || dw->fn(dw->user, key, h.key_len);
+    if (cur <= 0)
+        return true;
+    if (!dw->item_fn)
+        return dw->fn(dw->user, key, h.key_len);
+    struct nessie_item it = {.value_len = h.value_len, .flags = h.flags, .exptime = h.exptime,
+                             .version = h.version, .access = h.access,
+                             .meta = (h.flags8 & DTE_F_META) >> DTE_F_META_SHIFT};
+    return dw->item_fn(dw->user, key, h.key_len, &it);
 }
 
 int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots,
@@ -92,7 +103,17 @@ int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots
 {
     if (!ctx || !cursor || !fn || *cursor >= ctx->node->cfg.data_bytes)
         return NESSIE_INVALID;
-    struct dump_walk dw = {.ctx = ctx, .fn = fn, .user = user};
+    struct dump_walk dw = {.ctx = ctx, .fn = fn, .cls = -1, .user = user};
+    slab_walk(&ctx->node->slab, cursor, max_slots ? max_slots : SIZE_MAX, dump_slot, &dw);
+    return dw.undecided ? NESSIE_FABRIC_ERROR : NESSIE_OK;
+}
+
+int nessie_dump_class(struct nessie_ctx *ctx, int cls, uint64_t *cursor, size_t max_slots,
+                      nessie_dump_item_fn fn, void *user)
+{
+    if (!ctx || !cursor || !fn || *cursor >= ctx->node->cfg.data_bytes)
+        return NESSIE_INVALID;
+    struct dump_walk dw = {.ctx = ctx, .item_fn = fn, .cls = cls, .user = user};
     slab_walk(&ctx->node->slab, cursor, max_slots ? max_slots : SIZE_MAX, dump_slot, &dw);
     return dw.undecided ? NESSIE_FABRIC_ERROR : NESSIE_OK;
 }

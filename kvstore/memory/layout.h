@@ -165,6 +165,10 @@ static inline uint64_t dte_state(uint32_t gen, uint64_t flags)
  * the recycle scan, for the stats; it means nothing to the protocol. A MIGRATE's copy keeps it,
  * although the copy lands in the migrating node's region: the stat is approximate. */
 #define DTE_F_PLACED 0x04
+/* The item's NESSIE_META_* bits (memcached's stale-while-revalidate, a base64 key), shifted
+ * by DTE_F_META_SHIFT. A MIGRATE's copy and a move keep them, as a touch does. */
+#define DTE_F_META_SHIFT 3
+#define DTE_F_META (0x7 << DTE_F_META_SHIFT)
 
 enum dte_kind {
     DTE_KIND_VALUE = 1,
@@ -331,7 +335,8 @@ _Static_assert(ITE_MAX_CLASSES <= 64, "a class is a bit of room_classes");
  * 3 (issue 29): a store's sub may carry SD_SUB_PLACED, which a version-2 server would refuse.
  * 4 (issue 32): a delete's arg and an arith's cas carry a CAS token, which a version-3 server
  * would ignore (deleting or changing an item the caller meant to leave alone); a get's reply
- * carries the item's access word.
+ * carries the item's access word and meta bits; a store's arg2 its meta bits, a delete's and a
+ * touch's sub an invalidation and a token (memcached's meta protocol).
  */
 #define MSG_WIRE_VERSION 4
 
@@ -350,6 +355,11 @@ enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH,
 /* In a store's sub (its enum nessie_store_mode): the value is placed on this node for room, not
  * shipped to its key's home (modes/place.c, issue 29); run the same way, counted apart. */
 #define SD_SUB_PLACED 0x80
+/* In a delete's sub: an invalidation (nessie_invalidate), with its new expiry if SD_SUB_EXPTIME;
+ * in a touch's: a token taken (nessie_token_take, the version in arg). */
+#define SD_SUB_INVALIDATE 0x1
+#define SD_SUB_EXPTIME 0x2
+#define SD_SUB_TOKEN 0x1
 
 struct sd_req {
     uint64_t seq;         /* this slot's request count in the requester's life (from 1) */
@@ -372,7 +382,7 @@ struct sd_req {
      * the request up (POSTED -> TAKEN) before it runs it, a requester that waited too long
      * withdraws it (POSTED -> WITHDRAWN) and runs the call itself. Exactly one of the two wins. */
     uint64_t ctl;
-    uint64_t cas;         /* arith: the CAS token (0: none) */
+    uint64_t arg2;        /* arith: the CAS token (0: none); store: NESSIE_META_* bits */
 };                        /* then key, value, trailer */
 _Static_assert(sizeof(struct sd_req) == 64, "request header is one cache line");
 #define SD_REQ_OFF_CTL ((uint64_t)__builtin_offsetof(struct sd_req, ctl))
@@ -409,7 +419,7 @@ struct sd_rep {
     uint64_t version;
     uint64_t num;         /* arith: the new value */
     uint32_t access;      /* get: the item's access word as read (nessie_item.access) */
-    uint32_t pad32;
+    uint32_t meta;        /* get: the item's NESSIE_META_* bits */
     uint64_t pad;
 };                        /* then value, trailer */
 _Static_assert(sizeof(struct sd_rep) == 64, "reply header is one cache line");

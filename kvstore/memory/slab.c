@@ -752,7 +752,9 @@ bool slab_set_limit(struct slab *s, uint64_t bytes)
     if (pages > s->hdr->page_count)
         pages = s->hdr->page_count;
     pthread_mutex_lock(&s->lock);
-    bool ok = pages >= s->next_page + s->reserve_pages;
+    /* raising is always possible; lowering, down to the pages in use (tombstones may have taken
+     * the reserve under a lower limit: raising back must not depend on it) */
+    bool ok = pages >= s->page_limit || pages >= s->next_page + s->reserve_pages;
     if (ok) {
         s->page_limit = pages;
         publish_spare(s);

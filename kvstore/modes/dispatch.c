@@ -138,10 +138,10 @@ static int dispatch_elsewhere(struct nessie_ctx *ctx, const struct key_plan *kp,
  * (place.c): shipped there as its home's store would be, and run here if it comes back. */
 int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
-               uint64_t cas, uint64_t *version_out)
+               uint64_t cas, uint32_t meta, uint64_t *version_out)
 {
     struct sd_req rq = {.op = SD_OP_STORE, .sub = (uint8_t)mode, .value_len = (uint32_t)value_len,
-                        .flags = flags, .exptime = exptime, .arg = cas};
+                        .flags = flags, .exptime = exptime, .arg = cas, .arg2 = meta};
     struct sd_choice ch;
     int rc = -1;
     if (mship_retiring_self(&ctx->node->view))
@@ -161,7 +161,7 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
         }
     }
     if (rc < 0) {
-        rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, version_out);
+        rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, meta, version_out);
         ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */
         /* begun before the retire was announced here, refused by R1: elsewhere */
         if (rc == NESSIE_FABRIC_ERROR && mship_retiring_self(&ctx->node->view))
@@ -180,9 +180,25 @@ int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas)
 int mode_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
                uint64_t cas, uint64_t *result, uint64_t *version_out)
 {
-    const struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta, .cas = cas};
+    const struct sd_req rq = {.op = SD_OP_ARITH, .sub = incr, .arg = delta, .arg2 = cas};
     DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, version_out, result,
                    proto_arith(ctx, kp, incr, delta, cas, result, version_out));
+}
+
+int mode_invalidate(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas,
+                    bool set_exptime, int64_t exptime)
+{
+    const struct sd_req rq = {.op = SD_OP_DELETE,
+                              .sub = SD_SUB_INVALIDATE | (set_exptime ? SD_SUB_EXPTIME : 0),
+                              .arg = cas, .exptime = exptime};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL,
+                   proto_invalidate(ctx, kp, cas, set_exptime, exptime));
+}
+
+int mode_token(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t version)
+{
+    const struct sd_req rq = {.op = SD_OP_TOUCH, .sub = SD_SUB_TOKEN, .arg = version};
+    DISPATCH_WRITE(ctx, kp, 0, &rq, NULL, NULL, NULL, proto_token(ctx, kp, version));
 }
 
 int mode_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime)

@@ -95,7 +95,10 @@ int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, co
                    void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user);
 int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                const void *value, size_t value_len, uint32_t flags, int64_t exptime,
-               uint64_t cas, uint64_t *version_out);
+               uint64_t cas, uint32_t meta, uint64_t *version_out);
+int mode_invalidate(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas,
+                    bool set_exptime, int64_t exptime);
+int mode_token(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t version);
 int mode_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas);
 int mode_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,
                uint64_t cas, uint64_t *result, uint64_t *version_out);

@@ -776,7 +776,8 @@ int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t 
             }
             *out = (struct nessie_item){.value = v, .value_len = rp->value_len,
                                         .flags = rp->flags, .exptime = rp->exptime,
-                                        .version = rp->version, .access = rp->access};
+                                        .version = rp->version, .access = rp->access,
+                                        .meta = rp->meta};
         }
     }
     return sd_done(ctx, rc);
@@ -787,7 +788,9 @@ int sd_write(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp,
              uint64_t *num_out)
 {
     uint64_t t0 = nessie_mono_ns();
-    enum nessie_opkind kind = rq->op == SD_OP_DELETE ? NESSIE_OPK_DELETE : NESSIE_OPK_PUT;
+    enum nessie_opkind kind = rq->op == SD_OP_DELETE && !(rq->sub & SD_SUB_INVALIDATE)
+                                    ? NESSIE_OPK_DELETE
+                                    : NESSIE_OPK_PUT /* an invalidation writes the item */;
     if (!sd_bufs(ctx))
         return NESSIE_NO_MEMORY; /* nothing sent, nothing changed */
     sd_count(ctx, kind);
@@ -834,7 +837,9 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
         q->op == 0 || q->op >= SD_OP_END ||
         q->key_len == 0 || q->value_len > nd->cfg.max_item_size || plen > slot_payload(st) ||
         (q->op == SD_OP_STORE && (q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND) ||
-        (q->op == SD_OP_ARITH && q->sub > 1))
+        (q->op == SD_OP_ARITH && q->sub > 1) ||
+        (q->op == SD_OP_DELETE && q->sub > (SD_SUB_INVALIDATE | SD_SUB_EXPTIME)) ||
+        (q->op == SD_OP_TOUCH && q->sub > SD_SUB_TOKEN))
         return false;
     uint64_t tr = msg_round8(64 + plen), trailer;
     if (fab_local_read(nd->fab, FAB_REGION_MSG, off + 64, msg + 64, (uint32_t)(tr + 8 - 64)) != FAB_OK)
@@ -894,6 +899,7 @@ static uint64_t req_run(struct nessie_ctx *ctx)
             rp->exptime = it.exptime;
             rp->version = it.version;
             rp->access = it.access;
+            rp->meta = it.meta;
         }
         break;
     }
@@ -903,13 +909,15 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         if (q->sub & SD_SUB_PLACED)
             ctx->value_flags8 = DTE_F_PLACED;
         /* A peer's request is checked as nessie_store checks a program's call. */
-        if ((q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND)
+        if ((q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND || (q->arg2 & ~(uint64_t)NESSIE_META_MASK) ||
+            ((q->arg2 & NESSIE_META_STALE) && (q->sub & ~SD_SUB_PLACED) != NESSIE_CAS))
             rc = NESSIE_INVALID;
         else if (mc_item_size(q->key_len, q->value_len, q->flags) > nd->cfg.max_item_size)
             rc = NESSIE_TOO_BIG;
         else
             rc = proto_store(ctx, &kp, (enum nessie_store_mode)(q->sub & ~SD_SUB_PLACED), val,
-                             q->value_len, q->flags, q->exptime, q->arg, &rp->version);
+                             q->value_len, q->flags, q->exptime, q->arg, (uint32_t)q->arg2,
+                             &rp->version);
         if (rc == NESSIE_OK && ctx->value_flags8) {
             CTR_ADD(ctx->ctr.placed_in, 1);
             CTR_ADD(ctx->ctr.placed_in_bytes, q->value_len);
@@ -917,14 +925,20 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         ctx->value_flags8 = 0;
         break;
     case SD_OP_DELETE:
-        rc = proto_delete(ctx, &kp, q->arg);
+        if (q->sub & SD_SUB_INVALIDATE)
+            rc = proto_invalidate(ctx, &kp, q->arg, (q->sub & SD_SUB_EXPTIME) != 0, q->exptime);
+        else
+            rc = proto_delete(ctx, &kp, q->arg);
         break;
     case SD_OP_ARITH:
-        rc = proto_arith(ctx, &kp, q->sub == 1, q->arg, q->cas, &rp->num, &rp->version);
+        rc = proto_arith(ctx, &kp, q->sub == 1, q->arg, q->arg2, &rp->num, &rp->version);
         break;
     case SD_OP_TOUCH:
     default:
-        rc = proto_touch(ctx, &kp, q->exptime);
+        if (q->sub & SD_SUB_TOKEN)
+            rc = proto_token(ctx, &kp, q->arg);
+        else
+            rc = proto_touch(ctx, &kp, q->exptime);
         break;
     }
     if (rc == NESSIE_FABRIC_ERROR && q->op != SD_OP_GET && mship_retiring_self(&nd->view)) {

@@ -34,6 +34,7 @@ static void item_out(const struct dte_view *v, struct nessie_item *out)
     out->exptime = v->h.exptime;
     out->version = v->h.version;
     out->access = v->h.access;
+    out->meta = (v->h.flags8 & DTE_F_META) >> DTE_F_META_SHIFT;
 }
 
 static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)

@@ -196,7 +196,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     }
     struct dte_hdr tmpl = full.h;
     tmpl.prev_ite = sv;
-    tmpl.flags8 = DTE_F_COPY | (full.h.flags8 & DTE_F_PLACED); /* the same item, moved */
+    tmpl.flags8 = DTE_F_COPY | (full.h.flags8 & (DTE_F_PLACED | DTE_F_META)); /* the same item, moved */
     uint64_t copy;
     /* The copy keeps its source's creator: it is that write's item, moved, and must never be
      * mistaken for an entry of the call that happens to migrate it. */

@@ -369,7 +369,11 @@ int proto_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, c
  * caller refuses the others (NESSIE_INVALID, NESSIE_TOO_BIG), as nessie_store does. */
 int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                 const void *value, size_t value_len, uint32_t flags, int64_t exptime,
-                uint64_t cas, uint64_t *version_out);
+                uint64_t cas, uint32_t meta, uint64_t *version_out);
+/* nessie_invalidate and nessie_token_take's protocol calls. */
+int proto_invalidate(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas,
+                     bool set_exptime, int64_t exptime);
+int proto_token(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t version);
 /* cas: the version the item must have (0: any), else NESSIE_EXISTS. */
 int proto_delete(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas);
 int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, uint64_t delta,

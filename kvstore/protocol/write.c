@@ -20,6 +20,8 @@
 
 enum wmode {
     W_SET, W_ADD, W_REPLACE, W_CAS, W_APPEND, W_PREPEND, W_INCR, W_DECR, W_TOUCH, W_DELETE,
+    W_INVALIDATE, /* meta md I: the item kept, marked stale, a new version */
+    W_TOKEN,      /* meta's win: the item kept as it is, its token taken */
     W_EVICT, /* a DELETE by the evictor: only if the key's entry is still exactly the victim */
 };
 
@@ -35,6 +37,8 @@ struct wreq {
     uint64_t version_out;
     uint64_t num_out;
     uint64_t victim;  /* W_EVICT: the exact ITE word the key's first entry must hold */
+    uint32_t meta;    /* NESSIE_META_* for the new item (and, with W_CAS, STALE: see build_new) */
+    bool set_exptime; /* W_INVALIDATE: exptime is the new expiry */
 };
 
 static bool rec_push(struct op *op, uint64_t ite)
@@ -200,7 +204,8 @@ static bool needs_present(enum wmode m) { return m != W_SET && m != W_ADD; }
 /* Modes that build the new value from the old one. */
 static bool needs_old_value(enum wmode m)
 {
-    return m == W_APPEND || m == W_PREPEND || m == W_INCR || m == W_DECR || m == W_TOUCH;
+    return m == W_APPEND || m == W_PREPEND || m == W_INCR || m == W_DECR || m == W_TOUCH ||
+           m == W_INVALIDATE || m == W_TOKEN;
 }
 
 static int absent_status(enum wmode m)
@@ -227,7 +232,8 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     memset(h, 0, sizeof(*h));
     h->key_len = (uint8_t)op->klen;
     h->kind = DTE_KIND_VALUE;
-    h->flags8 = op->ctx->value_flags8;
+    h->flags8 = op->ctx->value_flags8 |
+                (uint8_t)(((w->meta & (NESSIE_META_TOKEN | NESSIE_META_KEY_BINARY)) << DTE_F_META_SHIFT));
     h->flags = w->flags;
     h->exptime = w->exptime;
     *v1 = w->val;
@@ -249,13 +255,22 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
     case W_CAS:
         if (!live)
             return NESSIE_NOT_FOUND;
-        if (old->h.version != w->cas)
+        if (old->h.version == w->cas)
+            break;
+        /* memcached's ms with I: a CAS older than the item's still stores, marked stale, with
+         * the item's expiry and token */
+        if (!(w->meta & NESSIE_META_STALE) || w->cas > old->h.version)
             return NESSIE_EXISTS;
+        h->exptime = old->h.exptime;
+        h->flags8 |= (uint8_t)((NESSIE_META_STALE << DTE_F_META_SHIFT) |
+                               (old->h.flags8 & (NESSIE_META_TOKEN << DTE_F_META_SHIFT)));
         break;
     case W_APPEND:
     case W_PREPEND:
         if (!live)
             return NESSIE_NOT_STORED;
+        if (w->cas && old->h.version != w->cas)
+            return NESSIE_EXISTS; /* meta ms A/P with C */
         h->flags = old->h.flags;
         h->exptime = old->h.exptime;
         if (w->mode == W_APPEND) {
@@ -292,10 +307,37 @@ static int build_new(struct op *op, struct wreq *w, const struct dte_view *old, 
         if (!live)
             return NESSIE_NOT_FOUND;
         h->flags = old->h.flags;
+        h->flags8 |= old->h.flags8 & DTE_F_META; /* a touch changes no mark */
         *v1 = old->value;
         *l1 = old->h.value_len;
         h->version = old->h.version; /* memcached's touch keeps the CAS token */
         return NESSIE_OK;
+    case W_TOKEN:
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        if (old->h.version != w->cas ||
+            (old->h.flags8 & (NESSIE_META_TOKEN << DTE_F_META_SHIFT)))
+            return NESSIE_EXISTS; /* changed, or another reader won it */
+        h->flags = old->h.flags;
+        h->exptime = old->h.exptime;
+        h->flags8 |= (uint8_t)((old->h.flags8 & DTE_F_META) | (NESSIE_META_TOKEN << DTE_F_META_SHIFT));
+        *v1 = old->value;
+        *l1 = old->h.value_len;
+        h->version = old->h.version; /* memcached sets the bit in place: the CAS stays */
+        return NESSIE_OK;
+    case W_INVALIDATE:
+        if (!live)
+            return NESSIE_NOT_FOUND;
+        if (w->cas && old->h.version != w->cas)
+            return NESSIE_EXISTS;
+        h->flags = old->h.flags;
+        h->exptime = w->set_exptime ? w->exptime : old->h.exptime;
+        /* stale, its token free for the next reader to win; its key's mark kept */
+        h->flags8 |= (uint8_t)((old->h.flags8 & (NESSIE_META_KEY_BINARY << DTE_F_META_SHIFT)) |
+                               (NESSIE_META_STALE << DTE_F_META_SHIFT));
+        *v1 = old->value;
+        *l1 = old->h.value_len;
+        break;
     case W_DELETE:
         if (!live)
             return NESSIE_NOT_FOUND;
@@ -896,14 +938,15 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64
 
 int proto_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_store_mode mode,
                 const void *value, size_t value_len, uint32_t flags, int64_t exptime,
-                uint64_t cas, uint64_t *version_out)
+                uint64_t cas, uint32_t meta, uint64_t *version_out)
 {
     static const enum wmode modes[] = {
         [NESSIE_SET] = W_SET, [NESSIE_ADD] = W_ADD, [NESSIE_REPLACE] = W_REPLACE,
         [NESSIE_CAS] = W_CAS, [NESSIE_APPEND] = W_APPEND, [NESSIE_PREPEND] = W_PREPEND,
     };
     struct wreq w = {.mode = modes[mode], .val = value, .vlen = (uint32_t)value_len,
-                     .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas};
+                     .flags = flags, .exptime = nessie_abs_exptime(exptime), .cas = cas,
+                     .meta = meta};
     int rc = run_write(ctx, NESSIE_OPK_PUT, kp, &w);
     if (rc == NESSIE_OK && version_out)
         *version_out = w.version_out;
@@ -928,6 +971,20 @@ int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, ui
             *version_out = w.version_out;
     }
     return rc;
+}
+
+int proto_invalidate(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t cas,
+                     bool set_exptime, int64_t exptime)
+{
+    struct wreq w = {.mode = W_INVALIDATE, .cas = cas, .set_exptime = set_exptime,
+                     .exptime = set_exptime ? nessie_abs_exptime(exptime) : 0};
+    return run_write(ctx, NESSIE_OPK_PUT, kp, &w);
+}
+
+int proto_token(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t version)
+{
+    struct wreq w = {.mode = W_TOKEN, .cas = version};
+    return run_write(ctx, NESSIE_OPK_PUT, kp, &w);
 }
 
 int proto_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime)

@@ -261,6 +261,98 @@ static void test_delete_and_arith_with_cas(void **state)
     check_value(a, "n", NULL);
 }
 
+/* memcached's stale-while-revalidate, in the engine: an invalidated item stays, stale, with a
+ * new version; its token is taken once per version; a CAS older than the item's stores stale
+ * with the token kept when asked; a vivified item starts with its token taken; marks survive a
+ * touch and are dropped by a plain store. */
+static void test_meta_marks(void **state)
+{
+    (void)state;
+    cluster_open(2, 1024, 4 << 20, NULL);
+    struct nessie_ctx *a = C.ctx[0], *b = C.ctx[1];
+    struct nessie_item it;
+    uint64_t v, v2;
+    assert_int_equal(nessie_store(a, NESSIE_SET, "s", 1, "x", 1, 3, 0, 0, &v), NESSIE_OK);
+    assert_int_equal(nessie_invalidate(b, "s", 1, v + 1, false, 0), NESSIE_EXISTS);
+    assert_int_equal(nessie_invalidate(b, "s", 1, v, true, 100), NESSIE_OK);
+    assert_int_equal(nessie_invalidate(b, "none", 4, 0, false, 0), NESSIE_NOT_FOUND);
+    assert_int_equal(nessie_get(a, "s", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE);
+    assert_true(it.version != v && it.exptime > 0 && it.flags == 3);
+    check_value(a, "s", "x");
+    v2 = it.version;
+    assert_int_equal(nessie_token_take(b, "s", 1, v), NESSIE_EXISTS); /* an older version */
+    assert_int_equal(nessie_token_take(b, "s", 1, v2), NESSIE_OK);
+    assert_int_equal(nessie_token_take(a, "s", 1, v2), NESSIE_EXISTS); /* taken already */
+    assert_int_equal(nessie_get(a, "s", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE | NESSIE_META_TOKEN);
+    assert_true(it.version == v2); /* the token keeps the CAS */
+    assert_int_equal(nessie_touch(a, "s", 1, 1000), NESSIE_OK);
+    assert_int_equal(nessie_get(b, "s", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE | NESSIE_META_TOKEN);
+    /* An older CAS: refused, or stored stale (token kept) when STALE is asked. */
+    assert_int_equal(nessie_store_meta(a, NESSIE_CAS, "s", 1, "y", 1, 0, 0, v, 0, NULL),
+                     NESSIE_EXISTS);
+    assert_int_equal(nessie_store_meta(a, NESSIE_CAS, "s", 1, "y", 1, 0, 0, v2 + 1000,
+                                       NESSIE_META_STALE, NULL), NESSIE_EXISTS); /* newer */
+    assert_int_equal(nessie_store_meta(a, NESSIE_CAS, "s", 1, "y", 1, 0, 0, v, NESSIE_META_STALE,
+                                       NULL), NESSIE_OK);
+    assert_int_equal(nessie_get(b, "s", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE | NESSIE_META_TOKEN);
+    check_value(b, "s", "y");
+    assert_int_equal(nessie_store_meta(a, NESSIE_SET, "s", 1, "y", 1, 0, 0, 0, NESSIE_META_STALE,
+                                       NULL), NESSIE_INVALID); /* STALE is for CAS only */
+    assert_int_equal(set(a, "s", "z"), NESSIE_OK); /* a plain store drops the marks */
+    assert_int_equal(nessie_get(b, "s", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, 0);
+    /* Vivified: created with the token taken; a key's base64 mark. */
+    assert_int_equal(nessie_store_meta(b, NESSIE_ADD, "w", 1, "", 0, 0, 30, 0,
+                                       NESSIE_META_TOKEN | NESSIE_META_KEY_BINARY, &v), NESSIE_OK);
+    assert_int_equal(nessie_get(a, "w", 1, &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_TOKEN | NESSIE_META_KEY_BINARY);
+    assert_int_equal(nessie_token_take(a, "w", 1, v), NESSIE_EXISTS);
+}
+
+/* Many readers race for one stale version's token: exactly one wins. */
+struct token_race {
+    struct nessie_ctx *ctx;
+    uint64_t version;
+    _Atomic int *wins;
+};
+
+static void *token_racer(void *p)
+{
+    struct token_race *t = p;
+    if (nessie_token_take(t->ctx, "race", 4, t->version) == NESSIE_OK)
+        atomic_fetch_add(t->wins, 1);
+    return NULL;
+}
+
+static void test_token_won_once(void **state)
+{
+    (void)state;
+    cluster_open(2, 1024, 4 << 20, NULL);
+    for (int round = 0; round < 20; round++) {
+        uint64_t v;
+        struct nessie_item it;
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, "race", 4, "x", 1, 0, 0, 0, &v),
+                         NESSIE_OK);
+        assert_int_equal(nessie_invalidate(C.ctx[0], "race", 4, 0, false, 0), NESSIE_OK);
+        assert_int_equal(nessie_get(C.ctx[1], "race", 4, &it), NESSIE_OK);
+        _Atomic int wins = 0;
+        struct token_race t[4];
+        pthread_t th[4];
+        for (int i = 0; i < 4; i++) {
+            t[i] = (struct token_race){.ctx = i < 2 ? C.ctx[i] : C.ctx2[i - 2],
+                                       .version = it.version, .wins = &wins};
+            assert_int_equal(pthread_create(&th[i], NULL, token_racer, &t[i]), 0);
+        }
+        for (int i = 0; i < 4; i++)
+            pthread_join(th[i], NULL);
+        assert_int_equal(atomic_load(&wins), 1);
+    }
+}
+
 static void test_expiry_and_flush(void **state)
 {
     (void)state;
@@ -2537,6 +2629,52 @@ static int dump_node(uint32_t node, size_t max_slots, int stop_every, char *out,
     return calls;
 }
 
+/* nessie_dump_class's callback: the keys and sizes of what it listed. */
+static bool dump_item_collect(void *user, const void *key, size_t len, const struct nessie_item *it)
+{
+    struct dump_keys *d = user;
+    assert_null(it->value);
+    assert_true(d->n < 64 && len + 8 < sizeof(d->keys[0]));
+    snprintf(d->keys[d->n++], sizeof(d->keys[0]), "%.*s:%u", (int)len, (const char *)key,
+             (unsigned)it->value_len);
+    return true;
+}
+
+/* A class's dump (memcached's stats cachedump) lists that class's items only, with their
+ * sizes, and reads none of them: their record of reads stays as it was. */
+static void test_dump_class_lists_one_class(void **state)
+{
+    (void)state;
+    cluster_open(1, 1024, 4 << 20, NULL);
+    struct nessie_ctx *a = C.ctx[0];
+    char big[2000];
+    memset(big, 'b', sizeof(big));
+    assert_int_equal(set(a, "s1", "x"), NESSIE_OK);
+    assert_int_equal(set(a, "s2", "yy"), NESSIE_OK);
+    assert_int_equal(nessie_store(a, NESSIE_SET, "big", 3, big, sizeof(big), 0, 0, 0, NULL),
+                     NESSIE_OK);
+    int small = nessie_class_of(C.node[0], 2, 2), large = nessie_class_of(C.node[0], 3, 2000);
+    assert_true(small >= 0 && large > small);
+    struct dump_keys d = {0};
+    uint64_t cursor = 0;
+    do
+        assert_int_equal(nessie_dump_class(a, small, &cursor, 0, dump_item_collect, &d), NESSIE_OK);
+    while (cursor != 0);
+    qsort(d.keys, (size_t)d.n, sizeof(d.keys[0]), cmp_key);
+    assert_int_equal(d.n, 2);
+    assert_string_equal(d.keys[0], "s1:1");
+    assert_string_equal(d.keys[1], "s2:2");
+    memset(&d, 0, sizeof(d));
+    do
+        assert_int_equal(nessie_dump_class(a, large, &cursor, 0, dump_item_collect, &d), NESSIE_OK);
+    while (cursor != 0);
+    assert_int_equal(d.n, 1);
+    assert_string_equal(d.keys[0], "big:2000");
+    struct nessie_item it;
+    assert_int_equal(nessie_get(a, "s1", 2, &it), NESSIE_OK);
+    assert_false(nessie_item_fetched(&it)); /* the dumps read nothing */
+}
+
 static void staged_recycle(struct nessie_config *c)
 {
     c->background_recycle = true; /* replaced entries stay unmarked: only the index tells */
@@ -2657,6 +2795,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_store_forms, teardown),
         cmocka_unit_test_teardown(test_arith_and_touch, teardown),
         cmocka_unit_test_teardown(test_delete_and_arith_with_cas, teardown),
+        cmocka_unit_test_teardown(test_meta_marks, teardown),
+        cmocka_unit_test_teardown(test_token_won_once, teardown),
         cmocka_unit_test_teardown(test_expiry_and_flush, teardown),
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
@@ -2710,6 +2850,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_delayed_flush, teardown),
         cmocka_unit_test_teardown(test_orphan_of_a_silent_owner_ages, teardown),
         cmocka_unit_test_teardown(test_dump_lists_live_keys_once, teardown),
+        cmocka_unit_test_teardown(test_dump_class_lists_one_class, teardown),
         cmocka_unit_test_teardown(test_dump_during_put_lists_previous_version, teardown),
         cmocka_unit_test_teardown(test_dump_with_a_node_down, teardown),
     };

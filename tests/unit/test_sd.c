@@ -232,6 +232,20 @@ static void test_every_operation_shipped(void **state)
     assert_false(nessie_item_fetched(&it));
     assert_int_equal(nessie_get(sd, far, strlen(far), &it), NESSIE_OK);
     assert_true(nessie_item_fetched(&it));
+    /* Meta's marks travel too: an invalidation, a token, a store's marks, a get's reply. */
+    assert_int_equal(nessie_invalidate(sd, far, strlen(far), 1, false, 0), NESSIE_EXISTS);
+    assert_int_equal(nessie_invalidate(sd, far, strlen(far), 0, true, 100), NESSIE_OK);
+    assert_int_equal(nessie_get(sd, far, strlen(far), &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE);
+    assert_true(it.exptime > 0);
+    assert_int_equal(nessie_token_take(sd, far, strlen(far), it.version), NESSIE_OK);
+    assert_int_equal(nessie_token_take(sd, far, strlen(far), it.version), NESSIE_EXISTS);
+    assert_int_equal(nessie_get(cd, far, strlen(far), &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_STALE | NESSIE_META_TOKEN);
+    assert_int_equal(nessie_store_meta(sd, NESSIE_SET, far, strlen(far), "b", 1, 0, 0, 0,
+                                       NESSIE_META_KEY_BINARY, NULL), NESSIE_OK);
+    assert_int_equal(nessie_get(cd, far, strlen(far), &it), NESSIE_OK);
+    assert_int_equal(it.meta, NESSIE_META_KEY_BINARY);
     /* The CAS of a shipped delete and arithmetic travels with it (meta md, ma with C). */
     uint64_t vn = 0;
     assert_int_equal(nessie_arith_cas(sd, n, strlen(n), true, 1, 1, &num, NULL), NESSIE_EXISTS);
