@@ -8,10 +8,11 @@
  * the request gave them; q silences the answers a pipelining client does not need (mg's EN, the
  * HD of ms, md and ma), never an error.
  *
- * What memcached keeps per item and this engine does not is refused with a clear error rather
- * than answered falsely: the stale-while-revalidate state (mg N and R, md I, ms I, and the W, X,
- * Z flags they give). The fetched bit and the last access (mg h and l, me) are the engine's
- * record of reads (nessie_item_fetched, nessie_item_idle_s), as coarse as it keeps them.
+ * The state memcached keeps per item for these commands is the engine's too: the marks of its
+ * stale-while-revalidate (NESSIE_META_STALE and _TOKEN: md I, mg N and R, ms I, and the W, X,
+ * Z flags they give; a token is taken by a CAS-like write, so exactly one reader wins it), a
+ * key given in base64 (NESSIE_META_KEY_BINARY), and the record of reads (mg h and l, me:
+ * nessie_item_fetched, nessie_item_idle_s, as coarse as the engine keeps it).
  * A client that relies on them to protect a key from a stampede would be harmed by a made-up
  * answer. Where memcached changes an item in place under its lock and the engine has no such
  * call (mg T, ma T: the new expiry after the read), two engine calls are made, as gat does.
@@ -32,15 +33,14 @@
 #define META_OPAQUE_MAX 32
 
 #define META_BAD_FORMAT "CLIENT_ERROR bad command line format"
-#define META_UNSUPPORTED "CLIENT_ERROR flag not supported by this server"
 
 /* A request's flags, as memcached's _meta_flag_preparse reads them. */
 struct meta_flags {
     const char *err; /* the answer, when the flags were refused */
     bool b, q, v;
-    bool has_T, has_N, has_R, has_I, has_h, has_l;
+    bool has_T, has_N, has_R, has_I, has_h, has_l, has_C;
     char mode;    /* M: ms's and ma's mode switch (0: none) */
-    int32_t T, N; /* as the client gave them: memcached's exptime rules (nessie.h) */
+    int32_t T, N, R; /* as the client gave them: memcached's exptime rules (nessie.h) */
     uint32_t F;
     uint64_t C, D, J;
 };
@@ -130,15 +130,13 @@ static bool meta_flags_parse(struct proto_token *t, size_t start, size_t n, stru
                 bad = true;
             }
             break;
-        case 'R': {
-            int32_t r;
+        case 'R':
             f->has_R = true;
-            if (!proto_parse_i32(arg, &r)) {
+            if (!proto_parse_i32(arg, &f->R)) {
                 f->err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
             }
             break;
-        }
         case 'l':
             f->has_l = true;
             break;
@@ -159,6 +157,7 @@ static bool meta_flags_parse(struct proto_token *t, size_t start, size_t n, stru
                 bad = true;
             break;
         case 'C':
+            f->has_C = true;
             if (!proto_parse_u64(arg, &f->C)) {
                 f->err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
@@ -291,7 +290,9 @@ static bool meta_precheck(struct proto_req *r, const struct proto_token *t, size
     return true;
 }
 
-/* mg: the item's value and metadata, as its flags ask. */
+/* mg: the item's value and metadata, as its flags ask; with N, a miss creates an empty item
+ * whose refresh this client wins; a stale item, or one R says is due, is won by its first
+ * reader (W), and later readers are told someone has it (Z). */
 static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
 {
     struct proto_conn *c = r->c;
@@ -302,13 +303,26 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
         meta_error(r, f.err);
         return;
     }
-    if (f.has_N || f.has_R) {
-        meta_error(r, META_UNSUPPORTED);
-        return;
-    }
     r->noreply = f.q;
     struct nessie_item it;
+    bool created = false;
     int rc = nessie_get(c->ctx, t[1].v, t[1].len, &it);
+    /* N: a miss creates the item, empty, with its token taken by this client; an add that
+     * loses means another client created it first: read again, as memcached's reader after
+     * it would. */
+    for (int tries = 0; rc == NESSIE_NOT_FOUND && f.has_N && tries < 3; tries++) {
+        uint64_t version;
+        int ar = nessie_store_meta(c->ctx, NESSIE_ADD, t[1].v, t[1].len, "", 0, 0, f.N, 0,
+                                   NESSIE_META_TOKEN, &version);
+        if (ar == NESSIE_OK) {
+            created = true;
+            it = (struct nessie_item){.value = "", .version = version, .meta = NESSIE_META_TOKEN,
+                                      .exptime = (uint32_t)meta_abs_exptime(f.N, time(NULL))};
+            rc = NESSIE_OK;
+            break;
+        }
+        rc = ar == NESSIE_NOT_STORED ? nessie_get(c->ctx, t[1].v, t[1].len, &it) : ar;
+    }
     GString *o = c->out;
     size_t mark = o->len;
     if (rc == NESSIE_NOT_FOUND) {
@@ -334,11 +348,27 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
         meta_error(r, "SERVER_ERROR out of memory writing get response");
         return;
     }
+    if (meta_opaque_bad(t, 2, n)) {
+        meta_error(r, "CLIENT_ERROR opaque token too long");
+        return;
+    }
     int64_t now = (int64_t)time(NULL), exptime = it.exptime;
+    /* Who refreshes the item (memcached's tokens): one that was created here is this client's
+     * already; a stale one, or one whose TTL is below R's, goes to its first reader, which
+     * takes the token on the version it read (exactly one reader wins it). */
+    bool token = (it.meta & NESSIE_META_TOKEN) != 0, stale = (it.meta & NESSIE_META_STALE) != 0;
+    bool won = created;
+    if (!created && !token &&
+        (stale || (f.has_R && it.exptime != 0 && it.exptime < meta_abs_exptime(f.R, now)))) {
+        int tr = nessie_token_take(c->ctx, t[1].v, t[1].len, it.version);
+        won = tr == NESSIE_OK;
+        token = !won; /* another reader took it between the read and now: as if read after */
+    }
     if (f.v)
         g_string_append_printf(o, "VA %" PRIu32, it.value_len);
     else
         g_string_append_len(o, "HD", 2);
+    bool key_binary = (it.meta & NESSIE_META_KEY_BINARY) != 0 || (created && f.b);
     for (size_t i = 2; i < n - 1; i++) {
         switch (t[i].v[0]) {
         case 'T': /* the new expiry counts for a t after it, as memcached's loop has it */
@@ -363,19 +393,20 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
             g_string_append(o, nessie_item_fetched(&it) ? " h1" : " h0");
             break;
         case 'O':
-            if (t[i].len > META_OPAQUE_MAX) {
-                g_string_truncate(o, mark);
-                meta_error(r, "CLIENT_ERROR opaque token too long");
-                return;
-            }
             g_string_append_c(o, ' ');
             g_string_append_len(o, t[i].v, (gssize)t[i].len);
             break;
-        case 'k':
-            meta_key(o, &t[1], f.b);
+        case 'k': /* the item's own key's form, as memcached re-encodes it from the item */
+            meta_key(o, &t[1], key_binary);
             break;
         }
     }
+    if (token && !created)
+        g_string_append_len(o, " Z", 2);
+    if (stale)
+        g_string_append_len(o, " X", 2);
+    if (won)
+        g_string_append_len(o, " W", 2);
     g_string_append_len(o, "\r\n", 2);
     if (f.v) {
         g_string_append_len(o, it.value, it.value_len);
@@ -407,8 +438,6 @@ static size_t meta_set(struct proto_req *r, struct proto_token *t, size_t n,
     enum nessie_store_mode mode = NESSIE_SET;
     if (!meta_flags_parse(t, 3, n, &f))
         err = f.err;
-    else if (meta_opaque_bad(t, 3, n))
-        err = "CLIENT_ERROR opaque token too long";
     if (!err) {
         switch (f.mode) {
         case 0: case 'S': mode = NESSIE_SET; break;
@@ -419,12 +448,9 @@ static size_t meta_set(struct proto_req *r, struct proto_token *t, size_t n,
         default: err = "CLIENT_ERROR invalid mode for ms M token"; break;
         }
     }
+    if (!err && meta_opaque_bad(t, 3, n)) /* memcached's order: the mode first */
+        err = "CLIENT_ERROR opaque token too long";
     bool has_cas = !err && meta_has(t, 3, n, 'C');
-    /* memcached: a CAS turns a set or a replace into a cas; an add ignores it. Its append and
-     * prepend compare it too, and I (invalidate) with it marks the item stale: neither is an
-     * engine call. */
-    if (!err && has_cas && (mode == NESSIE_APPEND || mode == NESSIE_PREPEND || f.has_I))
-        err = META_UNSUPPORTED;
     if (!err && (uint64_t)vlen > c->max_item_size) {
         err = "SERVER_ERROR object too large for cache";
         nessie_delete(c->ctx, t[1].v, t[1].len); /* memcached's "avoid stale data", any mode */
@@ -434,8 +460,12 @@ static size_t meta_set(struct proto_req *r, struct proto_token *t, size_t n,
         c->swallow = data;
         return line_len;
     }
+    /* memcached: a CAS turns a set or a replace into a cas (an add ignores it; an append or a
+     * prepend compares it); with I, a cas older than the item's stores the value stale. */
     if (has_cas && (mode == NESSIE_SET || mode == NESSIE_REPLACE))
         mode = NESSIE_CAS;
+    uint32_t meta = (f.b ? NESSIE_META_KEY_BINARY : 0) |
+                    (f.has_I && mode == NESSIE_CAS ? NESSIE_META_STALE : 0);
     r->noreply = f.q;
     if (avail - line_len < data) {
         c->need = line_len + (size_t)data;
@@ -447,8 +477,8 @@ static size_t meta_set(struct proto_req *r, struct proto_token *t, size_t n,
         return line_len + (size_t)data;
     }
     uint64_t version = 0;
-    int rc = nessie_store(c->ctx, mode, t[1].v, t[1].len, value, (size_t)vlen, f.F,
-                          f.has_T ? f.T : 0, f.C, &version);
+    int rc = nessie_store_meta(c->ctx, mode, t[1].v, t[1].len, value, (size_t)vlen, f.F,
+                               f.has_T ? f.T : 0, f.C, meta, &version);
     const char *status;
     switch (rc) {
     case NESSIE_OK: status = "HD"; break;
@@ -497,11 +527,18 @@ static void meta_delete(struct proto_req *r, struct proto_token *t, size_t n)
         meta_error(r, "CLIENT_ERROR opaque token too long");
         return;
     }
-    if (f.has_I) {
-        meta_error(r, META_UNSUPPORTED);
-        return;
+    /* I: the item stays, stale, its refresh to be won by its next reader */
+    int rc;
+    struct nessie_item it;
+    if (f.has_C && f.C == 0) {
+        /* memcached compares a C of 0 too, which no item's CAS is; the engine's 0 means "any" */
+        rc = nessie_get(c->ctx, t[1].v, t[1].len, &it);
+        rc = rc == NESSIE_OK ? NESSIE_EXISTS : rc;
+    } else if (f.has_I) {
+        rc = nessie_invalidate(c->ctx, t[1].v, t[1].len, f.C, f.has_T, f.T);
+    } else {
+        rc = nessie_delete_cas(c->ctx, t[1].v, t[1].len, f.C);
     }
-    int rc = nessie_delete_cas(c->ctx, t[1].v, t[1].len, f.C);
     const char *status = rc == NESSIE_OK          ? "HD"
                          : rc == NESSIE_NOT_FOUND ? "NF"
                          : rc == NESSIE_EXISTS    ? "EX"
@@ -531,8 +568,8 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
     r->noreply = f.q;
     bool incr;
     switch (f.mode) {
-    case 0: case 'I': case 'i': case '+': incr = true; break;
-    case 'D': case 'd': case '-': incr = false; break;
+    case 0: case 'I': case '+': incr = true; break;
+    case 'D': case '-': incr = false; break;
     default:
         meta_error(r, "CLIENT_ERROR invalid mode for ma M token");
         return;
@@ -586,11 +623,13 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
         meta_error(r, proto_server_error(rc));
         return;
     }
-    /* The expiry, for t: the created item's, or read back (the arithmetic keeps it). */
+    /* The expiry, for t: a created item's is none until its N (memcached creates it so and
+     * applies N and T where the request names them), else read back (the arithmetic keeps
+     * it). want: the expiry the item must end with, when not the one it was created with. */
     int64_t now = (int64_t)time(NULL), exptime = 0;
-    if (created) {
-        exptime = meta_abs_exptime(f.N, now);
-    } else if (meta_has(t, 2, n, 't')) {
+    int32_t want = 0;
+    bool retouch = false;
+    if (!created && meta_has(t, 2, n, 't')) {
         struct nessie_item it;
         if (nessie_get(c->ctx, t[1].v, t[1].len, &it) == NESSIE_OK)
             exptime = it.exptime;
@@ -612,6 +651,15 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
             break;
         case 'T':
             exptime = meta_abs_exptime(f.T, now);
+            want = f.T;
+            retouch = true;
+            break;
+        case 'N':
+            if (created) {
+                exptime = meta_abs_exptime(f.N, now);
+                want = f.N;
+                retouch = false; /* created with it */
+            }
             break;
         case 'O':
             g_string_append_c(o, ' ');
@@ -629,8 +677,8 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
     }
     if (f.q && !created)
         g_string_truncate(o, mark); /* a success is not said under q (a creation is: memcached's) */
-    if (f.has_T) /* memcached sets it in place; here a touch after (as mg T) */
-        nessie_touch(c->ctx, t[1].v, t[1].len, f.T);
+    if (retouch) /* memcached sets it in place; here a touch after (as mg T) */
+        nessie_touch(c->ctx, t[1].v, t[1].len, want);
 }
 
 /* me KEY [b]: memcached's debug line for an item (its exp is the seconds since the expiry: a

@@ -46,9 +46,9 @@ _Static_assert(sizeof(struct nessie_counters) % sizeof(uint64_t) == 0,
 /* The engine's counters since the last "stats reset". */
 static void counters_since_reset(struct recep_stats *st, struct nessie_counters *c)
 {
-    nessie_node_counters(st->node, c);
     uint64_t *v = (uint64_t *)(void *)c;
-    pthread_mutex_lock(&st->lock);
+    pthread_mutex_lock(&st->lock); /* with the read: a reset between the two would wrap */
+    nessie_node_counters(st->node, c);
     const uint64_t *b = (const uint64_t *)(const void *)&st->base;
     for (size_t i = 0; i < sizeof(*c) / sizeof(uint64_t); i++)
         v[i] -= b[i];
@@ -155,9 +155,14 @@ static uint64_t maxbytes(struct recep_stats *st)
 
 bool recep_stats_mem_limit(struct recep_stats *st, uint64_t bytes)
 {
-    if (nessie_mem_limit(st->node, bytes) != NESSIE_OK)
+    /* under the lock: two at once leave the engine's limit and the stat's the same */
+    pthread_mutex_lock(&st->lock);
+    bool ok = nessie_mem_limit(st->node, bytes) == NESSIE_OK;
+    if (ok)
+        __atomic_store_n(&st->maxbytes, bytes, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&st->lock);
+    if (!ok)
         return false;
-    __atomic_store_n(&st->maxbytes, bytes, __ATOMIC_RELAXED);
     log_info("stats: cache_memlimit: this node's items now take %llu MiB at most",
              (unsigned long long)(bytes >> 20));
     return true;
@@ -394,12 +399,10 @@ void recep_stats_format(struct recep_stats *st, GString *out)
 
 void recep_stats_reset(struct recep_stats *st)
 {
-    struct nessie_counters now;
     struct recep_tcp_counts tc;
-    nessie_node_counters(st->node, &now);
     recep_tcp_counts(&tc);
     pthread_mutex_lock(&st->lock);
-    st->base = now;
+    nessie_node_counters(st->node, &st->base);
     st->base_connections = connections_total(st, &tc);
     st->base_rejected = tc.rejected;
     pthread_mutex_unlock(&st->lock);
@@ -483,8 +486,6 @@ void recep_stats_items(struct recep_stats *st, GString *out)
 
 /* stats cachedump's walk: the keys of one class, up to a count and a size. */
 struct cachedump {
-    struct recep_stats *st;
-    struct nessie_ctx *ctx;
     int cls;
     uint32_t limit, shown;
     GString *out;
@@ -495,16 +496,20 @@ struct cachedump {
 /* memcached's answer is at most this long (its item_cachedump's memlimit). */
 #define CACHEDUMP_MAX_BYTES (2 * 1024 * 1024)
 
-static bool cachedump_one(void *user, const void *key, size_t key_len)
+static bool cachedump_one(void *user, const void *key, size_t key_len,
+                          const struct nessie_item *it)
 {
     struct cachedump *d = user;
-    struct nessie_item it;
-    if (nessie_get(d->ctx, key, key_len, &it) != NESSIE_OK ||
-        nessie_class_of(d->st->node, key_len, it.value_len) != d->cls)
+    /* memcached leaves out keys given in base64; here also any key that would not print as one
+     * token (a space, a control byte: it could fake the answer's end) */
+    if (it->meta & NESSIE_META_KEY_BINARY)
         return true;
+    for (size_t i = 0; i < key_len; i++)
+        if (((const unsigned char *)key)[i] <= 0x20 || ((const unsigned char *)key)[i] == 0x7f)
+            return true;
     GString *line = g_string_new("ITEM ");
     g_string_append_len(line, key, (gssize)key_len);
-    g_string_append_printf(line, " [%" PRIu32 " b; %" PRIu32 " s]\r\n", it.value_len, it.exptime);
+    g_string_append_printf(line, " [%" PRIu32 " b; %" PRIu32 " s]\r\n", it->value_len, it->exptime);
     d->full = d->out->len + line->len > d->max_bytes;
     if (!d->full) {
         g_string_append_len(d->out, line->str, (gssize)line->len);
@@ -517,12 +522,14 @@ static bool cachedump_one(void *user, const void *key, size_t key_len)
 void recep_stats_cachedump(struct recep_stats *st, struct nessie_ctx *ctx, uint32_t id,
                            uint32_t limit, GString *out)
 {
-    struct cachedump d = {.st = st, .ctx = ctx, .cls = (int)id - 1, .limit = limit, .out = out,
+    (void)st;
+    struct cachedump d = {.cls = (int)id - 1, .limit = limit, .out = out,
                           .max_bytes = out->len + CACHEDUMP_MAX_BYTES - 5};
     uint64_t cursor = 0;
     /* One walk over the region, stopped by the limit or the answer's size. */
     while (id >= 1 && !d.full && (limit == 0 || d.shown < limit)) {
-        if (nessie_dump_local(ctx, &cursor, 0, cachedump_one, &d) == NESSIE_INVALID || cursor == 0)
+        if (nessie_dump_class(ctx, d.cls, &cursor, 0, cachedump_one, &d) == NESSIE_INVALID ||
+            cursor == 0)
             break;
     }
     g_string_append(out, "END\r\n");

@@ -1,9 +1,8 @@
 #!/bin/sh
 # tests/integration/tcp.sh: the memcached protocol on TCP (issue 32). A 2-node cluster started
 # with `nessie-cluster start --memcached-port`; then
-#   - the transcript (tests/integration/tcp-transcript.cases, groups text, limits and meta; the
-#     meta cases that need what the engine does not keep, listed in known_meta, are run and
-#     reported apart, and fail the test once they stop differing): every case sent to a
+#   - the transcript (tests/integration/tcp-transcript.cases, groups text, limits and meta):
+#     every case sent to a
 #     real memcached and to node 1's port, the answers compared byte for byte
 #     (tcp-transcript.py); a key written through node 0's port is read through node 1's;
 #   - the robustness checks of tcp-robust.py against a 1-node cluster of its own (max_connections
@@ -56,11 +55,7 @@ memcached -U 0 -p "$mport" -l 127.0.0.1 -m 64 $user >"$dir/memcached.log" 2>&1 &
 mcpid=$!
 for i in $(seq 1 50); do port_free "$mport" || break; sleep 0.1; done
 
-# What memcached keeps per item and the engine does not (proto_meta.c's head): the
-# stale-while-revalidate state (md I, mg N, W/X/Z), and a stored key's "binary" mark (mg k of a
-# key set with b, read without it).
-known_meta=meta-ms-invalidate,meta-vivify,meta-base64
-python3 "$here/tests/integration/tcp-transcript.py" --group text,limits,meta --known "$known_meta" "$here/tests/integration/tcp-transcript.cases" \
+python3 "$here/tests/integration/tcp-transcript.py" --group text,limits,meta "$here/tests/integration/tcp-transcript.cases" \
     "127.0.0.1:$mport" "127.0.0.1:$((base + 1))" >"$dir/transcript.out" 2>&1 ||
     { cat "$dir/transcript.out"; fail "the transcript differs from memcached's"; }
 tail -n 1 "$dir/transcript.out" | sed 's/^/tcp: /'
