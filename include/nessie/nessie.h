@@ -326,6 +326,8 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
  * taken; a key given in base64 is remembered so). NESSIE_META_STALE asks, in NESSIE_CAS mode
  * only, that a cas older (lower) than the item's store the value all the same, marked stale,
  * with the item's expiry and token kept (memcached's ms with I). NESSIE_INVALID for other bits.
+ * Unlike nessie_store, whose append and prepend ignore cas, here they compare it when it is
+ * not 0 (NESSIE_EXISTS: another version), as memcached's ms with C and MA or MP.
  */
 int nessie_store_meta(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,
                       size_t key_len, const void *value, size_t value_len, uint32_t flags,

@@ -161,8 +161,9 @@ int nessie_store(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void
                  size_t key_len, const void *value, size_t value_len, uint32_t flags,
                  int64_t exptime, uint64_t cas, uint64_t *version_out)
 {
-    return nessie_store_meta(ctx, mode, key, key_len, value, value_len, flags, exptime, cas, 0,
-                             version_out);
+    /* Only NESSIE_CAS reads cas here (nessie_store_meta's append and prepend compare one). */
+    return nessie_store_meta(ctx, mode, key, key_len, value, value_len, flags, exptime,
+                             mode == NESSIE_CAS ? cas : 0, 0, version_out);
 }
 
 int nessie_store_meta(struct nessie_ctx *ctx, enum nessie_store_mode mode, const void *key,

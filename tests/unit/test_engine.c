@@ -302,6 +302,12 @@ static void test_meta_marks(void **state)
     check_value(b, "s", "y");
     assert_int_equal(nessie_store_meta(a, NESSIE_SET, "s", 1, "y", 1, 0, 0, 0, NESSIE_META_STALE,
                                        NULL), NESSIE_INVALID); /* STALE is for CAS only */
+    /* An append compares a CAS through nessie_store_meta only: nessie_store's ignores it, as
+     * its callers always could pass one (nessie-stress does). */
+    assert_int_equal(nessie_store(a, NESSIE_APPEND, "s", 1, "+", 1, 0, 0, 12345, NULL), NESSIE_OK);
+    assert_int_equal(nessie_store_meta(a, NESSIE_APPEND, "s", 1, "+", 1, 0, 0, 12345, 0, NULL),
+                     NESSIE_EXISTS);
+    check_value(b, "s", "y+");
     assert_int_equal(set(a, "s", "z"), NESSIE_OK); /* a plain store drops the marks */
     assert_int_equal(nessie_get(b, "s", 1, &it), NESSIE_OK);
     assert_int_equal(it.meta, 0);
