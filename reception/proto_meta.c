@@ -116,27 +116,15 @@ static bool meta_flags_parse(struct proto_token *t, size_t start, size_t n, stru
             f->b = true;
             break;
         }
-        case 'N':
-            f->has_N = true;
-            if (!proto_parse_i32(arg, &f->N)) {
+        case 'N': case 'T': case 'R': { /* a time: vivify's, the new TTL, recache below */
+            int32_t *v = o == 'N' ? &f->N : o == 'T' ? &f->T : &f->R;
+            *(o == 'N' ? &f->has_N : o == 'T' ? &f->has_T : &f->has_R) = true;
+            if (!proto_parse_i32(arg, v)) {
                 f->err = "CLIENT_ERROR bad token in command line format";
                 bad = true;
             }
             break;
-        case 'T':
-            f->has_T = true;
-            if (!proto_parse_i32(arg, &f->T)) {
-                f->err = "CLIENT_ERROR bad token in command line format";
-                bad = true;
-            }
-            break;
-        case 'R':
-            f->has_R = true;
-            if (!proto_parse_i32(arg, &f->R)) {
-                f->err = "CLIENT_ERROR bad token in command line format";
-                bad = true;
-            }
-            break;
+        }
         case 'l':
             f->has_l = true;
             break;
