@@ -241,10 +241,11 @@ static void run_get(struct proto_req *r, struct proto_token *t, size_t n, bool c
         part.keys += i;
         part.lens += i;
         part.hit = g.hit ? g.hit + i : NULL;
-        nessie_get_multi(c->ctx, b, (const void *const *)keys->pdata + i, part.lens, get_one,
-                         &part);
+        int rc = nessie_get_multi(c->ctx, b, (const void *const *)keys->pdata + i, part.lens,
+                                  get_one, &part);
         g.overflow = part.overflow;
-        g.error = part.error;
+        /* refused outright (nothing called back): not a miss of every key */
+        g.error = rc != NESSIE_OK && part.error == NESSIE_OK ? rc : part.error;
     }
     /* gat: the value as it was read, then its new expiry (memcached's order: a gat with a
      * time already past returns the value once). */

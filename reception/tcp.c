@@ -4,12 +4,15 @@
  *
  * Every thread watches the listening socket (EPOLLEXCLUSIVE: one of them is woken per
  * connection) and then runs that connection's requests itself, start to end, as memcached's
- * worker threads do. Epoll is level-triggered: a connection with replies it could not write yet
- * is watched for EPOLLOUT only, so a client that never reads its replies stops being read from,
- * and what the daemon holds for it stays bounded: its input buffer (a request line, or a storage
- * command's line and data: at most the item limit plus PROTO_LINE_MAX, a multi-get's line at
- * most PROTO_GET_LINE_MAX) and its pending replies (OUT_MAX, plus one request's). Anything a
- * client sends can close its own connection, never the daemon.
+ * worker threads do. A connection speaks memcached's text protocol (proto_text.c) or, if its
+ * first byte is the binary request magic, the binary one (proto_bin.c), as memcached decides.
+ * Epoll is level-triggered: a connection with replies it could not write yet is watched for
+ * EPOLLOUT only, so a client that never reads its replies stops being read from, and what the
+ * daemon holds for it stays bounded: its input buffer (a request line, or a storage command's
+ * line and data: at most the item limit plus PROTO_LINE_MAX, a multi-get's line at most
+ * PROTO_GET_LINE_MAX; a binary request's header, key and value: PROTO_BIN_NEED_MAX) and its
+ * pending replies (OUT_MAX, plus one request's). Anything a client sends can close its own
+ * connection, never the daemon.
  */
 #include "tcp.h"
 
@@ -30,6 +33,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "proto_bin.h"
 #include "proto_text.h"
 
 /* Tunables, with their reasons. */
@@ -69,6 +73,7 @@ struct tconn {
     bool writing;              /* watched for EPOLLOUT (replies pending), not EPOLLIN */
     bool eof;                  /* the client sent all it will: closed once its replies are out */
     bool binary_checked;       /* its first byte was looked at */
+    bool binary;               /* ... and it was the binary protocol's magic */
 };
 
 struct tcp_thread {
@@ -262,16 +267,15 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
  * connection is to be closed. */
 static bool conn_run(struct tcp_thread *th, struct tconn *c)
 {
-    /* memcached tells the protocols apart by a connection's first byte: 0x80 is the binary
-     * protocol's request magic, which this daemon does not speak yet. Closed at once, so its
-     * client fails at once instead of waiting for an answer that will not come. */
+    /* memcached tells the protocols apart by a connection's first byte, once for its life:
+     * the binary protocol's request magic, or text. */
     if (!c->binary_checked && c->in_len > 0) {
         c->binary_checked = true;
-        if (c->in[0] == 0x80)
-            return false;
+        c->binary = c->in[0] == PROTO_BIN_MAGIC;
     }
     for (;;) {
-        size_t used = proto_text_run(&c->pc, c->in, c->in_len);
+        size_t used = c->binary ? proto_bin_run(&c->pc, c->in, c->in_len)
+                                : proto_text_run(&c->pc, c->in, c->in_len);
         if (used > 0) {
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
@@ -319,7 +323,7 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
             c->in_cap = cap;
         }
         if (c->in_len == c->in_cap)
-            return false; /* no request can be this long: proto_text would have said so */
+            return false; /* no request can be this long: its protocol would have said so */
         ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
         if (r == 0) {
             /* The requests it sent are answered all the same (a client that shuts its side
@@ -499,6 +503,8 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
     size_t item = nessie_node_config(node)->max_item_size;
     t->in_max = (item + PROTO_LINE_MAX + 2 > PROTO_GET_LINE_MAX ? item + PROTO_LINE_MAX + 2
                                                                   : PROTO_GET_LINE_MAX) + 1;
+    if (t->in_max < PROTO_BIN_NEED_MAX(item) + 1)
+        t->in_max = PROTO_BIN_NEED_MAX(item) + 1;
     /* A descriptor per connection, and room for the rest (channels, the fabric): the soft limit
      * raised toward the hard one, as memcached does for its -c. */
     struct rlimit rl;

@@ -1,8 +1,8 @@
 #!/bin/sh
 # tests/integration/tcp.sh: the memcached protocol on TCP (issue 32). A 2-node cluster started
 # with `nessie-cluster start --memcached-port`; then
-#   - the transcript (tests/integration/tcp-transcript.cases, groups text, limits and meta):
-#     every case sent to a
+#   - the transcripts (tests/integration/tcp-transcript.cases: text, limits, meta and binary;
+#     tcp-transcript-binary.cases: the binary protocol's every opcode): every case sent to a
 #     real memcached and to node 1's port, the answers compared byte for byte
 #     (tcp-transcript.py); a key written through node 0's port is read through node 1's;
 #   - the robustness checks of tcp-robust.py against a 1-node cluster of its own (max_connections
@@ -55,10 +55,12 @@ memcached -U 0 -p "$mport" -l 127.0.0.1 -m 64 $user >"$dir/memcached.log" 2>&1 &
 mcpid=$!
 for i in $(seq 1 50); do port_free "$mport" || break; sleep 0.1; done
 
-python3 "$here/tests/integration/tcp-transcript.py" --group text,limits,meta "$here/tests/integration/tcp-transcript.cases" \
-    "127.0.0.1:$mport" "127.0.0.1:$((base + 1))" >"$dir/transcript.out" 2>&1 ||
-    { cat "$dir/transcript.out"; fail "the transcript differs from memcached's"; }
-tail -n 1 "$dir/transcript.out" | sed 's/^/tcp: /'
+for cases in tcp-transcript.cases tcp-transcript-binary.cases; do
+    python3 "$here/tests/integration/tcp-transcript.py" "$here/tests/integration/$cases" \
+        "127.0.0.1:$mport" "127.0.0.1:$((base + 1))" >"$dir/transcript.out" 2>&1 ||
+        { cat "$dir/transcript.out"; fail "the transcript ($cases) differs from memcached's"; }
+    tail -n 1 "$dir/transcript.out" | sed "s/^/tcp: $cases: /"
+done
 
 # Written through node 0's port, read through node 1's: one cluster behind both.
 got=$(python3 - "$base" <<'EOF'
