@@ -280,6 +280,13 @@ static void proto_bin_error(struct proto_bin_req *r, uint16_t status, const char
 
 /* An error after which the next n bytes of input are discarded (memcached's swallow: it writes
  * nothing meanwhile, and tcp.c holds the responses until the last byte is read). */
+/* A swallow count as memcached's write_bin_error takes it, an int: past 2^31 - 1 it is
+ * negative, and nothing is swallowed (the bytes are read as requests). */
+static uint64_t proto_bin_int(uint64_t n)
+{
+    return (int32_t)(uint32_t)n > 0 ? (uint64_t)(int32_t)(uint32_t)n : 0;
+}
+
 static void proto_bin_refuse(struct proto_bin_req *r, uint16_t status, uint64_t n)
 {
     proto_bin_error(r, status, NULL);
@@ -953,11 +960,11 @@ static size_t proto_bin_one(struct proto_bin_state *st, const unsigned char *in,
         if (h.extlen != 0 || h.keylen == 0)
             proto_bin_malformed(&r);
         else
-            proto_bin_refuse(&r, PROTO_BIN_UNKNOWN, h.bodylen - h.keylen);
+            proto_bin_refuse(&r, PROTO_BIN_UNKNOWN, proto_bin_int(h.bodylen - h.keylen));
         return head;
     default:
         /* memcached swallows the whole body after the key it has already read. */
-        proto_bin_refuse(&r, PROTO_BIN_UNKNOWN, h.bodylen);
+        proto_bin_refuse(&r, PROTO_BIN_UNKNOWN, proto_bin_int(h.bodylen));
         return head;
     }
 }
@@ -968,7 +975,9 @@ size_t proto_bin_run(struct proto_conn *c, const unsigned char *in, size_t len)
     struct proto_bin_state st = {.c = c, .flushed = c->out->len};
     size_t off = 0;
     c->need = 0;
-    while (off < len && !c->close && c->out->len < c->out_max) {
+    /* Swallowing writes nothing: it goes on past out_max (a refused value's answer may have
+     * passed it, and the answer waits for the swallow to end). */
+    while (off < len && !c->close && (c->swallow > 0 || c->out->len < c->out_max)) {
         if (c->swallow > 0) {
             size_t k = len - off < c->swallow ? len - off : (size_t)c->swallow;
             off += k;

@@ -606,7 +606,9 @@ size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len)
     size_t off = 0;
     c->need = 0;
     char small[PROTO_LINE_MAX + 1];
-    while (off < len && !c->close && c->out->len < c->out_max) {
+    /* Swallowing writes nothing: it goes on past out_max (a refused value's answer may have
+     * passed it, and the answer waits for the swallow to end). */
+    while (off < len && !c->close && (c->swallow > 0 || c->out->len < c->out_max)) {
         if (c->swallow > 0) {
             size_t k = len - off < c->swallow ? len - off : (size_t)c->swallow;
             off += k;

@@ -19,6 +19,8 @@ Against one daemon's memcached port (its config: max_connections and partial_tim
     it is closed once its replies waited the partial timeout;
     one get of that value 200 times (100 MiB) is refused as memcached refuses a reply it cannot
     hold;
+  - replies up to just under the connection's output bound, then a refused value: its data is
+    swallowed and every request answered;
   - a request begun and left unfinished is closed after the partial timeout.
 Exit 0 if everything held; 1 with the first failure named.
 """
@@ -250,6 +252,35 @@ if grown > 96 * 1024 and not SANITIZED:
     fail("the daemon grew by %d KiB for a get of 100 MiB" % grown)
 print("tcp-robust: a get of 100 MiB in one request refused (SERVER_ERROR out of memory writing get "
       "response); the daemon grew %d KiB" % max(grown, 0))
+
+# 8. Replies up to just under the connection's bound (OUT_MAX, 4 MiB), then a refused value in
+# the same read: its answer passes the bound while its data is still to be swallowed. The data is
+# swallowed and everything answered (before, the connection stopped reading and writing: its
+# replies waited for the swallow, the swallow for room to reply).
+OUT_MAX = 4 << 20
+L = (OUT_MAX - 19) // 5 - len(b"VALUE fill 0 \r\n\r\nEND\r\n") - 6
+per = len(b"VALUE fill 0 %d\r\n" % L) + L + len(b"\r\nEND\r\n")
+assert OUT_MAX - 41 < 5 * per < OUT_MAX, (L, per)
+with conn(timeout=10) as s:
+    if ask(s, b"set fill 0 0 %d\r\n" % L + b"f" * L + b"\r\n") != b"STORED\r\n":
+        fail("could not store the filler")
+    want = 5 * per + len(b"SERVER_ERROR object too large for cache\r\nEND\r\n")
+    got = b""
+    try:
+        s.sendall(b"get fill\r\n" * 5 + b"set over 0 0 2000000\r\n")
+        time.sleep(0.3)  # the gets and the set's line in one read, its data after
+        s.sendall(b"x" * 2000000 + b"\r\nget nothing\r\n")
+        while len(got) < want:
+            d = s.recv(1 << 20)
+            if not d:
+                break
+            got += d
+    except (socket.timeout, ConnectionResetError, BrokenPipeError) as e:
+        got += b" <%s>" % type(e).__name__.encode()
+    if not got.endswith(b"SERVER_ERROR object too large for cache\r\nEND\r\n") or len(got) != want:
+        fail("replies near the output bound, then a refused value: got %d of %d bytes, ending %r"
+             % (len(got), want, got[-60:]))
+print("tcp-robust: replies up to the output bound, then a refused value: swallowed, all answered")
 
 # 7. A request begun and never finished.
 with conn() as s:
