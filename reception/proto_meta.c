@@ -349,14 +349,33 @@ static void meta_get(struct proto_req *r, struct proto_token *t, size_t n)
     if (!created && !token &&
         (stale || (f.has_R && it.exptime != 0 && it.exptime < meta_abs_exptime(f.R, now)))) {
         int tr = nessie_token_take(c->ctx, t[1].v, t[1].len, it.version);
-        won = tr == NESSIE_OK;
-        token = !won; /* another reader took it between the read and now: as if read after */
+        if (tr == NESSIE_OK) {
+            won = true;
+        } else if (tr == NESSIE_EXISTS) {
+            token = true; /* another reader took it, or the item changed: as if read after */
+        } else if (tr != NESSIE_NOT_FOUND) {
+            /* The outcome is unknown (a timeout, an unreachable node): read again. The token
+             * set on the version read is this reader's as much as anyone's, and a second
+             * winner is harmless (its refresh stores with the CAS it read); not saying W
+             * would leave the item stale with nobody refreshing it. */
+            struct nessie_item again;
+            int gr = nessie_get(c->ctx, t[1].v, t[1].len, &again);
+            if (gr != NESSIE_OK && gr != NESSIE_NOT_FOUND) {
+                g_string_truncate(o, mark);
+                meta_error(r, proto_server_error(tr));
+                return;
+            }
+            won = gr == NESSIE_OK && again.version == it.version &&
+                  (again.meta & NESSIE_META_TOKEN);
+            token = gr == NESSIE_OK && !won && (again.meta & NESSIE_META_TOKEN);
+        } /* NOT_FOUND: gone since the read; answered as read, nobody's token */
     }
     if (f.v)
         g_string_append_printf(o, "VA %" PRIu32, it.value_len);
     else
         g_string_append_len(o, "HD", 2);
-    bool key_binary = (it.meta & NESSIE_META_KEY_BINARY) != 0 || (created && f.b);
+    /* the item's own mark: a vivified item has none (memcached's prints its key raw) */
+    bool key_binary = (it.meta & NESSIE_META_KEY_BINARY) != 0;
     for (size_t i = 2; i < n - 1; i++) {
         switch (t[i].v[0]) {
         case 'T': /* the new expiry counts for a t after it, as memcached's loop has it */

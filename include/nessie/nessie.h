@@ -339,7 +339,8 @@ int nessie_invalidate(struct nessie_ctx *ctx, const void *key, size_t key_len, u
                       bool set_exptime, int64_t exptime);
 /* Take the item's token (memcached's win, W): set NESSIE_META_TOKEN on the item read at
  * version, version and all else kept. NESSIE_OK: this caller won; NESSIE_EXISTS: someone took
- * it first, or the item changed; NESSIE_NOT_FOUND: absent. Exactly one caller wins a version. */
+ * it first, or the item changed; NESSIE_NOT_FOUND: absent; NESSIE_INVALID: version 0. Exactly
+ * one caller wins a version; NESSIE_TIMEOUT leaves the outcome unknown (read the item again). */
 int nessie_token_take(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t version);
 
 int nessie_delete(struct nessie_ctx *ctx, const void *key, size_t key_len);

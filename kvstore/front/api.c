@@ -190,6 +190,8 @@ int nessie_invalidate(struct nessie_ctx *ctx, const void *key, size_t key_len, u
 
 int nessie_token_take(struct nessie_ctx *ctx, const void *key, size_t key_len, uint64_t version)
 {
+    if (version == 0)
+        return NESSIE_INVALID; /* no item has version 0 */
     struct key_plan kp;
     API_RUN(ctx, key, key_len, kp, mode_token(ctx, &kp, version));
 }

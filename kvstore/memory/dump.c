@@ -111,7 +111,8 @@ int nessie_dump_local(struct nessie_ctx *ctx, uint64_t *cursor, size_t max_slots
 int nessie_dump_class(struct nessie_ctx *ctx, int cls, uint64_t *cursor, size_t max_slots,
                       nessie_dump_item_fn fn, void *user)
 {
-    if (!ctx || !cursor || !fn || *cursor >= ctx->node->cfg.data_bytes)
+    if (!ctx || !cursor || !fn || *cursor >= ctx->node->cfg.data_bytes || cls < -1 ||
+        (cls >= 0 && (uint32_t)cls >= ctx->node->nclasses))
         return NESSIE_INVALID;
     struct dump_walk dw = {.ctx = ctx, .item_fn = fn, .cls = cls, .user = user};
     slab_walk(&ctx->node->slab, cursor, max_slots ? max_slots : SIZE_MAX, dump_slot, &dw);

@@ -335,10 +335,12 @@ _Static_assert(ITE_MAX_CLASSES <= 64, "a class is a bit of room_classes");
  * 3 (issue 29): a store's sub may carry SD_SUB_PLACED, which a version-2 server would refuse.
  * 4 (issue 32): a delete's arg and an arith's cas carry a CAS token, which a version-3 server
  * would ignore (deleting or changing an item the caller meant to leave alone); a get's reply
- * carries the item's access word and meta bits; a store's arg2 its meta bits, a delete's and a
- * touch's sub an invalidation and a token (memcached's meta protocol).
+ * carries the item's access word.
+ * 5 (issue 32): a store's arg2 carries meta bits, a delete's and a touch's sub an invalidation
+ * and a token (memcached's meta protocol), a get's reply the item's meta bits: a version-4
+ * server would run an invalidation as a delete and a token as a touch.
  */
-#define MSG_WIRE_VERSION 4
+#define MSG_WIRE_VERSION 5
 
 /* At offset 0 of every MSG region, written by its node only. */
 struct msg_hdr {

@@ -838,7 +838,8 @@ static bool req_take(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t in
         q->key_len == 0 || q->value_len > nd->cfg.max_item_size || plen > slot_payload(st) ||
         (q->op == SD_OP_STORE && (q->sub & ~SD_SUB_PLACED) > NESSIE_PREPEND) ||
         (q->op == SD_OP_ARITH && q->sub > 1) ||
-        (q->op == SD_OP_DELETE && q->sub > (SD_SUB_INVALIDATE | SD_SUB_EXPTIME)) ||
+        (q->op == SD_OP_DELETE && (q->sub & ~(SD_SUB_INVALIDATE | SD_SUB_EXPTIME) ||
+                                   (q->sub & (SD_SUB_INVALIDATE | SD_SUB_EXPTIME)) == SD_SUB_EXPTIME)) ||
         (q->op == SD_OP_TOUCH && q->sub > SD_SUB_TOKEN))
         return false;
     uint64_t tr = msg_round8(64 + plen), trailer;

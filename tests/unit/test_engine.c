@@ -282,6 +282,8 @@ static void test_meta_marks(void **state)
     check_value(a, "s", "x");
     v2 = it.version;
     assert_int_equal(nessie_token_take(b, "s", 1, v), NESSIE_EXISTS); /* an older version */
+    assert_int_equal(nessie_token_take(b, "s", 1, 0), NESSIE_INVALID);
+    assert_int_equal(nessie_token_take(b, "none", 4, v2), NESSIE_NOT_FOUND);
     assert_int_equal(nessie_token_take(b, "s", 1, v2), NESSIE_OK);
     assert_int_equal(nessie_token_take(a, "s", 1, v2), NESSIE_EXISTS); /* taken already */
     assert_int_equal(nessie_get(a, "s", 1, &it), NESSIE_OK);
@@ -2679,6 +2681,9 @@ static void test_dump_class_lists_one_class(void **state)
     struct nessie_item it;
     assert_int_equal(nessie_get(a, "s1", 2, &it), NESSIE_OK);
     assert_false(nessie_item_fetched(&it)); /* the dumps read nothing */
+    cursor = 0;
+    assert_int_equal(nessie_dump_class(a, -2, &cursor, 0, dump_item_collect, &d), NESSIE_INVALID);
+    assert_int_equal(nessie_dump_class(a, 1000, &cursor, 0, dump_item_collect, &d), NESSIE_INVALID);
 }
 
 static void staged_recycle(struct nessie_config *c)
