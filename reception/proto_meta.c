@@ -38,7 +38,7 @@
 struct meta_flags {
     const char *err; /* the answer, when the flags were refused */
     bool b, q, v;
-    bool has_T, has_N, has_R, has_I, has_h, has_l, has_C;
+    bool has_T, has_N, has_R, has_I, has_C;
     char mode;    /* M: ms's and ma's mode switch (0: none) */
     int32_t T, N, R; /* as the client gave them: memcached's exptime rules (nessie.h) */
     uint32_t F;
@@ -125,14 +125,8 @@ static bool meta_flags_parse(struct proto_token *t, size_t start, size_t n, stru
             }
             break;
         }
-        case 'l':
-            f->has_l = true;
-            break;
-        case 'h':
-            f->has_h = true;
-            break;
         case 'O': case 'P': case 'L': /* opaque; the proxy's own flags, ignored as memcached does */
-        case 'k': case 's': case 't': case 'f': case 'u': case 'c':
+        case 'k': case 's': case 't': case 'f': case 'u': case 'c': case 'h': case 'l':
             break;
         case 'v':
             f->v = true;
@@ -518,18 +512,27 @@ static size_t meta_set(struct proto_req *r, struct proto_token *t, size_t n,
     return line_len + (size_t)data;
 }
 
+/* md's and ma's first checks (memcached's order and words): false when answered. Sets
+ * r->noreply from q once the flags are read. */
+static bool meta_begin(struct proto_req *r, struct proto_token *t, size_t n, struct meta_flags *f)
+{
+    if (!meta_precheck(r, t, n, "CLIENT_ERROR options flags too long"))
+        return false;
+    if (!meta_flags_parse(t, 2, n, f)) {
+        meta_error(r, "CLIENT_ERROR invalid or duplicate flag");
+        return false;
+    }
+    r->noreply = f->q;
+    return true;
+}
+
 /* md: delete the item, if its CAS is C when C is given. */
 static void meta_delete(struct proto_req *r, struct proto_token *t, size_t n)
 {
     struct proto_conn *c = r->c;
     struct meta_flags f;
-    if (!meta_precheck(r, t, n, "CLIENT_ERROR options flags too long"))
+    if (!meta_begin(r, t, n, &f))
         return;
-    if (!meta_flags_parse(t, 2, n, &f)) {
-        meta_error(r, "CLIENT_ERROR invalid or duplicate flag");
-        return;
-    }
-    r->noreply = f.q;
     if (meta_opaque_bad(t, 2, n)) {
         meta_error(r, "CLIENT_ERROR opaque token too long");
         return;
@@ -566,13 +569,8 @@ static void meta_arith(struct proto_req *r, struct proto_token *t, size_t n)
 {
     struct proto_conn *c = r->c;
     struct meta_flags f;
-    if (!meta_precheck(r, t, n, "CLIENT_ERROR options flags too long"))
+    if (!meta_begin(r, t, n, &f))
         return;
-    if (!meta_flags_parse(t, 2, n, &f)) {
-        meta_error(r, "CLIENT_ERROR invalid or duplicate flag");
-        return;
-    }
-    r->noreply = f.q;
     bool incr;
     switch (f.mode) {
     case 0: case 'I': case '+': incr = true; break;

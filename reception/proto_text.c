@@ -610,9 +610,7 @@ size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len)
      * passed it, and the answer waits for the swallow to end). */
     while (off < len && !c->close && (c->swallow > 0 || c->out->len < c->out_max)) {
         if (c->swallow > 0) {
-            size_t k = len - off < c->swallow ? len - off : (size_t)c->swallow;
-            off += k;
-            c->swallow -= k;
+            off += proto_swallow(c, len - off);
             continue;
         }
         const unsigned char *p = in + off;

@@ -50,4 +50,13 @@ struct proto_conn {
  */
 size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len);
 
+/* The bytes of a refused value still to be discarded that avail bytes of input hold (and
+ * c->swallow lowered by them): both protocols' runs skip them before reading a request. */
+static inline size_t proto_swallow(struct proto_conn *c, size_t avail)
+{
+    size_t k = avail < c->swallow ? avail : (size_t)c->swallow;
+    c->swallow -= k;
+    return k;
+}
+
 #endif
