@@ -150,9 +150,17 @@ const char *proto_server_error(int rc)
  * reading within a batch. */
 #define GET_BATCH 64
 
+/* The room kept in front of a value read straight into c->out for its header, "VALUE key
+ * flags bytes cas\r\n" at its longest (6 + 250 + 1 + 10 + 1 + 10 + 1 + 20 + 2 bytes). */
+#define GET_HDR_ROOM 304
+/* ... and after it, for "\r\nEND\r\n" and the string's NUL. */
+#define GET_TAIL_ROOM 8
+
 struct get_ctx {
     struct proto_conn *c;
     size_t mark;    /* where the reply began in c->out */
+    void *direct;   /* where the value may be read straight into c->out (NULL: not offered) */
+    bool pending;   /* c->out still holds the room offered at direct, not yet given back */
     bool overflow;  /* it passed c->reply_max or the daemon's c->held_max */
     int error;      /* the first outcome that is neither a value nor a miss (NESSIE_OK: none) */
     bool cas;
@@ -164,6 +172,15 @@ struct get_ctx {
 static void get_one(void *user, size_t i, int status, const struct nessie_item *it)
 {
     struct get_ctx *g = user;
+    struct proto_conn *c = g->c;
+    GString *o = c->out;
+    /* The room offered for a direct read is given back: the string ends after the value where
+     * it was read into it, at the reply's start otherwise (cutting a string keeps its bytes). */
+    bool in_out = g->pending && status == NESSIE_OK && it->value == g->direct;
+    if (g->pending) {
+        g_string_truncate(o, in_out ? g->mark + GET_HDR_ROOM + it->value_len : g->mark);
+        g->pending = false;
+    }
     if (status != NESSIE_OK) {
         /* A miss is left out, as memcached does; a key the engine could not read (a node it
          * needed unreachable, the call's budget spent) fails the whole get: a miss would be a
@@ -174,21 +191,33 @@ static void get_one(void *user, size_t i, int status, const struct nessie_item *
     }
     if (g->hit)
         g->hit[i] = true;
-    struct proto_conn *c = g->c;
-    GString *o = c->out;
-    size_t grown = o->len - g->mark + it->value_len;
+    size_t grown = (in_out ? g->mark : o->len) - g->mark + it->value_len;
     if (g->overflow || grown > c->reply_max ||
         (c->held && __atomic_load_n(c->held, __ATOMIC_RELAXED) + grown > c->held_max)) {
         g->overflow = true;
+        return; /* the get's reply is cut back to mark */
+    }
+    char nums[64];
+    int nl = g->cas ? snprintf(nums, sizeof(nums), " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n",
+                               it->flags, it->value_len, it->version)
+                    : snprintf(nums, sizeof(nums), " %" PRIu32 " %" PRIu32 "\r\n", it->flags,
+                               it->value_len);
+    if (in_out) {
+        /* Read straight into c->out: its header goes right in front of it, and the room left
+         * before the header is a gap the writer skips. No copy of the value here. */
+        size_t h = 6 + g->lens[i] + (size_t)nl;
+        size_t at = g->mark + GET_HDR_ROOM - h;
+        memcpy(o->str + at, "VALUE ", 6);
+        memcpy(o->str + at + 6, g->keys[i], g->lens[i]);
+        memcpy(o->str + at + 6 + g->lens[i], nums, (size_t)nl);
+        if (at > g->mark)
+            g_array_append_val(c->gaps, ((struct proto_gap){.at = g->mark, .len = at - g->mark}));
+        g_string_append_len(o, "\r\n", 2);
         return;
     }
     g_string_append_len(o, "VALUE ", 6);
     g_string_append_len(o, g->keys[i], (gssize)g->lens[i]);
-    if (g->cas)
-        g_string_append_printf(o, " %" PRIu32 " %" PRIu32 " %" PRIu64 "\r\n", it->flags,
-                               it->value_len, it->version);
-    else
-        g_string_append_printf(o, " %" PRIu32 " %" PRIu32 "\r\n", it->flags, it->value_len);
+    g_string_append_len(o, nums, nl);
     g_string_append_len(o, it->value, it->value_len);
     g_string_append_len(o, "\r\n", 2);
 }
@@ -241,8 +270,25 @@ static void run_get(struct proto_req *r, struct proto_token *t, size_t n, bool c
         part.keys += i;
         part.lens += i;
         part.hit = g.hit ? g.hit + i : NULL;
-        int rc = nessie_get_multi(c->ctx, b, (const void *const *)keys->pdata + i, part.lens,
-                                  get_one, &part);
+        /* One key (the usual get), and a connection whose writer skips gaps: the value may be
+         * read straight into c->out, in the room its string already has (a value that does not
+         * fit is copied, and the string has grown for the next one). */
+        size_t room = c->out->allocated_len - c->out->len;
+        void *direct = NULL;
+        size_t cap = 0;
+        if (nk == 1 && c->gaps && c->gaps->len < PROTO_GAPS_MAX &&
+            room > GET_HDR_ROOM + GET_TAIL_ROOM + 1024) {
+            cap = room - GET_HDR_ROOM - GET_TAIL_ROOM;
+            g_string_set_size(c->out, mark + GET_HDR_ROOM + cap);
+            direct = c->out->str + mark + GET_HDR_ROOM;
+            part.direct = direct;
+            part.pending = true;
+        }
+        int rc = nessie_get_multi_into(c->ctx, b, (const void *const *)keys->pdata + i,
+                                       part.lens, direct ? &direct : NULL,
+                                       direct ? &cap : NULL, get_one, &part);
+        if (part.pending) /* refused outright: nothing was called back */
+            g_string_truncate(c->out, mark);
         g.overflow = part.overflow;
         /* refused outright (nothing called back): not a miss of every key */
         g.error = rc != NESSIE_OK && part.error == NESSIE_OK ? rc : part.error;
@@ -254,13 +300,13 @@ static void run_get(struct proto_req *r, struct proto_token *t, size_t n, bool c
             nessie_touch(c->ctx, keys->pdata[i], g.lens[i], exptime);
     g_free(g.hit);
     if (too_long) {
-        g_string_truncate(c->out, mark);
+        proto_out_truncate(c, mark);
         proto_reply(r, "CLIENT_ERROR bad command line format");
     } else if (g.overflow) {
-        g_string_truncate(c->out, mark);
+        proto_out_truncate(c, mark);
         proto_reply(r, "SERVER_ERROR out of memory writing get response");
     } else if (g.error != NESSIE_OK) {
-        g_string_truncate(c->out, mark);
+        proto_out_truncate(c, mark);
         proto_reply(r, proto_server_error(g.error));
     } else {
         g_string_append_len(c->out, "END\r\n", 5);

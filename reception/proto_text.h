@@ -22,12 +22,25 @@
  * with no newline, the connection is closed. */
 #define PROTO_GET_LINE_MAX (1024 * 1024)
 
+/*
+ * A run of c->out's bytes that are not part of the replies: the room left in front of a value
+ * read straight into c->out (a get's header is shorter than the room kept for it, which its
+ * value's length decides). The connection layer skips them when it writes.
+ */
+struct proto_gap {
+    size_t at, len;
+};
+/* Gaps one connection's pending replies may have (more: values are copied, as without gaps). */
+#define PROTO_GAPS_MAX 16
+
 /* What a connection's requests run with, and what they leave for the connection layer. */
 struct proto_conn {
     struct nessie_ctx *ctx;     /* the connection's thread's engine context */
     struct recep_stats *stats;  /* for "stats" (NULL: none) */
     uint32_t max_item_size;     /* the cluster's, as the engine counts it */
     GString *out;               /* replies are appended here */
+    GArray *gaps;               /* struct proto_gap in out, by offset (NULL: out is one string,
+                                 * every value copied into it; else the writer skips them) */
     size_t out_max;             /* past this many bytes of replies, no further request is run */
     size_t reply_max;           /* one get's reply at most: past it (or past held_max for the
                                  * daemon), memcached's answer for a reply it cannot hold,
@@ -49,6 +62,21 @@ struct proto_conn {
  * gets memcached's error line and changes nothing.
  */
 size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len);
+
+/* c->out cut back to len bytes, and the gaps past it forgotten. */
+static inline void proto_out_truncate(struct proto_conn *c, size_t len)
+{
+    g_string_truncate(c->out, len);
+    while (c->gaps && c->gaps->len > 0) {
+        struct proto_gap *last = &g_array_index(c->gaps, struct proto_gap, c->gaps->len - 1);
+        if (last->at < len) {
+            if (last->at + last->len > len)
+                last->len = len - last->at;
+            break;
+        }
+        g_array_set_size(c->gaps, c->gaps->len - 1);
+    }
+}
 
 /* The bytes of a refused value still to be discarded that avail bytes of input hold (and
  * c->swallow lowered by them): both protocols' runs skip them before reading a request. */

@@ -29,6 +29,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -64,7 +65,8 @@ struct tconn {
     unsigned char *in;
     size_t in_len, in_cap;
     GString *out;
-    size_t out_off;            /* written so far */
+    GArray *gaps;              /* out's runs not to be written (proto_text.h: struct proto_gap) */
+    size_t out_off;            /* written so far (never inside a gap) */
     struct proto_conn pc;
     uint64_t active_ns;        /* the last byte read or written */
     uint64_t partial_ns;       /* the last progress of an incomplete request (0: none) */
@@ -134,6 +136,7 @@ static void conn_close(struct tcp_thread *th, struct tconn *c)
     last->index = c->index;
     g_ptr_array_index(th->conns, c->index) = last;
     g_ptr_array_set_size(th->conns, th->conns->len - 1);
+    g_array_free(c->gaps, TRUE);
     g_string_free(c->out, TRUE);
     g_free(c->in);
     g_free(c);
@@ -201,10 +204,11 @@ static void on_accept(struct tcp_thread *th)
         c->in_cap = IN_START;
         c->in = g_malloc(c->in_cap);
         c->out = g_string_sized_new(1024);
+        c->gaps = g_array_new(FALSE, FALSE, sizeof(struct proto_gap));
         uint32_t item = nessie_node_config(t->node)->max_item_size;
         size_t reply_max = item + 4096u > REPLY_MAX ? item + 4096u : REPLY_MAX;
         c->pc = (struct proto_conn){.ctx = th->ctx, .stats = t->stats, .max_item_size = item,
-                                    .out = c->out, .out_max = OUT_MAX, .reply_max = reply_max,
+                                    .out = c->out, .gaps = c->gaps, .out_max = OUT_MAX, .reply_max = reply_max,
                                     .held = &held_bytes,
                                     .held_max = 2 * (uint64_t)reply_max > HELD_MAX
                                                     ? 2 * (uint64_t)reply_max
@@ -214,6 +218,7 @@ static void on_accept(struct tcp_thread *th)
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             log_warn("tcp: epoll_ctl: %s; connection dropped", strerror(errno));
             close(fd);
+            g_array_free(c->gaps, TRUE);
             g_string_free(c->out, TRUE);
             g_free(c->in);
             g_free(c);
@@ -226,12 +231,56 @@ static void on_accept(struct tcp_thread *th)
     }
 }
 
+/* c's pending replies from out_off as iovecs, its gaps left out; returns how many (at most n,
+ * the rest left for the next write). */
+static int conn_iov(const struct tconn *c, struct iovec *iov, int n)
+{
+    int k = 0;
+    size_t at = c->out_off;
+    for (guint g = 0; g < c->pc.gaps->len && k < n; g++) {
+        const struct proto_gap *gp = &g_array_index(c->pc.gaps, struct proto_gap, g);
+        if (gp->at + gp->len <= at)
+            continue;
+        if (gp->at > at)
+            iov[k++] = (struct iovec){.iov_base = c->out->str + at, .iov_len = gp->at - at};
+        at = gp->at + gp->len;
+    }
+    if (k < n && at < c->out->len)
+        iov[k++] = (struct iovec){.iov_base = c->out->str + at, .iov_len = c->out->len - at};
+    return k;
+}
+
+/* out_off moved past w bytes written, and past the gaps it reaches. */
+static void conn_advance(struct tconn *c, size_t w)
+{
+    for (guint g = 0; g < c->pc.gaps->len; g++) {
+        const struct proto_gap *gp = &g_array_index(c->pc.gaps, struct proto_gap, g);
+        if (gp->at + gp->len <= c->out_off)
+            continue;
+        if (gp->at > c->out_off) {
+            size_t take = gp->at - c->out_off < w ? gp->at - c->out_off : w;
+            c->out_off += take;
+            w -= take;
+            if (c->out_off < gp->at)
+                return; /* w spent before this gap */
+        }
+        c->out_off = gp->at + gp->len;
+    }
+    c->out_off += w;
+}
+
 /* Write what is pending. Returns false if the connection is to be closed (an error). */
 static bool conn_flush(struct tcp_thread *th, struct tconn *c)
 {
     while (c->out_off < c->out->len) {
-        ssize_t w = send(c->fd, c->out->str + c->out_off, c->out->len - c->out_off,
-                         MSG_NOSIGNAL);
+        struct iovec iov[PROTO_GAPS_MAX + 1];
+        struct msghdr msg = {.msg_iov = iov,
+                             .msg_iovlen = (size_t)conn_iov(c, iov, PROTO_GAPS_MAX + 1)};
+        if (msg.msg_iovlen == 0) {
+            c->out_off = c->out->len; /* only gaps were left */
+            break;
+        }
+        ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -244,7 +293,7 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
             }
             return false;
         }
-        c->out_off += (size_t)w;
+        conn_advance(c, (size_t)w);
         c->active_ns = nessie_mono_ns();
         c->stalled_ns = 0; /* it reads: its replies are moving */
     }
@@ -256,6 +305,7 @@ static bool conn_flush(struct tcp_thread *th, struct tconn *c)
     } else {
         g_string_truncate(c->out, 0);
     }
+    g_array_set_size(c->pc.gaps, 0);
     c->out_off = 0;
     c->stalled_ns = 0;
     conn_held(c);

@@ -21,7 +21,11 @@ Against one daemon's memcached port (its config: max_connections and partial_tim
     hold;
   - replies up to just under the connection's output bound, then a refused value: its data is
     swallowed and every request answered;
-  - a request begun and left unfinished is closed after the partial timeout.
+  - a request begun and left unfinished is closed after the partial timeout;
+  - values the daemon reads straight into a connection's replies (large ones, with the room
+    left in front of their headers skipped when written): pipelined gets and gets of values of
+    several sizes, read by a client with a small receive buffer a little at a time (so the
+    daemon's writes stop part-way, inside and around those values), answered byte for byte.
 Exit 0 if everything held; 1 with the first failure named.
 """
 import os
@@ -281,6 +285,60 @@ with conn(timeout=10) as s:
         fail("replies near the output bound, then a refused value: got %d of %d bytes, ending %r"
              % (len(got), want, got[-60:]))
 print("tcp-robust: replies up to the output bound, then a refused value: swallowed, all answered")
+
+# 9. Values read straight into a connection's replies (proto_text.c's direct gets): a client with
+# an 8 KiB receive buffer reading slowly, so that the daemon's writes stop part-way everywhere.
+def pattern(name, n):
+    unit = b"%s:" % name + bytes(range(48, 123))
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+vals = {b"d1": pattern(b"d1", 200000), b"d2": pattern(b"d2", 5000), b"d3": pattern(b"d3", 100),
+        b"d4": pattern(b"d4", 70000)}
+cas = {}
+with conn(timeout=10) as s:
+    for k, v in vals.items():
+        if ask(s, b"set %s 7 0 %d\r\n" % (k, len(v)) + v + b"\r\n") != b"STORED\r\n":
+            fail("could not store %r" % k)
+    for k in vals:
+        line = ask(s, b"gets %s\r\n" % k, b"END\r\n").split(b"\r\n", 1)[0].split(b" ")
+        cas[k] = int(line[4])
+order = [b"d1", b"d2", b"d1", b"d4"] + [b"d2", b"d3"] * 12 + [b"zz", b"d1", b"d4", b"d4"]
+req = b""
+want = b""
+for j, k in enumerate(order):
+    g = b"gets" if j % 3 == 1 else b"get"
+    req += b"%s %s\r\n" % (g, k)
+    if k in vals:
+        want += b"VALUE %s 7 %d%s\r\n" % (k, len(vals[k]), b" %d" % cas[k] if g == b"gets" else b"")
+        want += vals[k] + b"\r\n"
+    want += b"END\r\n"
+for rnd in range(3):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    s.settimeout(10)
+    s.connect((HOST, PORT))
+    # The first get grows the connection's output buffer, so those after it are read into it.
+    first = ask(s, b"get d1\r\n", b"END\r\n")
+    if first != b"VALUE d1 7 200000\r\n" + vals[b"d1"] + b"\r\nEND\r\n":
+        fail("a get of 200000 bytes answered %d bytes, %r..." % (len(first), first[:60]))
+    s.sendall(req)
+    got = b""
+    while len(got) < len(want):
+        d = s.recv(4096 if rnd == 0 else 65536)
+        if not d:
+            break
+        got += d
+        if rnd == 0 and len(got) % 65536 < 4096:
+            time.sleep(0.01)
+    s.close()
+    if got != want:
+        at = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]),
+                  min(len(got), len(want)))
+        fail("pipelined gets read slowly: %d bytes of %d, first difference at %d: got %r, want %r"
+             % (len(got), len(want), at, got[at:at + 40], want[at:at + 40]))
+print("tcp-robust: %d pipelined gets of values read into the replies, read slowly: byte for byte"
+      % len(order))
 
 # 7. A request begun and never finished.
 with conn() as s:
