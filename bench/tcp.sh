@@ -12,7 +12,7 @@
 #   contended: 4 connections, 1 KiB, with BENCH_TCP_BURNERS CPU burners (2) competing.
 # The protocol is the text one unless BENCH_TCP_BINARY=1 (loadgen -b: memcached's binary).
 # Servers: memcached with its defaults (4 threads, -m BENCH_MC_MB); one Nessie node with its
-# defaults ([reception] memcached_threads 2). Ratio lines: `ratio tcp_<case>_ops` (Nessie /
+# defaults ([reception] memcached_threads 4, as memcached's -t). Ratio lines: `ratio tcp_<case>_ops` (Nessie /
 # memcached ops/s) and `ratio tcp_<case>_p99` (memcached / Nessie GET p99), >= 1 where Nessie
 # does better; `ratio tcp_open_cpu` (memcached / Nessie CPU us per op, clients and server).
 # Writes tcp.csv and tcp.png.
