@@ -3,8 +3,9 @@
  * each with its own epoll set, engine context and connections.
  *
  * Every thread watches the listening socket (EPOLLEXCLUSIVE: one of them is woken per
- * connection) and then runs that connection's requests itself, start to end, as memcached's
- * worker threads do. A connection speaks memcached's text protocol (proto_text.c) or, if its
+ * connection) and deals what it accepts to the thread with the fewest connections (handed over
+ * through that thread's queue and eventfd, once per connection), which then runs that
+ * connection's requests itself, start to end, as memcached's worker threads do. A connection speaks memcached's text protocol (proto_text.c) or, if its
  * first byte is the binary request magic, the binary one (proto_bin.c), as memcached decides.
  * Epoll is level-triggered: a connection with replies it could not write yet is watched for
  * EPOLLOUT only, so a client that never reads its replies stops being read from, and what the
@@ -85,6 +86,15 @@ struct tcp_thread {
     int epfd;
     struct nessie_ctx *ctx;
     GPtrArray *conns;          /* owned by the thread */
+    int wakefd;                /* eventfd: connections another thread accepted for this one */
+    GAsyncQueue *incoming;     /* ... those connections (struct tconn), to be adopted */
+    /* Counts hand-overs: the accepting thread increments it (release) once a connection is
+     * built and before it queues it; this thread reads it (acquire) after taking one. The
+     * queue's lock already orders them, but glib's futex-based GMutex is invisible to
+     * ThreadSanitizer (worker.c does the same). */
+    uint64_t handoffs;
+    uint32_t load;             /* its connections, adopted or on their way (relaxed atomic):
+                                * where the next accepted one goes */
     bool accept_paused;        /* out of descriptors: the listening socket left out until the
                                 * next sweep, or its readiness would spin the thread */
 };
@@ -98,6 +108,7 @@ struct recep_tcp {
     int stopfd;                /* eventfd: written once, stop (level-triggered: wakes all) */
     struct tcp_thread *threads;
     uint32_t started;
+    uint32_t rotor;            /* where the next choice of a thread starts (relaxed atomic) */
 };
 
 /* The counters memcached's stats have (tcp.h): file-static because a daemon has one listener
@@ -125,6 +136,16 @@ static void conn_held(struct tconn *c)
     }
 }
 
+/* A connection's memory freed and its count given back (its socket already closed). */
+static void conn_free(struct tconn *c)
+{
+    g_array_free(c->gaps, TRUE);
+    g_string_free(c->out, TRUE);
+    g_free(c->in);
+    g_free(c);
+    __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
+}
+
 static void conn_close(struct tcp_thread *th, struct tconn *c)
 {
     c->out_off = c->out->len;
@@ -136,11 +157,8 @@ static void conn_close(struct tcp_thread *th, struct tconn *c)
     last->index = c->index;
     g_ptr_array_index(th->conns, c->index) = last;
     g_ptr_array_set_size(th->conns, th->conns->len - 1);
-    g_array_free(c->gaps, TRUE);
-    g_string_free(c->out, TRUE);
-    g_free(c->in);
-    g_free(c);
-    __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&th->load, 1, __ATOMIC_RELAXED);
+    conn_free(c);
 }
 
 static void conn_watch(struct tcp_thread *th, struct tconn *c, bool writing)
@@ -166,6 +184,78 @@ static void accept_warn(int err)
     if (__atomic_compare_exchange_n(&accept_warned_ns, &last, now, false, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED))
         log_warn("tcp: accept: %s (new connections wait)", strerror(err));
+}
+
+/* A connection for the accepted socket fd, not yet any thread's. */
+static struct tconn *conn_new(struct recep_tcp *t, int fd)
+{
+    struct tconn *c = g_new0(struct tconn, 1);
+    c->fd = fd;
+    c->in_cap = IN_START;
+    c->in = g_malloc(c->in_cap);
+    c->out = g_string_sized_new(1024);
+    c->gaps = g_array_new(FALSE, FALSE, sizeof(struct proto_gap));
+    uint32_t item = nessie_node_config(t->node)->max_item_size;
+    size_t reply_max = item + 4096u > REPLY_MAX ? item + 4096u : REPLY_MAX;
+    c->pc = (struct proto_conn){.stats = t->stats, .max_item_size = item, .out = c->out,
+                                .gaps = c->gaps, .out_max = OUT_MAX, .reply_max = reply_max,
+                                .held = &held_bytes,
+                                .held_max = 2 * (uint64_t)reply_max > HELD_MAX
+                                                ? 2 * (uint64_t)reply_max
+                                                : HELD_MAX};
+    c->active_ns = nessie_mono_ns();
+    return c;
+}
+
+/*
+ * The thread a new connection goes to: the one with the fewest, ties broken round-robin (as
+ * memcached's dispatcher deals connections out). Whichever thread the kernel woke to accept
+ * is no guide: with EPOLLEXCLUSIVE the same one often takes several in a row, and two
+ * connections on one thread wait for each other while another thread idles.
+ */
+static struct tcp_thread *pick_thread(struct recep_tcp *t)
+{
+    uint32_t n = t->cfg.threads;
+    uint32_t at = __atomic_fetch_add(&t->rotor, 1, __ATOMIC_RELAXED) % n;
+    struct tcp_thread *best = &t->threads[at];
+    uint32_t least = __atomic_load_n(&best->load, __ATOMIC_RELAXED);
+    for (uint32_t k = 1; k < n; k++) {
+        struct tcp_thread *th = &t->threads[(at + k) % n];
+        uint32_t l = __atomic_load_n(&th->load, __ATOMIC_RELAXED);
+        if (l < least) {
+            least = l;
+            best = th;
+        }
+    }
+    __atomic_fetch_add(&best->load, 1, __ATOMIC_RELAXED);
+    return best;
+}
+
+/* c becomes th's: watched by its epoll set, run with its engine context. On failure it is
+ * closed (logged). */
+static void conn_adopt(struct tcp_thread *th, struct tconn *c)
+{
+    c->pc.ctx = th->ctx;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+        log_warn("tcp: epoll_ctl: %s; connection dropped", strerror(errno));
+        close(c->fd);
+        __atomic_fetch_sub(&th->load, 1, __ATOMIC_RELAXED);
+        conn_free(c);
+        return;
+    }
+    c->index = th->conns->len;
+    g_ptr_array_add(th->conns, c);
+}
+
+/* Adopt the connections other threads accepted for th. */
+static void adopt_incoming(struct tcp_thread *th)
+{
+    struct tconn *c;
+    while ((c = g_async_queue_try_pop(th->incoming)) != NULL) {
+        (void)__atomic_load_n(&th->handoffs, __ATOMIC_ACQUIRE);
+        conn_adopt(th, c);
+    }
 }
 
 static void on_accept(struct tcp_thread *th)
@@ -199,35 +289,19 @@ static void on_accept(struct tcp_thread *th)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        struct tconn *c = g_new0(struct tconn, 1);
-        c->fd = fd;
-        c->in_cap = IN_START;
-        c->in = g_malloc(c->in_cap);
-        c->out = g_string_sized_new(1024);
-        c->gaps = g_array_new(FALSE, FALSE, sizeof(struct proto_gap));
-        uint32_t item = nessie_node_config(t->node)->max_item_size;
-        size_t reply_max = item + 4096u > REPLY_MAX ? item + 4096u : REPLY_MAX;
-        c->pc = (struct proto_conn){.ctx = th->ctx, .stats = t->stats, .max_item_size = item,
-                                    .out = c->out, .gaps = c->gaps, .out_max = OUT_MAX, .reply_max = reply_max,
-                                    .held = &held_bytes,
-                                    .held_max = 2 * (uint64_t)reply_max > HELD_MAX
-                                                    ? 2 * (uint64_t)reply_max
-                                                    : HELD_MAX};
-        c->active_ns = nessie_mono_ns();
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            log_warn("tcp: epoll_ctl: %s; connection dropped", strerror(errno));
-            close(fd);
-            g_array_free(c->gaps, TRUE);
-            g_string_free(c->out, TRUE);
-            g_free(c->in);
-            g_free(c);
-            __atomic_fetch_sub(&n_curr, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&n_total, 1, __ATOMIC_RELAXED);
+        struct tconn *c = conn_new(t, fd);
+        struct tcp_thread *to = pick_thread(t);
+        if (to == th) {
+            conn_adopt(th, c);
             continue;
         }
-        c->index = th->conns->len;
-        g_ptr_array_add(th->conns, c);
-        __atomic_fetch_add(&n_total, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&to->handoffs, 1, __ATOMIC_RELEASE);
+        g_async_queue_push(to->incoming, c);
+        uint64_t one_more = 1;
+        if (write(to->wakefd, &one_more, sizeof(one_more)) != sizeof(one_more))
+            log_warn("tcp: waking thread %u: %s (its new connection waits for its sweep)",
+                     to->index, strerror(errno));
     }
 }
 
@@ -407,6 +481,7 @@ static void sweep(struct tcp_thread *th, uint64_t now)
 {
     struct recep_tcp *t = th->tcp;
     const struct recep_tcp_config *cfg = &t->cfg;
+    adopt_incoming(th); /* in case a wake-up was lost */
     if (th->accept_paused) {
         struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &t->lfd};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->lfd, &el) == 0)
@@ -443,6 +518,11 @@ static void *tcp_thread_main(void *arg)
             void *p = evs[i].data.ptr;
             if (p == &t->stopfd) {
                 stop = true;
+            } else if (p == &th->wakefd) {
+                uint64_t v;
+                if (read(th->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                    log_warn("tcp: thread %u: eventfd: %s", th->index, strerror(errno));
+                adopt_incoming(th);
             } else if (p == &t->lfd) {
                 on_accept(th);
             } else {
@@ -526,6 +606,18 @@ void recep_tcp_stop(struct recep_tcp *t)
         struct tcp_thread *th = &t->threads[i];
         if (th->conns)
             g_ptr_array_free(th->conns, TRUE);
+        if (th->incoming) {
+            /* Handed over after this thread stopped, or before it took them. */
+            struct tconn *c;
+            while ((c = g_async_queue_try_pop(th->incoming)) != NULL) {
+                (void)__atomic_load_n(&th->handoffs, __ATOMIC_ACQUIRE);
+                close(c->fd);
+                conn_free(c);
+            }
+            g_async_queue_unref(th->incoming);
+        }
+        if (th->wakefd >= 0)
+            close(th->wakefd);
         if (th->ctx)
             nessie_ctx_destroy(th->ctx);
         if (th->epfd >= 0)
@@ -571,7 +663,8 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
     t->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     t->threads = calloc(cfg->threads, sizeof(*t->threads));
     for (uint32_t i = 0; t->threads && i < cfg->threads; i++)
-        t->threads[i].epfd = -1; /* before any exit to fail: its ladder closes what is >= 0 */
+        t->threads[i].epfd = t->threads[i].wakefd = -1; /* before any exit to fail: its
+                                                          * ladder closes what is >= 0 */
     if (t->stopfd < 0 || !t->threads) {
         log_error("tcp: eventfd or memory: %s", strerror(errno));
         goto fail;
@@ -581,9 +674,11 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
         th->tcp = t;
         th->index = i;
         th->conns = g_ptr_array_new();
+        th->incoming = g_async_queue_new();
         th->epfd = epoll_create1(EPOLL_CLOEXEC);
-        if (th->epfd < 0) {
-            log_error("tcp: epoll_create1: %s", strerror(errno));
+        th->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (th->epfd < 0 || th->wakefd < 0) {
+            log_error("tcp: epoll_create1 or eventfd: %s", strerror(errno));
             goto fail;
         }
         if (nessie_ctx_create(node, &th->ctx) != NESSIE_OK) {
@@ -593,8 +688,10 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
         /* One thread woken per new connection; the stop, level-triggered, wakes them all. */
         struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &t->lfd};
         struct epoll_event es = {.events = EPOLLIN, .data.ptr = &t->stopfd};
+        struct epoll_event ew = {.events = EPOLLIN, .data.ptr = &th->wakefd};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->lfd, &el) != 0 ||
-            epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->stopfd, &es) != 0) {
+            epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->stopfd, &es) != 0 ||
+            epoll_ctl(th->epfd, EPOLL_CTL_ADD, th->wakefd, &ew) != 0) {
             log_error("tcp: epoll_ctl: %s", strerror(errno));
             goto fail;
         }
