@@ -56,7 +56,7 @@
  *            rollback or an orphan takeover of an ABANDONED entry links it again.
  *   version: the memcached CAS token; its high bits are the write time (see items.c), so it also
  *            orders items against flush_all.
- *   creator: the operation that wrote it (node, context, operation number): a retried PUT may take
+ *   creator: the operation that wrote it (node, incarnation, operation number): a retried PUT may take
  *            over its own earlier attempt's entry (A.1.3 step 2.3).
  *   created: the owner's CLOCK_MONOTONIC ns at the allocation; an orphan takeover waits a grace
  *            period from it, judged against the owner's clock (data_hdr.clock_ns).

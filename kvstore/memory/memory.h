@@ -129,6 +129,10 @@ struct nessie_node {
     struct nessie_ctx *ctxs;
     struct nessie_counters retired;
     uint32_t next_ctx_id;
+    /* The operation numbers of this node's calls (the low bits of their creator ids): contexts
+     * take them in blocks (relaxed atomic adds: a block is never handed out twice), so no two
+     * calls of one incarnation share one, however many contexts come and go. */
+    uint64_t op_seq_next;
 };
 
 struct nessie_ctx {
@@ -137,7 +141,7 @@ struct nessie_ctx {
     struct fab_ep *ep;
     struct nessie_cache *cache;
     uint32_t id;
-    uint32_t op_seq;
+    uint64_t op_seq, op_seq_end; /* its block of operation numbers (node->op_seq_next) */
     uint64_t rng;
     enum nessie_opkind kind;    /* what the counters are charged to right now */
     /* Counters are written by the owning thread only and read by stats readers; relaxed atomic

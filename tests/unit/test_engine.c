@@ -361,6 +361,26 @@ static void test_token_won_once(void **state)
     }
 }
 
+/* A call's creator id must be its own among every context a node ever had: with an id made of
+ * the context's number modulo 256 and a count of its calls, the 257th context's first SET took
+ * the first context's first entry for its own earlier attempt ("a takeover finished this call")
+ * and returned success without writing. */
+static void test_many_contexts_keep_their_writes(void **state)
+{
+    (void)state;
+    cluster_open(1, 1024, 4 << 20, NULL);
+    assert_int_equal(set(C.ctx[0], "k", "first"), NESSIE_OK); /* context 0's first call */
+    struct nessie_ctx *more[255];
+    for (int i = 0; i < 255; i++) /* contexts 2..256 (C.ctx2[0] is 1) */
+        assert_int_equal(nessie_ctx_create(C.node[0], &more[i]), NESSIE_OK);
+    assert_int_equal(set(more[254], "k", "second"), NESSIE_OK); /* context 256's first call */
+    check_value(C.ctx[0], "k", "second");
+    assert_int_equal(set(more[253], "k", "third"), NESSIE_OK);
+    check_value(more[254], "k", "third");
+    for (int i = 0; i < 255; i++)
+        nessie_ctx_destroy(more[i]);
+}
+
 static void test_expiry_and_flush(void **state)
 {
     (void)state;
@@ -2804,6 +2824,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_get_into, teardown),
         cmocka_unit_test_teardown(test_get_into_remote_uncached, teardown),
         cmocka_unit_test_teardown(test_store_forms, teardown),
+        cmocka_unit_test_teardown(test_many_contexts_keep_their_writes, teardown),
         cmocka_unit_test_teardown(test_arith_and_touch, teardown),
         cmocka_unit_test_teardown(test_delete_and_arith_with_cas, teardown),
         cmocka_unit_test_teardown(test_meta_marks, teardown),
