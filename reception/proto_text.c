@@ -155,6 +155,16 @@ const char *proto_server_error(int rc)
 #define GET_HDR_ROOM 304
 /* ... and after it, for "\r\nEND\r\n" and the string's NUL. */
 #define GET_TAIL_ROOM 8
+_Static_assert(6 + NESSIE_KEY_MAX + 45 <= GET_HDR_ROOM, "a get's longest header fits its room");
+
+/* Gets whose value was read straight into the reply (proto_text_direct_gets): file-static as
+ * the daemon has one such count; a relaxed atomic, being a counter. */
+static uint64_t direct_gets;
+
+uint64_t proto_text_direct_gets(void)
+{
+    return __atomic_load_n(&direct_gets, __ATOMIC_RELAXED);
+}
 
 struct get_ctx {
     struct proto_conn *c;
@@ -212,6 +222,7 @@ static void get_one(void *user, size_t i, int status, const struct nessie_item *
         memcpy(o->str + at + 6 + g->lens[i], nums, (size_t)nl);
         if (at > g->mark)
             g_array_append_val(c->gaps, ((struct proto_gap){.at = g->mark, .len = at - g->mark}));
+        __atomic_fetch_add(&direct_gets, 1, __ATOMIC_RELAXED);
         g_string_append_len(o, "\r\n", 2);
         return;
     }

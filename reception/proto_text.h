@@ -63,6 +63,10 @@ struct proto_conn {
  */
 size_t proto_text_run(struct proto_conn *c, const unsigned char *in, size_t len);
 
+/* Values read straight into a connection's replies since the daemon started (a counter for
+ * the stats: every get of a single key that the engine read into the room offered). */
+uint64_t proto_text_direct_gets(void);
+
 /* c->out cut back to len bytes, and the gaps past it forgotten. */
 static inline void proto_out_truncate(struct proto_conn *c, size_t len)
 {
@@ -70,6 +74,7 @@ static inline void proto_out_truncate(struct proto_conn *c, size_t len)
     while (c->gaps && c->gaps->len > 0) {
         struct proto_gap *last = &g_array_index(c->gaps, struct proto_gap, c->gaps->len - 1);
         if (last->at < len) {
+            /* (Marks are taken between replies, never inside a gap: kept for any caller.) */
             if (last->at + last->len > len)
                 last->len = len - last->at;
             break;

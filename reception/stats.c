@@ -214,8 +214,12 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U("max_connections", tc.max);
     STAT_U("curr_connections", channels + tc.curr);
     STAT_U("total_connections", connections_total(st, &tc) - base_connections);
-    if (tc.max)
+    if (tc.max) {
         STAT_U("rejected_connections", tc.rejected - base_rejected);
+        /* Not memcached's: gets whose value the engine read straight into the reply (since
+         * the start, as the nessie_ counters). */
+        STAT_U("nessie_tcp_direct_gets", tc.direct_gets);
+    }
     STAT_U("threads", st->nworkers);
     const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],
                                     *d = &c.op[NESSIE_OPK_DELETE];

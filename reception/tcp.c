@@ -5,8 +5,9 @@
  * Every thread watches the listening socket (EPOLLEXCLUSIVE: one of them is woken per
  * connection) and deals what it accepts to the thread with the fewest connections (handed over
  * through that thread's queue and eventfd, once per connection), which then runs that
- * connection's requests itself, start to end, as memcached's worker threads do. A connection speaks memcached's text protocol (proto_text.c) or, if its
- * first byte is the binary request magic, the binary one (proto_bin.c), as memcached decides.
+ * connection's requests itself, start to end, as memcached's worker threads do. A connection
+ * speaks memcached's text protocol (proto_text.c) or, if its first byte is the binary request
+ * magic, the binary one (proto_bin.c), as memcached decides.
  * Epoll is level-triggered: a connection with replies it could not write yet is watched for
  * EPOLLOUT only, so a client that never reads its replies stops being read from, and what the
  * daemon holds for it stays bounded: its input buffer (a request line, or a storage command's
@@ -57,6 +58,8 @@
 /* Reads one connection is given per wake-up of its thread before the others' turn (memcached's
  * reqs_per_event): level-triggered epoll comes back to it. */
 #define READS_PER_EVENT 16
+/* A stopped thread's load: above any live thread's, so no connection is dealt to it. */
+#define TCP_LOAD_DEAD (UINT32_MAX / 2)
 /* memcached's answer to a connection past its limit (its maxconns_fast). */
 #define TOO_MANY "ERROR Too many open connections\r\n"
 
@@ -66,7 +69,6 @@ struct tconn {
     unsigned char *in;
     size_t in_len, in_cap;
     GString *out;
-    GArray *gaps;              /* out's runs not to be written (proto_text.h: struct proto_gap) */
     size_t out_off;            /* written so far (never inside a gap) */
     struct proto_conn pc;
     uint64_t active_ns;        /* the last byte read or written */
@@ -124,6 +126,7 @@ void recep_tcp_counts(struct recep_tcp_counts *out)
     out->total = __atomic_load_n(&n_total, __ATOMIC_RELAXED);
     out->rejected = __atomic_load_n(&n_rejected, __ATOMIC_RELAXED);
     out->max = __atomic_load_n(&n_max, __ATOMIC_RELAXED);
+    out->direct_gets = proto_text_direct_gets();
 }
 
 /* Account for c's unwritten replies in held_bytes. */
@@ -139,7 +142,7 @@ static void conn_held(struct tconn *c)
 /* A connection's memory freed and its count given back (its socket already closed). */
 static void conn_free(struct tconn *c)
 {
-    g_array_free(c->gaps, TRUE);
+    g_array_free(c->pc.gaps, TRUE);
     g_string_free(c->out, TRUE);
     g_free(c->in);
     g_free(c);
@@ -194,11 +197,11 @@ static struct tconn *conn_new(struct recep_tcp *t, int fd)
     c->in_cap = IN_START;
     c->in = g_malloc(c->in_cap);
     c->out = g_string_sized_new(1024);
-    c->gaps = g_array_new(FALSE, FALSE, sizeof(struct proto_gap));
+    GArray *gaps = g_array_new(FALSE, FALSE, sizeof(struct proto_gap));
     uint32_t item = nessie_node_config(t->node)->max_item_size;
     size_t reply_max = item + 4096u > REPLY_MAX ? item + 4096u : REPLY_MAX;
     c->pc = (struct proto_conn){.stats = t->stats, .max_item_size = item, .out = c->out,
-                                .gaps = c->gaps, .out_max = OUT_MAX, .reply_max = reply_max,
+                                .gaps = gaps, .out_max = OUT_MAX, .reply_max = reply_max,
                                 .held = &held_bytes,
                                 .held_max = 2 * (uint64_t)reply_max > HELD_MAX
                                                 ? 2 * (uint64_t)reply_max
@@ -511,6 +514,9 @@ static void *tcp_thread_main(void *arg)
         int n = epoll_wait(th->epfd, evs, 64, SWEEP_MS);
         if (n < 0 && errno != EINTR) {
             log_error("tcp: thread %u: epoll_wait: %s; it stops", th->index, strerror(errno));
+            /* Never the thread with the fewest again: what is dealt to it now would wait in
+             * its queue until the port stops (recep_tcp_stop closes those). */
+            __atomic_store_n(&th->load, TCP_LOAD_DEAD, __ATOMIC_RELAXED);
             break;
         }
         bool stop = false;
@@ -548,6 +554,13 @@ static void *tcp_thread_main(void *arg)
     }
     while (th->conns->len > 0)
         conn_close(th, g_ptr_array_index(th->conns, th->conns->len - 1));
+    /* Dealt to it before it stopped, or while it stopped. */
+    struct tconn *c;
+    while ((c = g_async_queue_try_pop(th->incoming)) != NULL) {
+        (void)__atomic_load_n(&th->handoffs, __ATOMIC_ACQUIRE);
+        close(c->fd);
+        conn_free(c);
+    }
     return NULL;
 }
 

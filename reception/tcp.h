@@ -36,6 +36,7 @@ void recep_tcp_stop(struct recep_tcp *t);
  * accepted ever, refused for max_connections; and the limit (0: no listener). */
 struct recep_tcp_counts {
     uint64_t curr, total, rejected, max;
+    uint64_t direct_gets;  /* values read straight into a reply (proto_text_direct_gets) */
 };
 void recep_tcp_counts(struct recep_tcp_counts *out);
 
