@@ -72,8 +72,9 @@ check cpu-cost cpu-cost.csv cpu-cost.png
 for r in low_load_cpu_sd_vs_cd low_load_cpu_sdspin_vs_cd; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/cpu-cost.out" || { echo "bench-smoke: cpu-cost: no 'ratio $r' line"; fail=1; }
 done
-run modes BENCH_KEYS=500 BENCH_LARGE_KEYS=50 BENCH_BURNERS=1
+run modes BENCH_KEYS=500 BENCH_LARGE_KEYS=50 BENCH_BURNERS=1 BENCH_REPS=2
 check modes modes.csv modes.png
+has modes modes.csv "^mixed,auto,2," "second repetition of mode auto"
 for r in contended_cd_vs_sd large_put_cd_vs_sd low_load_cpu_sd_vs_cd small_sd_vs_cd auto_vs_best mixed_auto_vs_best; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/modes.out" || { echo "bench-smoke: modes: no 'ratio $r' line"; fail=1; }
 done
