@@ -16,13 +16,12 @@
 # 1 where choosing per operation beats every fixed mode), how many calls auto shipped in each
 # scenario, and writes modes.csv and modes.png.
 # Each of Nessie's modes runs every scenario BENCH_REPS times (5), the modes taking turns, forward
-# then backward (cd sd hy auto, auto hy sd cd, ...), and every figure is the best of its runs (the
-# highest goodput, the lowest CPU per op): on a 2-core machine running 3 daemons and the client,
-# a run lands in one of two states, interference only ever makes it slower, and auto and cd (the
-# same code path here) were each seen in both (mixed, 5 alternated runs of each, MB/s: cd 4050
-# 4405 4286 4456 4086, auto 4552 3724 4429 4438 3675). One run of each, minutes apart, gave
-# auto_vs_best from 0.68 to 1.01 on a quiet machine; medians of 3 still 0.92 and 0.82.
-# memcached runs once: no ratio compares with it.
+# then backward (cd sd hy auto, auto hy sd cd, ...), and every figure is the median of its runs:
+# on a 2-core machine running 3 daemons and the client, runs of one mode differ by 2x and more
+# (mixed, cd: 1827 to 4520 MB/s; contended, cd: 350 to 1627), auto and cd (the same code path
+# here) alike. One run of each, minutes apart, gave auto_vs_best from 0.68 to 1.01 on a quiet
+# machine; medians of 3 runs 0.92 and 0.82; the best of 5 let one lucky run decide (contended
+# cd 1627 against 350..1204 in its other four). memcached runs once: no ratio compares with it.
 #
 # Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS,
 #        BENCH_KEYS (10000), BENCH_LARGE_KEYS (1000), BENCH_REPS (5))
@@ -36,7 +35,7 @@ KEYS=${BENCH_KEYS:-10000}
 LARGE_KEYS=${BENCH_LARGE_KEYS:-1000}
 REPS=${BENCH_REPS:-5}
 MODES="cd sd hy auto"
-bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; mixed 256 B and 64 KiB (half the keys each) 90% GETs $LARGE_KEYS keys; $REPS repetitions of each mode, best of them; $(nproc) cpus"
+bench_begin modes "3-node Nessie (shim, shm fabric) in modes $MODES vs memcached; 1 client thread on node 0; uniform keys; small 256 B 90% GETs $KEYS keys; base 16 KiB 90% GETs; low 16 KiB open loop at $LOW_PCT % of memcached's base ops/s; contended 16 KiB with $BURNERS_N CPU burners (yes >/dev/null); large_put 128 KiB 50% GETs $LARGE_KEYS keys; mixed 256 B and 64 KiB (half the keys each) 90% GETs $LARGE_KEYS keys; $REPS repetitions of each mode, medians; $(nproc) cpus"
 trap 'burners_stop; bench_cleanup' EXIT
 rm -f "$OUT/auto_share.txt"
 COLS_HEADER="scenario,system,rep"
@@ -117,20 +116,14 @@ bench_cleanup
 
 sc=$(col scenario); sy=$(col system); gp=$(col goodput_mb_s); cpu=$(col cpu_us_per_op)
 awk -F, -v sc="$sc" -v sy="$sy" -v gp="$gp" -v cpu="$cpu" -v lowpct="$LOW_PCT" -v rate="$LOW_RATE" \
-    -v pivot="$OUT/pivot.csv" '
-function best(list, hi,    n, a, i, b) {
-    n = split(list, a, " ")
-    b = a[1] + 0
-    for (i = 2; i <= n; i++) if (hi ? a[i] + 0 > b : a[i] + 0 < b) b = a[i] + 0
-    return b
-}
+    -v pivot="$OUT/pivot.csv" "$AWK_MEDIAN"'
 /^#/ { next }
 !hdr { hdr = 1; next }
 { gl[$sc, $sy] = gl[$sc, $sy] " " $gp; cl[$sc, $sy] = cl[$sc, $sy] " " $cpu }
 function div(a, b) { return b > 0 ? a / b : 0 }
 END {
-    for (k in gl) g[k] = best(gl[k], 1)
-    for (k in cl) c[k] = best(cl[k], 0)
+    for (k in gl) g[k] = median(gl[k])
+    for (k in cl) c[k] = median(cl[k])
     printf "%-12s %10s %10s %10s %10s %10s   (goodput MB/s; low: CPU us per op at %s ops/s, %s %% load)\n", "scenario", "memcached", "cd", "sd", "hy", "auto", rate, lowpct
     n = split("small base contended large_put mixed", s, " ")
     worst = -1
