@@ -26,7 +26,7 @@ else
 endif
 
 # Libraries by who uses them; resolved lazily (=) so `make clean` works without pkg-config.
-NESSIE_PKGS = glib-2.0 libibverbs librdmacm libisal
+NESSIE_PKGS = glib-2.0 libibverbs librdmacm libisal liburing
 NESSIE_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(NESSIE_PKGS))
 NESSIE_LIBS   = $(shell $(PKG_CONFIG) --libs $(NESSIE_PKGS))
 TEST_PKGS = cmocka
@@ -65,7 +65,7 @@ RECEP_SRC := $(wildcard reception/*.c)
 RECEP_OBJ := $(RECEP_SRC:%.c=$(BUILD)/obj/%.o)
 RECEP_BIN := $(BUILD)/reception
 # libcurl and json-glib: membership through etcd's JSON gateway (members.c); the engine has neither.
-RECEP_PKGS = glib-2.0 libibverbs librdmacm libisal libunwind libcurl json-glib-1.0 $(if $(SAN),,jemalloc)
+RECEP_PKGS = glib-2.0 libibverbs librdmacm libisal liburing libunwind libcurl json-glib-1.0 $(if $(SAN),,jemalloc)
 RECEP_LIBS = $(shell $(PKG_CONFIG) --libs $(RECEP_PKGS))
 
 # The client side of a channel (the shim's), and the test tools built on it.

@@ -7,7 +7,8 @@
  * versions, exptimes, flush), recycling and the leak sweep (recycle.c), the evictor (evict.c),
  * the dump (dump.c), and the node and context structures below, which every room above uses. It
  * may call the fabric and membership; what it needs from a room above (the evictor's DELETE) it
- * declares in upcall.h. The flash tier (issue 31) will live here too.
+ * declares in upcall.h. The flash tier (issue 31) lives here too: its log (flash.c, a file per
+ * node written in whole pages through io_uring), not yet what eviction demotes to.
  */
 #ifndef NESSIE_KVSTORE_MEMORY_H
 #define NESSIE_KVSTORE_MEMORY_H

@@ -1,0 +1,191 @@
+/*
+ * flash.h - the flash tier's log (issue 31): one file per node, written only by its owner, in
+ * whole pages; where eviction will demote values to when the tier is on, and where a shipped GET
+ * of a flash item is read. Part of the memory room: it calls nothing above it, and nothing in
+ * the fabric (a flash item is only ever read by its owner).
+ *
+ * The file is [flash] bytes long, cut into pages of page_bytes. A page is filled front to back in
+ * a write buffer in memory and reaches the file in one write when it is full (or on flash_seal),
+ * so the device sees only large sequential writes; a record never spans two pages. Each page,
+ * when opened for writing, takes the log's next sequence number (64 bits, never reused, also
+ * across restarts: recovery resumes past the highest found); every record carries it, and a
+ * location names it modulo 64, so a location into a page written again since is refused without
+ * trusting the bytes found there, and a record left by a page's earlier life is told apart.
+ *
+ * A location (uint64_t) fits the 40 bits of an ITE's offset and gen fields (layout.h), which is
+ * where a demoted item's ITE will carry it, under a size class reserved for flash:
+ *
+ *    39                                            6 5      0
+ *   +-----------------------------------------------+--------+
+ *   | record offset in the file / 64 (34 bits)      | seq %64|
+ *   +-----------------------------------------------+--------+
+ *
+ * so 2^34 x 64 bytes = 1 TiB of flash per node is addressable. A record is a 64-byte header
+ * (struct flash_rec), the key, the value, zero padding to a multiple of 64 bytes. Its CRC32C
+ * covers everything after the CRC field up to the value's end, so a torn write (a crash during a
+ * page's write) is found when the record is read or recovered.
+ *
+ * Memory per flash item: its ITE (8 bytes, in the index) and, here, 2 bytes for its start in its
+ * page and a live bit (pages are at most 2 MiB: a start is 15 bits of 64-byte units); the
+ * page table is per page, not per item. That lets an unlink know its record's exact length, so
+ * every page keeps exact live bytes for compaction.
+ *
+ * Threads: the owner's evictor appends, its SD servers read, compaction and unlinks come from
+ * either; one mutex covers the log. I/O runs through io_uring (one ring, under the mutex), or
+ * pread/pwrite where the kernel refuses io_uring (said once at open). A read waits for its I/O;
+ * reads that complete later (the non-blocking API's iget) are the next step.
+ */
+#ifndef NESSIE_KVSTORE_FLASH_H
+#define NESSIE_KVSTORE_FLASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Results of the calls below. */
+enum flash_rc {
+    FLASH_OK = 0,
+    FLASH_MISS = 1,    /* no such record there (a page written again, a torn or corrupt
+                          record, another key): the item is not on flash any more */
+    FLASH_FULL = 2,    /* no free page to open: drop or compact one first */
+    FLASH_TOO_BIG = 3, /* a record larger than a page, or a value larger than the caller's room */
+    FLASH_IO = 4,      /* the device failed the I/O (logged); a read's item counts as a miss */
+    FLASH_BAD = 5,     /* a bad argument (a location out of the file, a key too long) */
+};
+
+#define FLASH_LOC_SEQ_BITS 6
+#define FLASH_LOC_OFF_BITS 34
+#define FLASH_LOC_BITS (FLASH_LOC_SEQ_BITS + FLASH_LOC_OFF_BITS)
+#define FLASH_UNIT 64
+#define FLASH_MAX_BYTES ((uint64_t)FLASH_UNIT << FLASH_LOC_OFF_BITS) /* 1 TiB */
+/* Pages: a record's start in its page is 15 bits of 64-byte units (the 16th bit is its live
+ * bit), and a whole page stays one write the kernel takes in one request. */
+#define FLASH_PAGE_MIN (64u << 10)
+#define FLASH_PAGE_MAX (2u << 20)
+
+struct flash_config {
+    const char *dir;     /* a directory; the log is DIR/node<N>.flash */
+    uint32_t node;       /* whose log */
+    uint64_t bytes;      /* the file's size: a whole number of pages, at most FLASH_MAX_BYTES */
+    uint32_t page_bytes; /* FLASH_PAGE_MIN..FLASH_PAGE_MAX, a power of two */
+    bool no_uring;       /* use pread/pwrite even where io_uring works (tests, operators) */
+    bool fresh;          /* empty the log instead of recovering what it holds */
+};
+
+/* What a record holds besides its key and value: the item's memcached fields. */
+struct flash_meta {
+    uint64_t version; /* the CAS token */
+    uint32_t flags;
+    uint32_t exptime;
+    uint8_t flags8; /* the DTE's DTE_F_META bits, kept as a demotion found them */
+};
+
+/* The record header, on flash; 64 bytes, little-endian as the host (a log is read only by the
+ * host that wrote it). */
+struct flash_rec {
+    uint32_t magic;
+    uint32_t crc; /* CRC32C of the bytes after this field up to the value's end */
+    uint64_t seq; /* the page's sequence number when this record was written */
+    uint64_t version;
+    uint32_t flags;
+    uint32_t exptime;
+    uint32_t value_len;
+    uint8_t key_len;
+    uint8_t flags8;
+    uint16_t pad0;
+    uint64_t reserved[3];
+};
+_Static_assert(sizeof(struct flash_rec) == 64, "a record header is one 64-byte unit");
+
+struct flash_stats {
+    uint64_t pages, pages_free, pages_full;
+    uint64_t bytes_used;      /* bytes of records in pages written or being filled */
+    uint64_t bytes_live;      /* of those, records not unlinked */
+    uint64_t objects_live;    /* records not unlinked */
+    uint64_t objects_written; /* records appended since open (extstore_objects_written) */
+    uint64_t bytes_appended;  /* their bytes, headers and padding included */
+    uint64_t bytes_device;    /* bytes written to the file (whole pages' used parts, to 4 KiB) */
+    uint64_t objects_read, bytes_read; /* records read back (extstore_objects_read) */
+    uint64_t misses;          /* reads that found no such record (stale, torn, another key) */
+    uint64_t crc_failures;    /* of those, records whose CRC did not match */
+    uint64_t io_errors;
+    uint64_t page_reclaims;   /* pages freed (dropped or compacted) (extstore_page_reclaims) */
+    uint64_t recovered;       /* records found valid at open */
+    bool uring;               /* I/O through io_uring */
+};
+
+struct flash_log;
+
+/* Open (creating it if absent) DIR/node<N>.flash of cfg->bytes, reserving its space, and recover
+ * the records it holds (unless cfg->fresh): each page's records are read front to back up to the
+ * first that is torn, corrupt or of another life of the page. Returns 0 and *out, or -1 with a
+ * message in err (a missing directory, a disk without room for the file, a bad size); never
+ * leaves a half-open log. */
+int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err, size_t errlen);
+
+/* Seal the page being filled (its records reach the file), then close. NULL is a no-op. */
+void flash_close(struct flash_log *fl);
+
+/* Append a record of key and value to the page being filled, opening the next free page (oldest
+ * free first) when it is full. Returns FLASH_OK and its location in *loc; FLASH_FULL when no page
+ * is free (nothing is written: the caller drops or compacts a page and tries again),
+ * FLASH_TOO_BIG, FLASH_IO (the full page could not be written: its records are lost, counted as
+ * unlinked) or FLASH_BAD. */
+int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
+                 uint32_t vlen, const struct flash_meta *meta, uint64_t *loc);
+
+/* Read the record at loc into buf (cap bytes for the value) if it holds key. Returns FLASH_OK
+ * with *vlen and *meta; FLASH_MISS (counted, and counted as a CRC failure when that is why);
+ * FLASH_TOO_BIG with *vlen set when the value does not fit; FLASH_IO; FLASH_BAD. A record still
+ * in the write buffer is read from memory. Never returns bytes whose CRC did not match. */
+int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t klen, void *buf,
+               size_t cap, uint32_t *vlen, struct flash_meta *meta);
+
+/* The record at loc is no longer any item's: its page's live bytes go down by its length.
+ * Returns FLASH_OK, or FLASH_MISS when loc names no live record of the page's current life (an
+ * unlink twice, or after its page was dropped, changes nothing). */
+int flash_unlink(struct flash_log *fl, uint64_t loc);
+
+/* Write out the page being filled, as it is, and start the next record on a new page. Returns
+ * FLASH_OK or FLASH_IO. */
+int flash_seal(struct flash_log *fl);
+
+/* The full page with the lowest sequence number (the oldest written), or -1 if none is full. */
+int64_t flash_oldest_page(struct flash_log *fl);
+
+/* The full page with the fewest live bytes, if at most max_live_pct % of its used bytes are
+ * live; -1 otherwise. */
+int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct);
+
+/* Call fn on each live record of full page `page`, in order, with its location, key, value and
+ * meta (valid during the call only; its value read from the file). fn returns false to stop.
+ * Returns FLASH_OK, FLASH_IO or FLASH_BAD (not a full page). */
+typedef bool (*flash_each_fn)(void *user, uint64_t loc, const void *key, uint32_t klen,
+                              const void *value, uint32_t vlen, const struct flash_meta *meta);
+int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user);
+
+/* Free full page `page`: its records, live or not, are gone (locations into it read as misses).
+ * Counts a page reclaim. Returns FLASH_OK or FLASH_BAD. */
+int flash_page_free(struct flash_log *fl, int64_t page);
+
+/* Faults for tests (nessie-stress, test_flash): the next `reads` reads and `writes` writes of
+ * the file fail with EIO, as a failing device's would. */
+void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes);
+
+void flash_stats(struct flash_log *fl, struct flash_stats *st);
+
+/* Location helpers. */
+static inline uint64_t flash_loc_make(uint64_t file_off, uint64_t seq)
+{
+    return ((file_off / FLASH_UNIT) << FLASH_LOC_SEQ_BITS) | (seq & ((1u << FLASH_LOC_SEQ_BITS) - 1));
+}
+static inline uint64_t flash_loc_offset(uint64_t loc)
+{
+    return ((loc >> FLASH_LOC_SEQ_BITS) & ((1ULL << FLASH_LOC_OFF_BITS) - 1)) * FLASH_UNIT;
+}
+static inline uint32_t flash_loc_seq(uint64_t loc)
+{
+    return (uint32_t)(loc & ((1u << FLASH_LOC_SEQ_BITS) - 1));
+}
+
+#endif
