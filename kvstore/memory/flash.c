@@ -157,6 +157,15 @@ static void page_reset(struct flash_page *p)
     g_array_set_size(p->starts, 0);
 }
 
+/* How many of p's records are not unlinked. */
+static uint64_t live_records(const struct flash_page *p)
+{
+    uint64_t n = 0;
+    for (guint i = 0; i < p->starts->len; i++)
+        n += (g_array_index(p->starts, uint16_t, i) & START_LIVE) != 0;
+    return n;
+}
+
 /* The index in p->starts of the record starting at byte in_page, or -1. */
 static gint start_find(const struct flash_page *p, uint32_t in_page)
 {
@@ -238,7 +247,7 @@ static int seal_locked(struct flash_log *fl)
         return FLASH_OK;
     }
     if (io_buf(fl, true, fl->wbuf, len, page * fl->page_bytes) != 0) {
-        fl->st.objects_live -= p->starts->len;
+        fl->st.objects_live -= live_records(p); /* those unlinked were counted already */
         page_reset(p);
         g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
         return FLASH_IO;
@@ -627,9 +636,7 @@ int flash_page_free(struct flash_log *fl, int64_t page)
         pthread_mutex_unlock(&fl->mu);
         return FLASH_BAD;
     }
-    for (guint i = 0; i < p->starts->len; i++)
-        if (g_array_index(p->starts, uint16_t, i) & START_LIVE)
-            fl->st.objects_live--;
+    fl->st.objects_live -= live_records(p);
     page_reset(p);
     /* Its first block zeroed on the device, so a restart does not bring its records back; if
      * that write fails, recovery would find them, and their items are gone from the index:
