@@ -26,7 +26,7 @@
 # Usage: bench/modes.sh [--help]   (environment: BENCH_SECONDS, BENCH_LOW_PCT, BENCH_BURNERS,
 #        BENCH_KEYS (10000), BENCH_LARGE_KEYS (1000), BENCH_REPS (5))
 set -eu
-case ${1:-} in -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 . "$(dirname "$0")/lib.sh"
 
 LOW_PCT=${BENCH_LOW_PCT:-20}
