@@ -21,7 +21,8 @@
 #include "flash.h"
 #include "log.h"
 
-#define FLASH_MAGIC 0x4e53484cu /* "LHSN" on a little-endian disk */
+#define FLASH_MAGIC 0x4e53484cu      /* "LHSN" on a little-endian disk: a record */
+#define FLASH_FREE_MAGIC 0x4e534846u /* "FHSN": a freed page's marker, in its first block */
 /* The device's block: a page's used part is written rounded up to it. */
 #define FLASH_BLOCK 4096u
 /* One I/O in flight at a time (the log's mutex is held across it); a few spare entries. */
@@ -36,7 +37,8 @@
 enum page_state { PAGE_FREE, PAGE_OPEN, PAGE_FULL };
 
 struct flash_page {
-    uint64_t seq;   /* the life being filled or written (0: never written) */
+    uint64_t seq;   /* the log's sequence number when this life began (its age) */
+    uint64_t life;  /* this page's lives so far (0: never written); kept when it is freed */
     uint32_t used;  /* bytes of records */
     uint32_t live;  /* bytes of records not unlinked */
     uint8_t state;
@@ -60,12 +62,16 @@ struct flash_log {
     bool uring;
     struct io_uring ring;
     uint32_t fail_reads, fail_writes; /* flash_inject_errors */
+    uint32_t short_left;              /* flash_inject_short */
+    uint64_t io_token;                /* the user_data of the I/O in the ring */
     struct flash_stats st;
 };
 
-static uint32_t rec_len(uint32_t klen, uint32_t vlen)
+/* In 64 bits: a value length read from the device may be anything, and must not wrap into a
+ * plausible length. */
+static uint64_t rec_len(uint32_t klen, uint64_t vlen)
 {
-    return (REC_HDR + klen + vlen + FLASH_UNIT - 1) & ~(FLASH_UNIT - 1);
+    return (REC_HDR + klen + vlen + FLASH_UNIT - 1) & ~(uint64_t)(FLASH_UNIT - 1);
 }
 
 static uint32_t rec_crc(const struct flash_rec *h, const void *key, const void *value)
@@ -78,7 +84,7 @@ static uint32_t rec_crc(const struct flash_rec *h, const void *key, const void *
 /* --- I/O ------------------------------------------------------------------------------------ */
 
 /* One vectored transfer at off, through the ring or the plain calls. Returns bytes moved or
- * -errno. */
+ * -errno. Mutex held (the ring and the injections are the log's). */
 static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint64_t off)
 {
     if (wr ? fl->fail_writes : fl->fail_reads) {
@@ -88,29 +94,72 @@ static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, 
             fl->fail_reads--;
         return -EIO;
     }
+    /* An injected short transfer: ask for at most half, to 512 bytes. */
+    struct iovec cut[8];
+    if (fl->short_left && n <= 8) {
+        size_t total = 0;
+        for (int i = 0; i < n; i++)
+            total += iov[i].iov_len;
+        size_t want = total / 2 & ~(size_t)511;
+        if (want) {
+            fl->short_left--;
+            int m = 0;
+            for (; m < n && want; m++) {
+                cut[m] = iov[m];
+                if (cut[m].iov_len > want)
+                    cut[m].iov_len = want;
+                want -= cut[m].iov_len;
+            }
+            iov = cut;
+            n = m;
+        }
+    }
     if (!fl->uring) {
         ssize_t r = wr ? pwritev(fl->fd, iov, n, (off_t)off) : preadv(fl->fd, iov, n, (off_t)off);
         return r < 0 ? -errno : r;
     }
     struct io_uring_sqe *sqe = io_uring_get_sqe(&fl->ring);
     if (!sqe)
-        return -EBUSY; /* cannot happen: one I/O at a time, under the mutex */
+        return -EBUSY; /* cannot happen: one I/O at a time, under the mutex, each reaped */
     if (wr)
         io_uring_prep_writev(sqe, fl->fd, iov, (unsigned)n, off);
     else
         io_uring_prep_readv(sqe, fl->fd, iov, (unsigned)n, off);
-    int rc = io_uring_submit(&fl->ring);
-    if (rc < 0)
-        return rc;
-    struct io_uring_cqe *cqe;
+    uint64_t token = ++fl->io_token;
+    io_uring_sqe_set_data64(sqe, token);
+    int rc;
     do
+        rc = io_uring_submit(&fl->ring);
+    while (rc == -EINTR || rc == -EAGAIN);
+    if (rc <= 0) {
+        /* The entry was not taken, so nothing is in flight: leave the ring for good (a retry
+         * would queue this entry twice) and move this and every later I/O to the plain calls. */
+        log_warn("flash: io_uring submit failed (%s): %s uses plain pread/pwrite from now on",
+                 rc ? strerror(-rc) : "nothing taken", fl->path);
+        io_uring_queue_exit(&fl->ring);
+        fl->uring = fl->st.uring = false;
+        ssize_t r = wr ? pwritev(fl->fd, iov, n, (off_t)off) : preadv(fl->fd, iov, n, (off_t)off);
+        return r < 0 ? -errno : r;
+    }
+    for (;;) {
+        struct io_uring_cqe *cqe;
         rc = io_uring_wait_cqe(&fl->ring, &cqe);
-    while (rc == -EINTR);
-    if (rc < 0)
-        return rc;
-    ssize_t res = cqe->res;
-    io_uring_cqe_seen(&fl->ring, cqe);
-    return res;
+        if (rc == -EINTR || rc == -EAGAIN || rc == -ETIME)
+            continue;
+        if (rc < 0) {
+            /* The I/O is in flight into the caller's buffers and cannot be waited for: going
+             * on would let the kernel write into memory handed back to others. */
+            log_error("flash: io_uring wait failed (%s) with an I/O in flight on %s",
+                      strerror(-rc), fl->path);
+            abort();
+        }
+        ssize_t res = cqe->res;
+        bool mine = io_uring_cqe_get_data64(cqe) == token;
+        io_uring_cqe_seen(&fl->ring, cqe);
+        if (mine)
+            return res;
+        /* Another entry's completion (none is ever left behind: each I/O waits for its own). */
+    }
 }
 
 /* The whole of iov[0..n) at off, short transfers continued; the end of the file is an error.
@@ -128,6 +177,11 @@ static int io_full(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint
                      (unsigned long long)off, strerror(err));
             return -err;
         }
+        size_t asked = 0;
+        for (int i = 0; i < n; i++)
+            asked += iov[i].iov_len;
+        if ((size_t)r < asked)
+            fl->st.short_io++;
         off += (uint64_t)r;
         while (n > 0 && (size_t)r >= iov->iov_len) {
             r -= (ssize_t)iov->iov_len;
@@ -194,35 +248,60 @@ static uint32_t start_len(const struct flash_page *p, gint i)
     return end - at;
 }
 
-/* The page at loc of its current life (not free, same sequence modulo 64), or NULL. */
-static struct flash_page *page_of(struct flash_log *fl, uint64_t loc, uint32_t *in_page)
+/* The page at loc if loc names its current life (not free, same life modulo 64), with the
+ * record's start in it; NULL otherwise, *bad set when loc lies past the file. */
+static struct flash_page *page_of(struct flash_log *fl, uint64_t loc, uint32_t *in_page, bool *bad)
 {
     uint64_t off = flash_loc_offset(loc);
-    if (off >= fl->bytes)
+    *bad = off >= fl->bytes;
+    if (*bad)
         return NULL;
     struct flash_page *p = &fl->pages[off / fl->page_bytes];
-    if (p->state == PAGE_FREE || (p->seq & ((1u << FLASH_LOC_SEQ_BITS) - 1)) != flash_loc_seq(loc))
+    if (p->state == PAGE_FREE ||
+        (p->life & ((1u << FLASH_LOC_LIFE_BITS) - 1)) != flash_loc_life(loc))
         return NULL;
     *in_page = (uint32_t)(off % fl->page_bytes);
     return p;
 }
 
-/* Whether the bytes at rec (avail of them) begin a whole, intact record of life seq (0: any);
- * sets *len to its length. */
-static bool rec_valid(const unsigned char *rec, uint32_t avail, uint64_t seq, uint32_t *len)
+/* Whether the bytes at rec (avail of them) begin a whole, intact record of this log's page size
+ * and of life `life` (0: any); sets *len to its length. */
+static bool rec_valid(const struct flash_log *fl, const unsigned char *rec, uint32_t avail,
+                      uint64_t life, uint32_t *len)
 {
     if (avail < REC_HDR)
         return false;
     const struct flash_rec *h = (const struct flash_rec *)rec;
-    if (h->magic != FLASH_MAGIC || h->seq == 0 || (seq && h->seq != seq))
+    if (h->magic != FLASH_MAGIC || h->life == 0 || (life && h->life != life) ||
+        h->page_bytes != fl->page_bytes)
         return false;
-    uint32_t l = rec_len(h->key_len, h->value_len);
-    if (h->value_len > avail || l > avail)
+    uint64_t l = rec_len(h->key_len, h->value_len);
+    if (l > avail)
         return false;
     if (rec_crc(h, rec + REC_HDR, rec + REC_HDR + h->key_len) != h->crc)
         return false;
-    *len = l;
+    *len = (uint32_t)l;
     return true;
+}
+
+/* Mark page `page` free on the device: its first block becomes a free marker carrying its life
+ * and the log's sequence number, so a restart brings back neither its records nor its earlier
+ * lives. Written when a page is freed and when a life begins (before any location into it is
+ * handed out: a daemon that dies before the page is written leaves that life on the device, and
+ * the next is another). Returns 0 or -errno; a failure when freeing lets recovery find the old
+ * records again, which no index entry names any more: they cost room until the page is written
+ * again. Mutex held. */
+static int mark_free(struct flash_log *fl, uint64_t page)
+{
+    memset(fl->scratch, 0, FLASH_BLOCK);
+    struct flash_rec *h = (struct flash_rec *)fl->scratch;
+    *h = (struct flash_rec){.magic = FLASH_FREE_MAGIC, .seq = fl->next_seq,
+                            .life = fl->pages[page].life, .page_bytes = fl->page_bytes};
+    h->crc = rec_crc(h, fl->scratch + REC_HDR, fl->scratch + REC_HDR);
+    int rc = io_buf(fl, true, fl->scratch, FLASH_BLOCK, page * fl->page_bytes);
+    if (rc == 0)
+        fl->st.bytes_device += FLASH_BLOCK;
+    return rc;
 }
 
 /* Write the page being filled (its used part, to the block) and mark it full; on failure its
@@ -249,6 +328,8 @@ static int seal_locked(struct flash_log *fl)
     if (io_buf(fl, true, fl->wbuf, len, page * fl->page_bytes) != 0) {
         fl->st.objects_live -= live_records(p); /* those unlinked were counted already */
         page_reset(p);
+        /* Part of the page may have reached the device: a restart must not find it. */
+        (void)mark_free(fl, page);
         g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
         return FLASH_IO;
     }
@@ -257,21 +338,39 @@ static int seal_locked(struct flash_log *fl)
     return FLASH_OK;
 }
 
-/* Read page i's records at open: front to back, up to the first that is not an intact record
- * of the first one's life. Returns 0 or -errno. */
-static int recover_page(struct flash_log *fl, uint64_t i)
+/* Read page i's records at open: a free marker gives the page's lives so far; otherwise its
+ * records, front to back, up to the first that is not an intact record of the first one's life.
+ * Returns 0, -EIO (logged) or -EINVAL (a record or marker of another page size: *other set). */
+static int recover_page(struct flash_log *fl, uint64_t i, uint32_t *other)
 {
     struct flash_page *p = &fl->pages[i];
     if (io_buf(fl, false, fl->scratch, fl->page_bytes, i * fl->page_bytes) != 0)
         return -EIO;
+    const struct flash_rec *h = (const struct flash_rec *)fl->scratch;
+    bool intact = (h->magic == FLASH_MAGIC || h->magic == FLASH_FREE_MAGIC) &&
+                  rec_len(h->key_len, h->value_len) <= fl->page_bytes &&
+                  rec_crc(h, fl->scratch + REC_HDR, fl->scratch + REC_HDR + h->key_len) == h->crc;
+    if (intact && h->page_bytes != fl->page_bytes) {
+        *other = h->page_bytes;
+        return -EINVAL;
+    }
+    if (intact && h->magic == FLASH_FREE_MAGIC) {
+        p->life = h->life;
+        if (h->seq >= fl->next_seq)
+            fl->next_seq = h->seq + 1;
+        return 0;
+    }
     uint32_t at = 0, len;
-    uint64_t seq = 0;
-    while (at < fl->page_bytes && rec_valid(fl->scratch + at, fl->page_bytes - at, seq, &len)) {
-        seq = ((const struct flash_rec *)(fl->scratch + at))->seq;
+    uint64_t life = 0, seq = 0;
+    while (at < fl->page_bytes && rec_valid(fl, fl->scratch + at, fl->page_bytes - at, life, &len)) {
+        h = (const struct flash_rec *)(fl->scratch + at);
+        life = h->life;
+        seq = h->seq;
         uint16_t s = (uint16_t)(at / FLASH_UNIT) | START_LIVE;
         g_array_append_val(p->starts, s);
         at += len;
     }
+    p->life = life;
     if (!p->starts->len)
         return 0;
     p->state = PAGE_FULL;
@@ -333,20 +432,23 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
         snprintf(err, errlen, "flash: cannot open %s: %s", fl->path, strerror(errno));
         goto fail;
     }
-    if ((cfg->fresh || fstat(fl->fd, &sb) != 0 || (uint64_t)sb.st_size > cfg->bytes) &&
+    /* The whole file's blocks now: a disk without room is refused at start, not at the first
+     * demotion. Judged first from the free space (the file's own blocks counted as room), so a
+     * size far past it is refused without filling the disk on the way (a failed fallocate may
+     * keep what it took), and before a fresh log empties the file. */
+    struct statvfs vfs;
+    int rc = 0;
+    if (fstat(fl->fd, &sb) != 0 || fstatvfs(fl->fd, &vfs) != 0) {
+        snprintf(err, errlen, "flash: cannot stat %s: %s", fl->path, strerror(errno));
+        goto fail;
+    }
+    if (cfg->bytes > (uint64_t)sb.st_blocks * 512 + (uint64_t)vfs.f_bavail * vfs.f_frsize)
+        rc = ENOSPC;
+    if (rc == 0 && (cfg->fresh || (uint64_t)sb.st_size > cfg->bytes) &&
         ftruncate(fl->fd, cfg->fresh ? 0 : (off_t)cfg->bytes) != 0) {
         snprintf(err, errlen, "flash: cannot size %s: %s", fl->path, strerror(errno));
         goto fail;
     }
-    /* The whole file's blocks now: a disk without room is refused at start, not at the first
-     * demotion. Judged first from the free space, so a size far past it is refused without
-     * filling the disk on the way (a failed fallocate may keep what it took). */
-    struct statvfs vfs;
-    int rc = 0;
-    if (fstat(fl->fd, &sb) == 0 && fstatvfs(fl->fd, &vfs) == 0 &&
-        cfg->bytes > (uint64_t)sb.st_blocks * 512 &&
-        cfg->bytes - (uint64_t)sb.st_blocks * 512 > (uint64_t)vfs.f_bavail * vfs.f_frsize)
-        rc = ENOSPC;
     if (rc == 0)
         rc = posix_fallocate(fl->fd, 0, (off_t)cfg->bytes);
     if (rc != 0) {
@@ -373,7 +475,15 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
     }
     fl->st.uring = fl->uring;
     for (uint64_t i = 0; i < fl->npages; i++) {
-        if (!cfg->fresh && recover_page(fl, i) != 0) {
+        uint32_t other = 0;
+        rc = cfg->fresh ? 0 : recover_page(fl, i, &other);
+        if (rc == -EINVAL) {
+            snprintf(err, errlen,
+                     "flash: %s was written with %u-byte pages, not %u: set [flash] page_bytes "
+                     "back, or remove the file to start it empty", fl->path, other, pb);
+            goto fail;
+        }
+        if (rc != 0) {
             snprintf(err, errlen, "flash: cannot read %s at %llu: %s", fl->path,
                      (unsigned long long)(i * pb), strerror(EIO));
             goto fail;
@@ -422,7 +532,7 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
     uint64_t need = (uint64_t)REC_HDR + klen + vlen;
     if (need > fl->page_bytes)
         return FLASH_TOO_BIG;
-    uint32_t len = rec_len(klen, vlen);
+    uint32_t len = (uint32_t)rec_len(klen, vlen);
     pthread_mutex_lock(&fl->mu);
     int rc = FLASH_OK;
     if (fl->cur >= 0 && fl->wused + len > fl->page_bytes)
@@ -432,11 +542,18 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
         if (!q) {
             rc = FLASH_FULL;
         } else {
-            fl->cur = (int64_t)(GPOINTER_TO_SIZE(q) - 1);
-            struct flash_page *p = &fl->pages[fl->cur];
-            p->state = PAGE_OPEN;
-            p->seq = fl->next_seq++;
-            fl->wused = 0;
+            uint64_t page = GPOINTER_TO_SIZE(q) - 1;
+            struct flash_page *p = &fl->pages[page];
+            p->life++;
+            if (mark_free(fl, page) != 0) {
+                g_queue_push_tail(&fl->free_pages, q);
+                rc = FLASH_IO;
+            } else {
+                fl->cur = (int64_t)page;
+                p->state = PAGE_OPEN;
+                p->seq = fl->next_seq++;
+                fl->wused = 0;
+            }
         }
     }
     if (rc != FLASH_OK) {
@@ -448,14 +565,15 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
     struct flash_rec *h = (struct flash_rec *)r;
     *h = (struct flash_rec){.magic = FLASH_MAGIC, .seq = p->seq, .version = meta->version,
                             .flags = meta->flags, .exptime = meta->exptime, .value_len = vlen,
-                            .key_len = (uint8_t)klen, .flags8 = meta->flags8};
+                            .key_len = (uint8_t)klen, .flags8 = meta->flags8,
+                            .life = p->life, .page_bytes = fl->page_bytes};
     memcpy(r + REC_HDR, key, klen);
     memcpy(r + REC_HDR + klen, value, vlen);
     memset(r + REC_HDR + klen + vlen, 0, len - (REC_HDR + klen + vlen));
     h->crc = rec_crc(h, r + REC_HDR, r + REC_HDR + klen);
     uint16_t s = (uint16_t)(fl->wused / FLASH_UNIT) | START_LIVE;
     g_array_append_val(p->starts, s);
-    *loc = flash_loc_make((uint64_t)fl->cur * fl->page_bytes + fl->wused, p->seq);
+    *loc = flash_loc_make((uint64_t)fl->cur * fl->page_bytes + fl->wused, p->life);
     fl->wused += len;
     p->used += len;
     p->live += len;
@@ -480,13 +598,15 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     if (klen == 0 || klen > UINT8_MAX)
         return FLASH_BAD;
     pthread_mutex_lock(&fl->mu);
-    uint32_t in_page;
-    struct flash_page *p = page_of(fl, loc, &in_page);
+    uint32_t in_page = 0;
+    bool bad;
+    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
     gint i = p ? start_find(p, in_page) : -1;
     if (i < 0) {
-        fl->st.misses++;
+        if (!bad)
+            fl->st.misses++;
         pthread_mutex_unlock(&fl->mu);
-        return FLASH_MISS;
+        return bad ? FLASH_BAD : FLASH_MISS;
     }
     uint32_t len = start_len(p, i);
     uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
@@ -513,8 +633,10 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
             rc = FLASH_IO;
     }
     if (rc == FLASH_OK) {
-        /* The record must be this key's, of this life of the page, whole and intact. */
-        if (h.magic != FLASH_MAGIC || h.seq != p->seq || h.key_len != klen ||
+        /* The record must be this key's, of this life of the page, whole and intact; its
+         * length from the device is believed only where it matches the one kept in memory. */
+        if (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
+            h.page_bytes != fl->page_bytes || h.key_len != klen ||
             memcmp(kbuf, key, klen) != 0 || rec_len(klen, h.value_len) != len) {
             rc = FLASH_MISS;
         } else if (h.value_len > cap) {
@@ -540,87 +662,146 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     return rc;
 }
 
-int flash_unlink(struct flash_log *fl, uint64_t loc)
+/* Set or clear the live bit of the record at loc, keeping the page's live bytes and the live
+ * count exact. Returns FLASH_OK, or FLASH_MISS when loc names no record of the page's current
+ * life or the bit is already so. */
+static int set_live(struct flash_log *fl, uint64_t loc, bool live)
 {
     pthread_mutex_lock(&fl->mu);
-    uint32_t in_page;
-    struct flash_page *p = page_of(fl, loc, &in_page);
+    uint32_t in_page = 0;
+    bool bad;
+    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
     gint i = p ? start_find(p, in_page) : -1;
     int rc = FLASH_MISS;
-    if (i >= 0 && (g_array_index(p->starts, uint16_t, i) & START_LIVE)) {
-        g_array_index(p->starts, uint16_t, i) &= START_MASK;
-        p->live -= start_len(p, i);
-        fl->st.objects_live--;
+    uint16_t *s = i >= 0 ? &g_array_index(p->starts, uint16_t, i) : NULL;
+    if (s && !(*s & START_LIVE) == live) {
+        *s ^= START_LIVE;
+        if (live) {
+            p->live += start_len(p, i);
+            fl->st.objects_live++;
+        } else {
+            p->live -= start_len(p, i);
+            fl->st.objects_live--;
+        }
         rc = FLASH_OK;
     }
     pthread_mutex_unlock(&fl->mu);
     return rc;
 }
 
-int64_t flash_oldest_page(struct flash_log *fl)
+int flash_unlink(struct flash_log *fl, uint64_t loc)
 {
-    pthread_mutex_lock(&fl->mu);
-    int64_t best = -1;
-    for (uint64_t i = 0; i < fl->npages; i++)
-        if (fl->pages[i].state == PAGE_FULL &&
-            (best < 0 || fl->pages[i].seq < fl->pages[best].seq))
-            best = (int64_t)i;
-    pthread_mutex_unlock(&fl->mu);
-    return best;
+    return set_live(fl, loc, false);
 }
 
-int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct)
+/* The full page that `better` prefers to all others (and that `ok` admits), or -1. */
+static int64_t page_pick(struct flash_log *fl, bool (*ok)(const struct flash_page *, uint32_t),
+                         bool (*better)(const struct flash_page *, const struct flash_page *),
+                         uint32_t arg)
 {
     pthread_mutex_lock(&fl->mu);
     int64_t best = -1;
     for (uint64_t i = 0; i < fl->npages; i++) {
         const struct flash_page *p = &fl->pages[i];
-        if (p->state == PAGE_FULL && (uint64_t)p->live * 100 <= (uint64_t)p->used * max_live_pct &&
-            (best < 0 || p->live < fl->pages[best].live))
+        if (p->state == PAGE_FULL && ok(p, arg) && (best < 0 || better(p, &fl->pages[best])))
             best = (int64_t)i;
     }
     pthread_mutex_unlock(&fl->mu);
     return best;
 }
 
-int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user)
+static bool any_page(const struct flash_page *p, uint32_t arg)
+{
+    (void)p, (void)arg;
+    return true;
+}
+static bool older(const struct flash_page *a, const struct flash_page *b) { return a->seq < b->seq; }
+static bool sparse_enough(const struct flash_page *p, uint32_t max_live_pct)
+{
+    return (uint64_t)p->live * 100 <= (uint64_t)p->used * max_live_pct;
+}
+static bool sparser(const struct flash_page *a, const struct flash_page *b)
+{
+    return a->live < b->live;
+}
+
+int64_t flash_oldest_page(struct flash_log *fl)
+{
+    return page_pick(fl, any_page, older, 0);
+}
+
+int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct)
+{
+    return page_pick(fl, sparse_enough, sparser, max_live_pct);
+}
+
+int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user,
+                    uint64_t *lost)
 {
     if (page < 0 || (uint64_t)page >= fl->npages)
         return FLASH_BAD;
-    /* A copy of the page and of its live starts, taken under the mutex; fn runs without it (it
-     * may append the records it keeps, or unlink them). */
+    /* The page's life and live starts, taken under the mutex; its bytes read with pread
+     * without it (the ring is the mutex's), and fn run without it (it may append the records
+     * it keeps, or unlink them). */
     pthread_mutex_lock(&fl->mu);
     struct flash_page *p = &fl->pages[page];
     if (p->state != PAGE_FULL) {
         pthread_mutex_unlock(&fl->mu);
         return FLASH_BAD;
     }
-    uint64_t seq = p->seq;
+    uint64_t life = p->life;
     uint32_t used = p->used;
     GArray *starts = g_array_copy(p->starts);
-    unsigned char *copy = g_malloc(used);
-    int rc = io_buf(fl, false, copy, used, (uint64_t)page * fl->page_bytes) != 0 ? FLASH_IO
-                                                                                 : FLASH_OK;
+    bool fail = fl->fail_reads > 0;
+    fl->fail_reads -= fail;
     pthread_mutex_unlock(&fl->mu);
+    unsigned char *copy = g_malloc(used);
+    int rc = FLASH_OK;
+    uint64_t got = 0, off = (uint64_t)page * fl->page_bytes;
+    while (!fail && got < used) {
+        ssize_t r = pread(fl->fd, copy + got, used - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            log_warn("flash: read of %s at %llu: %s", fl->path, (unsigned long long)(off + got),
+                     r ? strerror(errno) : "end of file");
+            fail = true;
+            break;
+        }
+        got += (uint64_t)r;
+    }
+    if (fail) {
+        pthread_mutex_lock(&fl->mu);
+        fl->st.io_errors++;
+        pthread_mutex_unlock(&fl->mu);
+        rc = FLASH_IO;
+    }
+    uint64_t bad = 0;
     for (guint i = 0; rc == FLASH_OK && i < starts->len; i++) {
         uint16_t s = g_array_index(starts, uint16_t, i);
         uint32_t at = (s & START_MASK) * FLASH_UNIT, len;
         if (!(s & START_LIVE))
             continue;
-        if (!rec_valid(copy + at, used - at, seq, &len)) {
-            /* Written whole and read back changed: the device's fault, the item a miss. */
-            pthread_mutex_lock(&fl->mu);
-            fl->st.crc_failures++;
-            pthread_mutex_unlock(&fl->mu);
+        if (!rec_valid(fl, copy + at, used - at, life, &len)) {
+            /* Written whole and read back changed (or the page freed and written again
+             * meanwhile): the item reads as a miss. */
+            bad++;
             continue;
         }
         const struct flash_rec *h = (const struct flash_rec *)(copy + at);
         struct flash_meta m = {.version = h->version, .flags = h->flags, .exptime = h->exptime,
                                .flags8 = h->flags8};
-        if (!fn(user, flash_loc_make((uint64_t)page * fl->page_bytes + at, seq), copy + at + REC_HDR,
-                h->key_len, copy + at + REC_HDR + h->key_len, h->value_len, &m))
+        if (!fn(user, flash_loc_make(off + at, life), copy + at + REC_HDR, h->key_len,
+                copy + at + REC_HDR + h->key_len, h->value_len, &m))
             break;
     }
+    if (bad) {
+        pthread_mutex_lock(&fl->mu);
+        fl->st.crc_failures += bad;
+        pthread_mutex_unlock(&fl->mu);
+    }
+    if (lost)
+        *lost = bad;
     g_free(copy);
     g_array_free(starts, TRUE);
     return rc;
@@ -638,15 +819,38 @@ int flash_page_free(struct flash_log *fl, int64_t page)
     }
     fl->st.objects_live -= live_records(p);
     page_reset(p);
-    /* Its first block zeroed on the device, so a restart does not bring its records back; if
-     * that write fails, recovery would find them, and their items are gone from the index:
-     * unreferenced records, which cost only room until the page is written again. */
-    memset(fl->scratch, 0, FLASH_BLOCK);
-    (void)io_buf(fl, true, fl->scratch, FLASH_BLOCK, (uint64_t)page * fl->page_bytes);
+    (void)mark_free(fl, (uint64_t)page);
     g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER((uint64_t)page + 1));
     fl->st.page_reclaims++;
     pthread_mutex_unlock(&fl->mu);
     return FLASH_OK;
+}
+
+void flash_relive_begin(struct flash_log *fl)
+{
+    pthread_mutex_lock(&fl->mu);
+    for (uint64_t i = 0; i < fl->npages; i++) {
+        struct flash_page *p = &fl->pages[i];
+        if (p->state != PAGE_FULL)
+            continue;
+        fl->st.objects_live -= live_records(p);
+        for (guint k = 0; k < p->starts->len; k++)
+            g_array_index(p->starts, uint16_t, k) &= START_MASK;
+        p->live = 0;
+    }
+    pthread_mutex_unlock(&fl->mu);
+}
+
+int flash_relive(struct flash_log *fl, uint64_t loc)
+{
+    return set_live(fl, loc, true);
+}
+
+void flash_inject_short(struct flash_log *fl, uint32_t n)
+{
+    pthread_mutex_lock(&fl->mu);
+    fl->short_left = n;
+    pthread_mutex_unlock(&fl->mu);
 }
 
 void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes)

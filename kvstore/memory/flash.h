@@ -6,18 +6,30 @@
  *
  * The file is [flash] bytes long, cut into pages of page_bytes. A page is filled front to back in
  * a write buffer in memory and reaches the file in one write when it is full (or on flash_seal),
- * so the device sees only large sequential writes; a record never spans two pages. Each page,
- * when opened for writing, takes the log's next sequence number (64 bits, never reused, also
- * across restarts: recovery resumes past the highest found); every record carries it, and a
- * location names it modulo 64, so a location into a page written again since is refused without
- * trusting the bytes found there, and a record left by a page's earlier life is told apart.
+ * so the device sees only large sequential writes; a record never spans two pages. Each time a
+ * page is opened for writing it starts a new life: its life counter (per page, 64 bits) goes up
+ * by one, and it takes the log's next sequence number (global, which orders pages by age). Every
+ * record carries both; a location names the page's life modulo 64, so a location into a page
+ * written again since is refused without trusting the bytes found there, for the next 63 lives
+ * of that page whatever the order pages are reused in, and a record left by an earlier life is
+ * told apart by its full life number.
+ *
+ * A freed page (dropped, compacted, or whose write failed) gets a free marker in its first
+ * block: a record header with its own magic, the page's life and the log's sequence number, so a
+ * restart neither brings its records back nor starts its lives again from zero. A page opened
+ * for a new life gets that life's marker first (one block, before any location into it is
+ * handed out), so the life of a page being filled when the daemon died is not given again. The
+ * page size is in every record: a log reopened with
+ * another page size is refused, not misread. Nothing is fdatasync'ed: the log survives a
+ * daemon's restart (the page cache keeps it), not a machine's (the index in shared memory does
+ * not survive that either).
  *
  * A location (uint64_t) fits the 40 bits of an ITE's offset and gen fields (layout.h), which is
  * where a demoted item's ITE will carry it, under a size class reserved for flash:
  *
  *    39                                            6 5      0
  *   +-----------------------------------------------+--------+
- *   | record offset in the file / 64 (34 bits)      | seq %64|
+ *   | record offset in the file / 64 (34 bits)      |life%64 |
  *   +-----------------------------------------------+--------+
  *
  * so 2^34 x 64 bytes = 1 TiB of flash per node is addressable. A record is a 64-byte header
@@ -33,7 +45,12 @@
  * Threads: the owner's evictor appends, its SD servers read, compaction and unlinks come from
  * either; one mutex covers the log. I/O runs through io_uring (one ring, under the mutex), or
  * pread/pwrite where the kernel refuses io_uring (said once at open). A read waits for its I/O;
- * reads that complete later (the non-blocking API's iget) are the next step.
+ * reads that complete later (the non-blocking API's iget) are the next step. A page's scan
+ * (flash_page_each) reads the page with pread, without the mutex, so compaction does not stall
+ * the readers and appenders for a page's read.
+ *
+ * After a restart every recovered record counts as live (unlinks are kept in memory only): the
+ * caller recounts them from its index with flash_relive_begin / flash_relive.
  */
 #ifndef NESSIE_KVSTORE_FLASH_H
 #define NESSIE_KVSTORE_FLASH_H
@@ -53,9 +70,9 @@ enum flash_rc {
     FLASH_BAD = 5,     /* a bad argument (a location out of the file, a key too long) */
 };
 
-#define FLASH_LOC_SEQ_BITS 6
+#define FLASH_LOC_LIFE_BITS 6
 #define FLASH_LOC_OFF_BITS 34
-#define FLASH_LOC_BITS (FLASH_LOC_SEQ_BITS + FLASH_LOC_OFF_BITS)
+#define FLASH_LOC_BITS (FLASH_LOC_LIFE_BITS + FLASH_LOC_OFF_BITS)
 #define FLASH_UNIT 64
 #define FLASH_MAX_BYTES ((uint64_t)FLASH_UNIT << FLASH_LOC_OFF_BITS) /* 1 TiB */
 /* Pages: a record's start in its page is 15 bits of 64-byte units (the 16th bit is its live
@@ -85,7 +102,7 @@ struct flash_meta {
 struct flash_rec {
     uint32_t magic;
     uint32_t crc; /* CRC32C of the bytes after this field up to the value's end */
-    uint64_t seq; /* the page's sequence number when this record was written */
+    uint64_t seq; /* the log's sequence number when the page was opened (its age) */
     uint64_t version;
     uint32_t flags;
     uint32_t exptime;
@@ -93,7 +110,10 @@ struct flash_rec {
     uint8_t key_len;
     uint8_t flags8;
     uint16_t pad0;
-    uint64_t reserved[3];
+    uint64_t life;       /* the page's life (see above) */
+    uint32_t page_bytes; /* the log's page size when written */
+    uint32_t pad1;
+    uint64_t reserved;
 };
 _Static_assert(sizeof(struct flash_rec) == 64, "a record header is one 64-byte unit");
 
@@ -111,6 +131,7 @@ struct flash_stats {
     uint64_t io_errors;
     uint64_t page_reclaims;   /* pages freed (dropped or compacted) (extstore_page_reclaims) */
     uint64_t recovered;       /* records found valid at open */
+    uint64_t short_io;        /* transfers the device (or an injection) cut short, continued */
     bool uring;               /* I/O through io_uring */
 };
 
@@ -136,8 +157,10 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
 
 /* Read the record at loc into buf (cap bytes for the value) if it holds key. Returns FLASH_OK
  * with *vlen and *meta; FLASH_MISS (counted, and counted as a CRC failure when that is why);
- * FLASH_TOO_BIG with *vlen set when the value does not fit; FLASH_IO; FLASH_BAD. A record still
- * in the write buffer is read from memory. Never returns bytes whose CRC did not match. */
+ * FLASH_TOO_BIG with *vlen set when the value does not fit (a length checked against the
+ * record's length known in memory, never one only the device says); FLASH_IO; FLASH_BAD (a
+ * location past the file, a bad key length). A record still in the write buffer is read from
+ * memory. Never returns bytes whose CRC did not match. */
 int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t klen, void *buf,
                size_t cap, uint32_t *vlen, struct flash_meta *meta);
 
@@ -159,33 +182,51 @@ int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct);
 
 /* Call fn on each live record of full page `page`, in order, with its location, key, value and
  * meta (valid during the call only; its value read from the file). fn returns false to stop.
- * Returns FLASH_OK, FLASH_IO or FLASH_BAD (not a full page). */
+ * Live means live when the page was read: a record unlinked since is still passed, so the
+ * caller's move must be conditional (the index CAS from this location). A record that fails
+ * its CRC is not passed (counted in crc_failures and in *lost when lost is not NULL): its item
+ * reads as a miss. Returns FLASH_OK, FLASH_IO or FLASH_BAD (not a full page). */
 typedef bool (*flash_each_fn)(void *user, uint64_t loc, const void *key, uint32_t klen,
                               const void *value, uint32_t vlen, const struct flash_meta *meta);
-int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user);
+int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user,
+                    uint64_t *lost);
 
 /* Free full page `page`: its records, live or not, are gone (locations into it read as misses).
  * Counts a page reclaim. Returns FLASH_OK or FLASH_BAD. */
 int flash_page_free(struct flash_log *fl, int64_t page);
 
+/* After a restart: every record of every full page counts as unlinked until flash_relive names
+ * it again (the caller walks its index, calling flash_relive on each location it holds, before
+ * it serves). Records nothing names are then dead and compaction drops them. */
+void flash_relive_begin(struct flash_log *fl);
+
+/* The record at loc is an item's again (see flash_relive_begin). Returns FLASH_OK, or
+ * FLASH_MISS when loc names no record of the page's current life. */
+int flash_relive(struct flash_log *fl, uint64_t loc);
+
 /* Faults for tests (nessie-stress, test_flash): the next `reads` reads and `writes` writes of
  * the file fail with EIO, as a failing device's would. */
 void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes);
 
+/* Faults for tests: the next `n` transfers move only part of what they ask (at most half, to
+ * 512 bytes), as a device or the kernel may; the log continues them. */
+void flash_inject_short(struct flash_log *fl, uint32_t n);
+
 void flash_stats(struct flash_log *fl, struct flash_stats *st);
 
 /* Location helpers. */
-static inline uint64_t flash_loc_make(uint64_t file_off, uint64_t seq)
+static inline uint64_t flash_loc_make(uint64_t file_off, uint64_t life)
 {
-    return ((file_off / FLASH_UNIT) << FLASH_LOC_SEQ_BITS) | (seq & ((1u << FLASH_LOC_SEQ_BITS) - 1));
+    return ((file_off / FLASH_UNIT) << FLASH_LOC_LIFE_BITS) |
+           (life & ((1u << FLASH_LOC_LIFE_BITS) - 1));
 }
 static inline uint64_t flash_loc_offset(uint64_t loc)
 {
-    return ((loc >> FLASH_LOC_SEQ_BITS) & ((1ULL << FLASH_LOC_OFF_BITS) - 1)) * FLASH_UNIT;
+    return ((loc >> FLASH_LOC_LIFE_BITS) & ((1ULL << FLASH_LOC_OFF_BITS) - 1)) * FLASH_UNIT;
 }
-static inline uint32_t flash_loc_seq(uint64_t loc)
+static inline uint32_t flash_loc_life(uint64_t loc)
 {
-    return (uint32_t)(loc & ((1u << FLASH_LOC_SEQ_BITS) - 1));
+    return (uint32_t)(loc & ((1u << FLASH_LOC_LIFE_BITS) - 1));
 }
 
 #endif
