@@ -64,6 +64,10 @@ static const struct {
     {"optimizations", "Each can be switched off to measure what it buys (paper figure 13)."},
     {"reception", "This node's daemon: its threads and its clients' socket."},
     {"membership", "Who agrees the cluster's view (its epoch and live members): issue 28."},
+    {"flash", "The flash tier (issue 31): what does not fit in a node's memory kept in a log on its\n"
+              "disk, as memcached's extstore keeps it (-o ext_path=FILE:SIZE). Being built: the\n"
+              "log is opened, recovered and counted (stats extstore_*), but eviction does not\n"
+              "demote to it yet."},
 };
 
 static const struct cfg_key schema[] = {
@@ -216,6 +220,23 @@ static const struct cfg_key schema[] = {
      "2 s lets a daemon its service manager restarts after 1 s come back within it; etcd itself\n"
      "raises a TTL below its minimum (1.5 s at its default election timeout). Half of it (the view\n"
      "lease) must exceed [cluster] expiration_ms plus 200 ms, or the daemon refuses to start."},
+
+    {"flash", "path", CFG_STR, 0, NESSIE_FLASH_PATH_MAX - 1, "", "/var/lib/nessie", NULL,
+     F(flash_path),
+     "A directory on the flash device (empty: no flash tier). Each node keeps its log there, in\n"
+     "node<ID>.flash, written only by its own daemon; the directory must exist. A daemon that\n"
+     "re-attaches its tables (a restart) recovers its log; one that makes them anew empties it."},
+    {"flash", "bytes", CFG_U64, 0, 1ULL << 40, "1073741824", NULL, NULL, F(engine.flash_bytes),
+     "The log's size per node, bytes: a whole number of pages, at most 1 TiB (what an index\n"
+     "entry addresses). Reserved at start: a disk without that much room is refused then."},
+    {"flash", "page_bytes", CFG_U32, 64 << 10, 2 << 20, NULL, NULL, NULL,
+     F(engine.flash_page_bytes),
+     "The log's page, bytes (a power of two): filled in memory and written whole, and the unit\n"
+     "that compaction and a full log free. Changing it empties nothing: a log written with\n"
+     "another page size is refused at start (remove the file to start it empty)."},
+    {"flash", "item_min", CFG_U32, 0, 1U << 30, NULL, NULL, NULL, F(engine.flash_item_min),
+     "Evicted values smaller than this are dropped, not demoted, as memcached's ext_item_size:\n"
+     "a small value saves little memory and costs a flash read."},
 };
 #define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
 
@@ -481,6 +502,20 @@ static int check_whole(struct recep_config *cfg, const char *where)
         return -1;
     }
     e->cluster = cfg->cluster;
+    e->flash_path = cfg->flash_path[0] ? cfg->flash_path : NULL;
+    if (e->flash_path) {
+        uint32_t pb = e->flash_page_bytes;
+        if (pb & (pb - 1)) {
+            log_error("config %s: [flash] page_bytes = %u: must be a power of two", where, pb);
+            return -1;
+        }
+        if (e->flash_bytes < pb || e->flash_bytes % pb) {
+            log_error("config %s: [flash] bytes = %llu: must be a whole number of pages "
+                      "(page_bytes = %u), at least one", where,
+                      (unsigned long long)e->flash_bytes, pb);
+            return -1;
+        }
+    }
     if (cfg->membership == RECEP_MEMBERSHIP_ETCD && !cfg->etcd_endpoints[0]) {
         log_error("config %s: [membership] mode = etcd needs endpoints = http://HOST:PORT, ...",
                   where);

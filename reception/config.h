@@ -49,6 +49,8 @@ struct recep_config {
     enum recep_membership { RECEP_MEMBERSHIP_STATIC = 0, RECEP_MEMBERSHIP_ETCD } membership;
     char etcd_endpoints[512]; /* http://HOST:PORT, ... : etcd's v3 gateway */
     uint32_t lease_s;         /* this daemon's etcd lease TTL, seconds */
+    /* [flash] path (issue 31); its sizes are engine.flash_*. */
+    char flash_path[NESSIE_FLASH_PATH_MAX];
 };
 
 /*

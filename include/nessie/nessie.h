@@ -53,6 +53,7 @@ const char *nessie_strerror(int status);
 
 /* Limits of a cluster's shape and of an item, fixed by the entry layouts (kvstore/memory/layout.h). */
 #define NESSIE_KEY_MAX 250          /* bytes of a key: memcached's limit */
+#define NESSIE_FLASH_PATH_MAX 256   /* bytes of [flash] path, its NUL included */
 #define NESSIE_NODES_MAX 1024       /* nodes in a cluster: the ITE's node field */
 #define NESSIE_WAYS_MIN 2           /* N of N-way cuckoo hashing */
 #define NESSIE_WAYS_MAX 8
@@ -124,6 +125,16 @@ struct nessie_config {
      * node 2 x sd_slots x (max item) bytes of MSG region (sd_slots above); over verbs, addrs
      * has node_ids entries (NULL for an id that has no host yet). */
     uint32_t node_ids;
+    /* The flash tier (issue 31; kvstore/memory/flash.h): a directory holding this node's log,
+     * DIR/node<self>.flash (NULL or "", the default: no flash tier); its size, bytes (a whole
+     * number of pages, at most 1 TiB); its page size (a power of two, 64 KiB..2 MiB; default
+     * 1 MiB), the unit of its writes and of its compaction; and the smallest value demoted to it
+     * (default 512, as memcached's ext_item_size: a smaller value costs little memory, and a
+     * flash read costs it more than it saves). Only the daemon that owns the node opens it. */
+    const char *flash_path;
+    uint64_t flash_bytes;
+    uint32_t flash_page_bytes;
+    uint32_t flash_item_min;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
@@ -654,6 +665,33 @@ void nessie_data_usage(struct nessie_node *node, uint64_t *items, uint64_t *byte
 /* Of those, the values this node holds for the clients of peers that were full (placed here,
  * issue 29), and their bytes, the same way. */
 void nessie_data_placed(struct nessie_node *node, uint64_t *items, uint64_t *bytes);
+
+/* This node's flash tier (issue 31), as memcached's extstore counts its own where the meaning
+ * is the same (the names in comments are the stats' names). */
+struct nessie_flash_stats {
+    uint64_t limit_bytes;     /* extstore_limit_maxbytes: the log's size */
+    uint64_t page_bytes;      /* extstore_page_size */
+    uint64_t pages_free;      /* extstore_pages_free */
+    uint64_t pages_used;      /* extstore_pages_used: written, or being filled */
+    uint64_t bytes_used;      /* extstore_bytes_used: bytes of records not unlinked */
+    uint64_t bytes_fragmented;/* extstore_bytes_fragmented: of written pages, unlinked bytes */
+    uint64_t objects_used;    /* extstore_objects_used: records not unlinked */
+    uint64_t objects_written; /* extstore_objects_written */
+    uint64_t objects_read;    /* extstore_objects_read */
+    uint64_t bytes_written;   /* extstore_bytes_written: bytes the device was given */
+    uint64_t bytes_appended;  /* nessie_flash_bytes_appended: bytes of records appended */
+    uint64_t bytes_read;      /* extstore_bytes_read */
+    uint64_t page_reclaims;   /* extstore_page_reclaims: pages freed */
+    uint64_t misses;          /* miss_from_extstore: reads that found no such record */
+    uint64_t crc_failures;    /* badcrc_from_extstore */
+    uint64_t io_errors;       /* nessie_flash_io_errors */
+    uint64_t recovered;       /* nessie_flash_recovered: records found at the daemon's start */
+    uint64_t ram_bytes;       /* nessie_flash_ram_bytes: the log's memory besides the index */
+    bool uring;               /* nessie_flash_io_uring: 1, or 0 for pread/pwrite */
+};
+
+/* Fill st. Returns NESSIE_OK, or NESSIE_NOT_FOUND when the node has no flash tier. */
+int nessie_flash_stats(struct nessie_node *node, struct nessie_flash_stats *st);
 
 /* memcached's cache_memlimit: this node's data region assigns at most `bytes` of pages to
  * items from now on (its eviction then keeps within them). Returns NESSIE_OK, or NESSIE_INVALID

@@ -3,15 +3,18 @@
  * it, nodes and contexts, counters, usage figures, and flush_all across the cluster. The calls
  * on keys are in api.c; versions, exptimes and recycling in the memory room.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <glib.h>
 
 #include "log.h"
 #include "front.h"
+#include "memory/flash.h"
 
 const char *nessie_strerror(int status)
 {
@@ -61,6 +64,8 @@ void nessie_config_defaults(struct nessie_config *cfg)
     /* A ring slot per request a node has in flight to one home node: the daemon's workers (a
      * handful) each have one call at a time, and more slots only cost MSG region memory. */
     cfg->sd_slots = 4;
+    cfg->flash_page_bytes = 1u << 20;
+    cfg->flash_item_min = 512;
 }
 
 static int check_config(const struct nessie_config *c)
@@ -93,9 +98,25 @@ static int check_config(const struct nessie_config *c)
         why = "unknown mode";
     else if (c->view_wait_ms > 600000)
         why = "view_wait_ms must be at most 600000";
-    if (why)
+    else if (c->flash_path && strlen(c->flash_path) >= NESSIE_FLASH_PATH_MAX)
+        why = "flash path too long";
+    if (why) {
         log_error("engine: bad configuration: %s", why);
-    return why ? NESSIE_INVALID : NESSIE_OK;
+        return NESSIE_INVALID;
+    }
+    /* A flash directory that is not there is refused before any table is made; the log's
+     * other checks (its sizes, the disk's room, a log of another page size) when it opens. */
+    if (c->flash_path && c->flash_path[0]) {
+        struct stat sb;
+        const char *fwhy = stat(c->flash_path, &sb) != 0 ? strerror(errno)
+                           : !S_ISDIR(sb.st_mode)        ? "not a directory"
+                                                         : NULL;
+        if (fwhy) {
+            log_error("engine: bad configuration: [flash] path %s: %s", c->flash_path, fwhy);
+            return NESSIE_INVALID;
+        }
+    }
+    return NESSIE_OK;
 }
 
 /*
@@ -159,6 +180,8 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     nd->cfg = *cfg;
     snprintf(nd->cluster, sizeof(nd->cluster), "%s", cfg->cluster);
     nd->cfg.cluster = nd->cluster;
+    snprintf(nd->flash_path, sizeof(nd->flash_path), "%s", cfg->flash_path ? cfg->flash_path : "");
+    nd->cfg.flash_path = nd->flash_path;
     if (nd->cfg.node_ids == 0)
         nd->cfg.node_ids = nd->cfg.nodes;
     if (nd->cfg.op_timeout_ms == 0)
@@ -231,10 +254,61 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         nessie_node_close(nd);
         return NESSIE_NO_MEMORY;
     }
+    if (nd->flash_path[0]) {
+        /* The log goes with the node's memory: recovered when the daemon re-attaches its
+         * tables (a restart within its lease: their index entries still name its records),
+         * emptied when the tables are new (a first start, or a node back after its removal). */
+        struct flash_config flc = {.dir = nd->flash_path, .node = cfg->self,
+                                  .bytes = cfg->flash_bytes, .page_bytes = cfg->flash_page_bytes,
+                                  .fresh = created};
+        char err[512];
+        if (flash_open(&flc, &nd->flash, err, sizeof(err)) != 0) {
+            log_error("engine: node %u: %s", cfg->self, err);
+            nessie_node_close(nd);
+            return NESSIE_INVALID;
+        }
+        struct flash_stats fs;
+        flash_stats(nd->flash, &fs);
+        log_info("engine: node %u: flash tier %s/node%u.flash, %llu MiB in %llu pages of %u KiB, "
+                 "%s; %llu records %s", cfg->self, nd->flash_path, cfg->self,
+                 (unsigned long long)(cfg->flash_bytes >> 20), (unsigned long long)fs.pages,
+                 cfg->flash_page_bytes >> 10, fs.uring ? "io_uring" : "pread/pwrite",
+                 (unsigned long long)fs.recovered, created ? "(new tables: emptied)" : "recovered");
+    }
     log_debug("engine: node %u of %u %s (incarnation %llu, %u size classes)", cfg->self,
               cfg->nodes, created ? "created" : "re-attached",
               (unsigned long long)nd->incarnation, nd->nclasses);
     *out = nd;
+    return NESSIE_OK;
+}
+
+int nessie_flash_stats(struct nessie_node *nd, struct nessie_flash_stats *out)
+{
+    if (!nd || !out || !nd->flash)
+        return NESSIE_NOT_FOUND;
+    struct flash_stats st;
+    flash_stats(nd->flash, &st);
+    *out = (struct nessie_flash_stats){
+        .limit_bytes = nd->cfg.flash_bytes,
+        .page_bytes = nd->cfg.flash_page_bytes,
+        .pages_free = st.pages_free,
+        .pages_used = st.pages - st.pages_free,
+        .bytes_used = st.bytes_live,
+        .bytes_fragmented = st.bytes_used - st.bytes_live,
+        .objects_used = st.objects_live,
+        .objects_written = st.objects_written,
+        .objects_read = st.objects_read,
+        .bytes_written = st.bytes_device,
+        .bytes_appended = st.bytes_appended,
+        .bytes_read = st.bytes_read,
+        .page_reclaims = st.page_reclaims,
+        .misses = st.misses,
+        .crc_failures = st.crc_failures,
+        .io_errors = st.io_errors,
+        .recovered = st.recovered,
+        .ram_bytes = st.ram_bytes,
+        .uring = st.uring,
+    };
     return NESSIE_OK;
 }
 
@@ -252,6 +326,7 @@ void nessie_node_close(struct nessie_node *nd)
     if (nd->view_ready)
         mship_destroy(&nd->view);
     free(nd->evict_pool);
+    flash_close(nd->flash);
     place_close(nd);
     sd_close(nd);
     g_free(nd->sweep_prev);

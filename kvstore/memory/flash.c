@@ -873,6 +873,8 @@ void flash_stats(struct flash_log *fl, struct flash_stats *st)
         st->pages_full += p->state == PAGE_FULL;
         st->bytes_used += p->used;
         st->bytes_live += p->live;
+        st->ram_bytes += sizeof(*p) + p->starts->len * sizeof(uint16_t);
     }
+    st->ram_bytes += sizeof(*fl) + 2ull * fl->page_bytes;
     pthread_mutex_unlock(&fl->mu);
 }

@@ -132,6 +132,7 @@ struct flash_stats {
     uint64_t page_reclaims;   /* pages freed (dropped or compacted) (extstore_page_reclaims) */
     uint64_t recovered;       /* records found valid at open */
     uint64_t short_io;        /* transfers the device (or an injection) cut short, continued */
+    uint64_t ram_bytes;       /* the log's memory: page table, record starts, two page buffers */
     bool uring;               /* I/O through io_uring */
 };
 

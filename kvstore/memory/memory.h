@@ -23,6 +23,7 @@
 #include "layout.h"
 #include "membership/membership.h"
 #include "slab.h"
+struct flash_log;
 #include <nessie/nessie.h>
 
 #define NESSIE_MAX_WAYS NESSIE_WAYS_MAX
@@ -67,6 +68,10 @@ struct nessie_node {
     /* The cluster's view as installed by nessie_view_install (membership/membership.h). */
     struct mship_state view;
     bool view_ready; /* view's lock made (nessie_node_close destroys only what was made) */
+    /* The flash tier's log (flash.h), or NULL when [flash] path is not set; cfg.flash_path
+     * points at flash_path (the caller's string is not kept). */
+    struct flash_log *flash;
+    char flash_path[NESSIE_FLASH_PATH_MAX];
 
     /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):
      * ITE words, drained by nessie_recycle_run(). A mutex, because workers push and recyclers

@@ -50,7 +50,8 @@ set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.node_ids=4 cluster.fabric=ver
     reception.socket=n%u.s reception.socket_mode=0660 reception.memcached_port=11311 \
     reception.memcached_addr=::1 reception.memcached_threads=3 reception.max_connections=77 \
     reception.idle_timeout_s=600 reception.partial_timeout_s=7 membership.mode=etcd \
-    "membership.endpoints=http://10.1.2.3:2379, http://10.1.2.4:2379" membership.lease_s=5
+    "membership.endpoints=http://10.1.2.3:2379, http://10.1.2.4:2379" membership.lease_s=5 \
+    flash.path=/var/lib/nessie-rt flash.bytes=2097152 flash.page_bytes=65536 flash.item_min=100
 n=$#
 [ "$n" -eq "$keys" ] || bad "the round trip sets $n keys, the schema has $keys"
 printed="$dir/set.conf"
@@ -124,6 +125,10 @@ refuse "cluster name outside [A-Za-z0-9_-]" 'expected letters, digits, _ and - o
 refuse "a string the file cannot hold" 'no blanks at its ends' --set "reception.socket=n%u.sock "
 refuse "etcd without endpoints" 'mode = etcd needs endpoints' --set membership.mode=etcd
 refuse "arena not a multiple of 8" 'arena_bytes = 4100: must be a multiple of 8' --set reception.arena_bytes=4100
+refuse "a flash page not a power of two" '[flash] page_bytes = 100000: must be a power of two' \
+    --set flash.path=/tmp --set flash.page_bytes=100000
+refuse "a flash log not a whole number of pages" '[flash] bytes = 3000000: must be a whole number of pages' \
+    --set flash.path=/tmp --set flash.bytes=3000000
 # The view lease (half of lease_s) must outlast an attempt (expiration_ms) by two refreshes
 # (200 ms), or calls wait for renewals instead of running (members.c, members_config_check): at
 # lease_s = 1 and expiration_ms = 300 it does not; at 299 it does; static membership has no lease.
@@ -153,6 +158,17 @@ if ls /dev/shm/nessie."$trap_name".* >/dev/null 2>&1; then
     bad "the refused view lease left tables in /dev/shm"
 fi
 [ ! -e "$dir/run/node0.sock" ] || bad "the refused view lease left a socket"
+# A flash directory that is not there: the daemon says so and makes no tables (issue 31).
+if "$recep" --set "flash.path=$dir/no-such-dir" --set "cluster.name=$trap_name" --node 0 \
+    --run-dir "$dir/run" 2>"$dir/err"; then
+    bad "the daemon started with a missing flash directory"
+fi
+grep -qF "[flash] path $dir/no-such-dir: No such file or directory" "$dir/err" ||
+    bad "the daemon's error for a missing flash directory: $(cat "$dir/err")"
+if ls /dev/shm/nessie."$trap_name".* >/dev/null 2>&1; then
+    rm -f /dev/shm/nessie."$trap_name".*
+    bad "the missing flash directory left tables in /dev/shm"
+fi
 # A refused configuration starts nothing: no socket appears.
 printf '[reception]\nworkers = 0\n' >"$dir/x.conf"
 if "$recep" --config "$dir/x.conf" --node 0 --run-dir "$dir/run" 2>"$dir/err"; then
