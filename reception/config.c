@@ -227,13 +227,14 @@ static const struct cfg_key schema[] = {
      "node<ID>.flash, written only by its own daemon; the directory must exist. A daemon that\n"
      "re-attaches its tables (a restart) recovers its log; one that makes them anew empties it."},
     {"flash", "bytes", CFG_U64, 0, 1ULL << 40, "1073741824", NULL, NULL, F(engine.flash_bytes),
-     "The log's size per node, bytes: a whole number of pages, at most 1 TiB (what an index\n"
-     "entry addresses). Reserved at start: a disk without that much room is refused then."},
+     "The log's pages per node, bytes: a whole number of pages, at most 1 TiB (what an index\n"
+     "entry addresses); the file holds 4 KiB and 8 bytes per page more (its superblock and page\n"
+     "table). Reserved at start: a disk without that much room is refused then."},
     {"flash", "page_bytes", CFG_U32, 64 << 10, 2 << 20, NULL, NULL, NULL,
      F(engine.flash_page_bytes),
      "The log's page, bytes (a power of two): filled in memory and written whole, and the unit\n"
-     "that compaction and a full log free. Changing it empties nothing: a log written with\n"
-     "another page size is refused at start (remove the file to start it empty)."},
+     "that compaction and a full log free. A log made with another page size or size is\n"
+     "refused at start, with the reason (remove the file to start it empty)."},
     {"flash", "item_min", CFG_U32, 0, 1U << 30, NULL, NULL, NULL, F(engine.flash_item_min),
      "Evicted values smaller than this are dropped, not demoted, as memcached's ext_item_size:\n"
      "a small value saves little memory and costs a flash read."},

@@ -21,8 +21,9 @@
 #include "flash.h"
 #include "log.h"
 
-#define FLASH_MAGIC 0x4e53484cu      /* "LHSN" on a little-endian disk: a record */
-#define FLASH_FREE_MAGIC 0x4e534846u /* "FHSN": a freed page's marker, in its first block */
+#define FLASH_MAGIC 0x4e53484cu /* "LHSN" on a little-endian disk: a record */
+#define FLASH_SUPER_MAGIC 0x31474f4c48534e4eULL /* "NNSHLOG1": the file's first bytes */
+#define FLASH_FORMAT 1
 /* The device's block: a page's used part is written rounded up to it. */
 #define FLASH_BLOCK 4096u
 /* One I/O in flight at a time (the log's mutex is held across it); a few spare entries. */
@@ -36,9 +37,20 @@
 
 enum page_state { PAGE_FREE, PAGE_OPEN, PAGE_FULL };
 
+/* The file's first block: what the log was made with, so it is never read with another shape. */
+struct flash_super {
+    uint64_t magic;
+    uint32_t format;
+    uint32_t page_bytes;
+    uint64_t npages;
+    uint32_t node;
+    uint32_t crc; /* CRC32C of the bytes before it */
+};
+
 struct flash_page {
     uint64_t seq;   /* the log's sequence number when this life began (its age) */
     uint64_t life;  /* this page's lives so far (0: never written); kept when it is freed */
+    bool ended;     /* at open: the life table says its last life ended (freed) */
     uint32_t used;  /* bytes of records */
     uint32_t live;  /* bytes of records not unlinked */
     uint8_t state;
@@ -49,9 +61,11 @@ struct flash_log {
     pthread_mutex_t mu; /* everything below: the evictor, SD servers and compaction share it */
     int fd;
     char *path;
-    uint64_t bytes;
+    uint64_t bytes;      /* of pages: locations are offsets from data_off */
     uint32_t page_bytes;
     uint64_t npages;
+    uint64_t table_off;  /* the life table: a uint64_t per page, after the superblock */
+    uint64_t data_off;   /* the first page, after the table (block-aligned) */
     struct flash_page *pages;
     GQueue free_pages; /* page index + 1, the longest free first */
     int64_t cur;       /* the page being filled, or -1 */
@@ -264,15 +278,15 @@ static struct flash_page *page_of(struct flash_log *fl, uint64_t loc, uint32_t *
     return p;
 }
 
-/* Whether the bytes at rec (avail of them) begin a whole, intact record of this log's page size
- * and of life `life` (0: any); sets *len to its length. */
+/* Whether the bytes at rec (avail of them) begin a whole, intact record of this log's page size,
+ * of life `life` and, unless seq is 0, of sequence `seq`; sets *len to its length. */
 static bool rec_valid(const struct flash_log *fl, const unsigned char *rec, uint32_t avail,
-                      uint64_t life, uint32_t *len)
+                      uint64_t life, uint64_t seq, uint32_t *len)
 {
     if (avail < REC_HDR)
         return false;
     const struct flash_rec *h = (const struct flash_rec *)rec;
-    if (h->magic != FLASH_MAGIC || h->life == 0 || (life && h->life != life) ||
+    if (h->magic != FLASH_MAGIC || h->life != life || (seq && h->seq != seq) ||
         h->page_bytes != fl->page_bytes)
         return false;
     uint64_t l = rec_len(h->key_len, h->value_len);
@@ -284,23 +298,23 @@ static bool rec_valid(const struct flash_log *fl, const unsigned char *rec, uint
     return true;
 }
 
-/* Mark page `page` free on the device: its first block becomes a free marker carrying its life
- * and the log's sequence number, so a restart brings back neither its records nor its earlier
- * lives. Written when a page is freed and when a life begins (before any location into it is
- * handed out: a daemon that dies before the page is written leaves that life on the device, and
- * the next is another). Returns 0 or -errno; a failure when freeing lets recovery find the old
- * records again, which no index entry names any more: they cost room until the page is written
- * again. Mutex held. */
-static int mark_free(struct flash_log *fl, uint64_t page)
+static uint64_t page_off(const struct flash_log *fl, uint64_t page)
 {
-    memset(fl->scratch, 0, FLASH_BLOCK);
-    struct flash_rec *h = (struct flash_rec *)fl->scratch;
-    *h = (struct flash_rec){.magic = FLASH_FREE_MAGIC, .seq = fl->next_seq,
-                            .life = fl->pages[page].life, .page_bytes = fl->page_bytes};
-    h->crc = rec_crc(h, fl->scratch + REC_HDR, fl->scratch + REC_HDR);
-    int rc = io_buf(fl, true, fl->scratch, FLASH_BLOCK, page * fl->page_bytes);
+    return fl->data_off + page * fl->page_bytes;
+}
+
+/* Record on the device page `page`'s life and whether it has ended (its slot of the life table:
+ * life x 2 + ended): the new life before any location into it is handed out, so a daemon that
+ * dies before the page is written leaves that life taken, and the next is another; its end when
+ * the page is freed, so its records are not recovered at a restart. A page's life never depends
+ * on what its own blocks hold, which a torn write may have changed. Returns 0 or -errno. Mutex
+ * held. */
+static int life_write(struct flash_log *fl, uint64_t page, uint64_t life, bool ended)
+{
+    uint64_t v = life << 1 | ended;
+    int rc = io_buf(fl, true, &v, sizeof(v), fl->table_off + page * sizeof(v));
     if (rc == 0)
-        fl->st.bytes_device += FLASH_BLOCK;
+        fl->st.bytes_device += FLASH_BLOCK; /* the device writes the table's block */
     return rc;
 }
 
@@ -325,11 +339,13 @@ static int seal_locked(struct flash_log *fl)
         g_queue_push_head(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
         return FLASH_OK;
     }
-    if (io_buf(fl, true, fl->wbuf, len, page * fl->page_bytes) != 0) {
+    if (io_buf(fl, true, fl->wbuf, len, page_off(fl, page)) != 0) {
         fl->st.objects_live -= live_records(p); /* those unlinked were counted already */
         page_reset(p);
-        /* Part of the page may have reached the device: a restart must not find it. */
-        (void)mark_free(fl, page);
+        /* Part of the page may have reached the device: the page's life ends, so a restart
+         * does not find those records (if this write fails too, what it finds is the right
+         * records of their own locations, whole by their CRCs). */
+        (void)life_write(fl, page, p->life, true);
         g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
         return FLASH_IO;
     }
@@ -338,39 +354,24 @@ static int seal_locked(struct flash_log *fl)
     return FLASH_OK;
 }
 
-/* Read page i's records at open: a free marker gives the page's lives so far; otherwise its
- * records, front to back, up to the first that is not an intact record of the first one's life.
- * Returns 0, -EIO (logged) or -EINVAL (a record or marker of another page size: *other set). */
-static int recover_page(struct flash_log *fl, uint64_t i, uint32_t *other)
+/* Read page i's records at open: front to back, up to the first that is not an intact record
+ * of the page's life (from the life table) and of the first one's sequence. Returns 0 or -EIO. */
+static int recover_page(struct flash_log *fl, uint64_t i)
 {
     struct flash_page *p = &fl->pages[i];
-    if (io_buf(fl, false, fl->scratch, fl->page_bytes, i * fl->page_bytes) != 0)
+    if (p->life == 0 || p->ended)
+        return 0; /* never written, or freed */
+    if (io_buf(fl, false, fl->scratch, fl->page_bytes, page_off(fl, i)) != 0)
         return -EIO;
-    const struct flash_rec *h = (const struct flash_rec *)fl->scratch;
-    bool intact = (h->magic == FLASH_MAGIC || h->magic == FLASH_FREE_MAGIC) &&
-                  rec_len(h->key_len, h->value_len) <= fl->page_bytes &&
-                  rec_crc(h, fl->scratch + REC_HDR, fl->scratch + REC_HDR + h->key_len) == h->crc;
-    if (intact && h->page_bytes != fl->page_bytes) {
-        *other = h->page_bytes;
-        return -EINVAL;
-    }
-    if (intact && h->magic == FLASH_FREE_MAGIC) {
-        p->life = h->life;
-        if (h->seq >= fl->next_seq)
-            fl->next_seq = h->seq + 1;
-        return 0;
-    }
     uint32_t at = 0, len;
-    uint64_t life = 0, seq = 0;
-    while (at < fl->page_bytes && rec_valid(fl, fl->scratch + at, fl->page_bytes - at, life, &len)) {
-        h = (const struct flash_rec *)(fl->scratch + at);
-        life = h->life;
-        seq = h->seq;
+    uint64_t seq = 0;
+    while (at < fl->page_bytes &&
+           rec_valid(fl, fl->scratch + at, fl->page_bytes - at, p->life, seq, &len)) {
+        seq = ((const struct flash_rec *)(fl->scratch + at))->seq;
         uint16_t s = (uint16_t)(at / FLASH_UNIT) | START_LIVE;
         g_array_append_val(p->starts, s);
         at += len;
     }
-    p->life = life;
     if (!p->starts->len)
         return 0;
     p->state = PAGE_FULL;
@@ -380,6 +381,76 @@ static int recover_page(struct flash_log *fl, uint64_t i, uint32_t *other)
     fl->st.objects_live += p->starts->len;
     if (seq >= fl->next_seq)
         fl->next_seq = seq + 1;
+    return 0;
+}
+
+/* The superblock and the life table at open: made anew (fresh, or a new file), or read and
+ * checked against the configuration. Returns 0, or -1 with the reason in err. */
+static int super_load(struct flash_log *fl, bool fresh, char *err, size_t errlen)
+{
+    struct flash_super sb;
+    uint64_t tbytes = fl->npages * sizeof(uint64_t);
+    if (!fresh) {
+        if (io_buf(fl, false, fl->scratch, FLASH_BLOCK, 0) != 0) {
+            snprintf(err, errlen, "flash: cannot read %s: %s", fl->path, strerror(EIO));
+            return -1;
+        }
+        memcpy(&sb, fl->scratch, sizeof(sb));
+        bool blank = true;
+        for (uint32_t i = 0; i < FLASH_BLOCK && blank; i++)
+            blank = fl->scratch[i] == 0;
+        if (blank) {
+            fresh = true; /* a new file */
+        } else if (sb.magic != FLASH_SUPER_MAGIC || sb.format != FLASH_FORMAT ||
+                   crc32_iscsi((unsigned char *)&sb, (int)offsetof(struct flash_super, crc), 0) !=
+                       sb.crc) {
+            snprintf(err, errlen,
+                     "flash: %s is not a Nessie flash log of format %u: remove it to start an "
+                     "empty one", fl->path, FLASH_FORMAT);
+            return -1;
+        } else if (sb.page_bytes != fl->page_bytes || sb.npages != fl->npages) {
+            snprintf(err, errlen,
+                     "flash: %s was made with %llu pages of %u bytes, not %llu of %u: set "
+                     "[flash] bytes and page_bytes back, or remove the file to start it empty",
+                     fl->path, (unsigned long long)sb.npages, sb.page_bytes,
+                     (unsigned long long)fl->npages, fl->page_bytes);
+            return -1;
+        }
+    }
+    if (fresh) {
+        /* Every life 0 (the table's blocks zeroed), then the superblock that makes it a log. */
+        memset(fl->scratch, 0, FLASH_BLOCK);
+        for (uint64_t at = 0; at < tbytes; at += FLASH_BLOCK) {
+            uint64_t n = tbytes - at < FLASH_BLOCK ? tbytes - at : FLASH_BLOCK;
+            if (io_buf(fl, true, fl->scratch, n, fl->table_off + at) != 0) {
+                snprintf(err, errlen, "flash: cannot write %s: %s", fl->path, strerror(EIO));
+                return -1;
+            }
+        }
+        sb = (struct flash_super){.magic = FLASH_SUPER_MAGIC, .format = FLASH_FORMAT,
+                                  .page_bytes = fl->page_bytes, .npages = fl->npages};
+        sb.crc = crc32_iscsi((unsigned char *)&sb, (int)offsetof(struct flash_super, crc), 0);
+        memcpy(fl->scratch, &sb, sizeof(sb));
+        if (io_buf(fl, true, fl->scratch, FLASH_BLOCK, 0) != 0) {
+            snprintf(err, errlen, "flash: cannot write %s: %s", fl->path, strerror(EIO));
+            return -1;
+        }
+        return 0;
+    }
+    for (uint64_t at = 0; at < tbytes; at += fl->page_bytes) {
+        uint64_t n = tbytes - at < fl->page_bytes ? tbytes - at : fl->page_bytes;
+        if (io_buf(fl, false, fl->scratch, n, fl->table_off + at) != 0) {
+            snprintf(err, errlen, "flash: cannot read %s: %s", fl->path, strerror(EIO));
+            return -1;
+        }
+        for (uint64_t k = 0; k < n / sizeof(uint64_t); k++) {
+            uint64_t v;
+            memcpy(&v, fl->scratch + k * sizeof(v), sizeof(v));
+            struct flash_page *p = &fl->pages[at / sizeof(v) + k];
+            p->life = v >> 1;
+            p->ended = v & 1;
+        }
+    }
     return 0;
 }
 
@@ -420,6 +491,10 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
     fl->bytes = cfg->bytes;
     fl->page_bytes = pb;
     fl->npages = cfg->bytes / pb;
+    fl->table_off = FLASH_BLOCK;
+    fl->data_off = fl->table_off +
+                   ((fl->npages * sizeof(uint64_t) + FLASH_BLOCK - 1) & ~(uint64_t)(FLASH_BLOCK - 1));
+    uint64_t fsize = fl->data_off + cfg->bytes;
     fl->path = g_strdup_printf("%s/node%u.flash", cfg->dir, cfg->node);
     pthread_mutex_init(&fl->mu, NULL);
     g_queue_init(&fl->free_pages);
@@ -442,15 +517,15 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
         snprintf(err, errlen, "flash: cannot stat %s: %s", fl->path, strerror(errno));
         goto fail;
     }
-    if (cfg->bytes > (uint64_t)sb.st_blocks * 512 + (uint64_t)vfs.f_bavail * vfs.f_frsize)
+    if (fsize > (uint64_t)sb.st_blocks * 512 + (uint64_t)vfs.f_bavail * vfs.f_frsize)
         rc = ENOSPC;
-    if (rc == 0 && (cfg->fresh || (uint64_t)sb.st_size > cfg->bytes) &&
-        ftruncate(fl->fd, cfg->fresh ? 0 : (off_t)cfg->bytes) != 0) {
+    if (rc == 0 && (cfg->fresh || (uint64_t)sb.st_size > fsize) &&
+        ftruncate(fl->fd, cfg->fresh ? 0 : (off_t)fsize) != 0) {
         snprintf(err, errlen, "flash: cannot size %s: %s", fl->path, strerror(errno));
         goto fail;
     }
     if (rc == 0)
-        rc = posix_fallocate(fl->fd, 0, (off_t)cfg->bytes);
+        rc = posix_fallocate(fl->fd, 0, (off_t)fsize);
     if (rc != 0) {
         snprintf(err, errlen, "flash: cannot reserve %llu bytes for %s: %s",
                  (unsigned long long)cfg->bytes, fl->path, strerror(rc));
@@ -474,18 +549,12 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
                      strerror(-rc), fl->path);
     }
     fl->st.uring = fl->uring;
+    if (super_load(fl, cfg->fresh, err, errlen) != 0)
+        goto fail;
     for (uint64_t i = 0; i < fl->npages; i++) {
-        uint32_t other = 0;
-        rc = cfg->fresh ? 0 : recover_page(fl, i, &other);
-        if (rc == -EINVAL) {
-            snprintf(err, errlen,
-                     "flash: %s was written with %u-byte pages, not %u: set [flash] page_bytes "
-                     "back, or remove the file to start it empty", fl->path, other, pb);
-            goto fail;
-        }
-        if (rc != 0) {
+        if (recover_page(fl, i) != 0) {
             snprintf(err, errlen, "flash: cannot read %s at %llu: %s", fl->path,
-                     (unsigned long long)(i * pb), strerror(EIO));
+                     (unsigned long long)page_off(fl, i), strerror(EIO));
             goto fail;
         }
         if (fl->pages[i].state == PAGE_FREE)
@@ -544,8 +613,10 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
         } else {
             uint64_t page = GPOINTER_TO_SIZE(q) - 1;
             struct flash_page *p = &fl->pages[page];
+            /* The new life on the device before any location into it (life_write); if that
+             * fails, the life is skipped all the same. */
             p->life++;
-            if (mark_free(fl, page) != 0) {
+            if (life_write(fl, page, p->life, false) != 0) {
                 g_queue_push_tail(&fl->free_pages, q);
                 rc = FLASH_IO;
             } else {
@@ -629,7 +700,7 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
         size_t direct = rest < cap ? rest : cap;
         struct iovec iov[4] = {{&h, REC_HDR}, {kbuf, klen}, {buf, direct},
                                {fl->scratch, rest - direct}};
-        if (io_full(fl, false, iov, rest > direct ? 4 : 3, page * fl->page_bytes + in_page) != 0)
+        if (io_full(fl, false, iov, rest > direct ? 4 : 3, page_off(fl, page) + in_page) != 0)
             rc = FLASH_IO;
     }
     if (rc == FLASH_OK) {
@@ -694,10 +765,11 @@ int flash_unlink(struct flash_log *fl, uint64_t loc)
     return set_live(fl, loc, false);
 }
 
-/* The full page that `better` prefers to all others (and that `ok` admits), or -1. */
+/* The full page that `better` prefers to all others (and that `ok` admits), with its life in
+ * *life, or -1. */
 static int64_t page_pick(struct flash_log *fl, bool (*ok)(const struct flash_page *, uint32_t),
                          bool (*better)(const struct flash_page *, const struct flash_page *),
-                         uint32_t arg)
+                         uint32_t arg, uint64_t *life)
 {
     pthread_mutex_lock(&fl->mu);
     int64_t best = -1;
@@ -706,6 +778,8 @@ static int64_t page_pick(struct flash_log *fl, bool (*ok)(const struct flash_pag
         if (p->state == PAGE_FULL && ok(p, arg) && (best < 0 || better(p, &fl->pages[best])))
             best = (int64_t)i;
     }
+    if (best >= 0 && life)
+        *life = fl->pages[best].life;
     pthread_mutex_unlock(&fl->mu);
     return best;
 }
@@ -725,31 +799,38 @@ static bool sparser(const struct flash_page *a, const struct flash_page *b)
     return a->live < b->live;
 }
 
-int64_t flash_oldest_page(struct flash_log *fl)
+int64_t flash_oldest_page(struct flash_log *fl, uint64_t *life)
 {
-    return page_pick(fl, any_page, older, 0);
+    return page_pick(fl, any_page, older, 0, life);
 }
 
-int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct)
+int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct, uint64_t *life)
 {
-    return page_pick(fl, sparse_enough, sparser, max_live_pct);
+    return page_pick(fl, sparse_enough, sparser, max_live_pct, life);
 }
 
-int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user,
-                    uint64_t *lost)
+/* Whether page is full and in life `life`. Mutex held. */
+static bool page_is(const struct flash_log *fl, int64_t page, uint64_t life)
 {
+    return fl->pages[page].state == PAGE_FULL && fl->pages[page].life == life;
+}
+
+int flash_page_each(struct flash_log *fl, int64_t page, uint64_t life, flash_each_fn fn,
+                    void *user, uint64_t *lost)
+{
+    if (lost)
+        *lost = 0;
     if (page < 0 || (uint64_t)page >= fl->npages)
         return FLASH_BAD;
-    /* The page's life and live starts, taken under the mutex; its bytes read with pread
-     * without it (the ring is the mutex's), and fn run without it (it may append the records
-     * it keeps, or unlink them). */
+    /* The page's live starts, taken under the mutex; its bytes read with pread without it
+     * (the ring is the mutex's), and fn run without it (it may append the records it keeps, or
+     * unlink them). */
     pthread_mutex_lock(&fl->mu);
     struct flash_page *p = &fl->pages[page];
-    if (p->state != PAGE_FULL) {
+    if (!page_is(fl, page, life)) {
         pthread_mutex_unlock(&fl->mu);
-        return FLASH_BAD;
+        return FLASH_MISS;
     }
-    uint64_t life = p->life;
     uint32_t used = p->used;
     GArray *starts = g_array_copy(p->starts);
     bool fail = fl->fail_reads > 0;
@@ -757,7 +838,7 @@ int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *
     pthread_mutex_unlock(&fl->mu);
     unsigned char *copy = g_malloc(used);
     int rc = FLASH_OK;
-    uint64_t got = 0, off = (uint64_t)page * fl->page_bytes;
+    uint64_t got = 0, off = page_off(fl, (uint64_t)page);
     while (!fail && got < used) {
         ssize_t r = pread(fl->fd, copy + got, used - got, (off_t)(off + got));
         if (r < 0 && errno == EINTR)
@@ -770,28 +851,31 @@ int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *
         }
         got += (uint64_t)r;
     }
-    if (fail) {
-        pthread_mutex_lock(&fl->mu);
+    /* Freed (and perhaps written again) while it was read: what was read is not its life's. */
+    pthread_mutex_lock(&fl->mu);
+    if (!page_is(fl, page, life))
+        rc = FLASH_MISS;
+    else if (fail)
         fl->st.io_errors++;
-        pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->mu);
+    if (fail && rc == FLASH_OK)
         rc = FLASH_IO;
-    }
     uint64_t bad = 0;
     for (guint i = 0; rc == FLASH_OK && i < starts->len; i++) {
         uint16_t s = g_array_index(starts, uint16_t, i);
         uint32_t at = (s & START_MASK) * FLASH_UNIT, len;
         if (!(s & START_LIVE))
             continue;
-        if (!rec_valid(fl, copy + at, used - at, life, &len)) {
-            /* Written whole and read back changed (or the page freed and written again
-             * meanwhile): the item reads as a miss. */
+        if (!rec_valid(fl, copy + at, used - at, life, 0, &len)) {
+            /* Written whole and read back changed: the device's fault, the item a miss. */
             bad++;
             continue;
         }
         const struct flash_rec *h = (const struct flash_rec *)(copy + at);
         struct flash_meta m = {.version = h->version, .flags = h->flags, .exptime = h->exptime,
                                .flags8 = h->flags8};
-        if (!fn(user, flash_loc_make(off + at, life), copy + at + REC_HDR, h->key_len,
+        uint64_t loc = flash_loc_make((uint64_t)page * fl->page_bytes + at, life);
+        if (!fn(user, loc, copy + at + REC_HDR, h->key_len,
                 copy + at + REC_HDR + h->key_len, h->value_len, &m))
             break;
     }
@@ -807,19 +891,24 @@ int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *
     return rc;
 }
 
-int flash_page_free(struct flash_log *fl, int64_t page)
+int flash_page_free(struct flash_log *fl, int64_t page, uint64_t life)
 {
     if (page < 0 || (uint64_t)page >= fl->npages)
         return FLASH_BAD;
     pthread_mutex_lock(&fl->mu);
     struct flash_page *p = &fl->pages[page];
-    if (p->state != PAGE_FULL) {
+    if (!page_is(fl, page, life)) {
         pthread_mutex_unlock(&fl->mu);
-        return FLASH_BAD;
+        return FLASH_MISS;
+    }
+    /* Its life ends on the device first: if that fails, the page stays as it is (a restart
+     * would find its records, whose locations the caller may have dropped). */
+    if (life_write(fl, (uint64_t)page, life, true) != 0) {
+        pthread_mutex_unlock(&fl->mu);
+        return FLASH_IO;
     }
     fl->st.objects_live -= live_records(p);
     page_reset(p);
-    (void)mark_free(fl, (uint64_t)page);
     g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER((uint64_t)page + 1));
     fl->st.page_reclaims++;
     pthread_mutex_unlock(&fl->mu);
@@ -877,4 +966,9 @@ void flash_stats(struct flash_log *fl, struct flash_stats *st)
     }
     st->ram_bytes += sizeof(*fl) + 2ull * fl->page_bytes;
     pthread_mutex_unlock(&fl->mu);
+}
+
+uint64_t flash_file_offset(const struct flash_log *fl, uint64_t loc)
+{
+    return fl->data_off + flash_loc_offset(loc);
 }

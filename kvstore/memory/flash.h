@@ -4,32 +4,32 @@
  * of a flash item is read. Part of the memory room: it calls nothing above it, and nothing in
  * the fabric (a flash item is only ever read by its owner).
  *
- * The file is [flash] bytes long, cut into pages of page_bytes. A page is filled front to back in
- * a write buffer in memory and reaches the file in one write when it is full (or on flash_seal),
- * so the device sees only large sequential writes; a record never spans two pages. Each time a
- * page is opened for writing it starts a new life: its life counter (per page, 64 bits) goes up
- * by one, and it takes the log's next sequence number (global, which orders pages by age). Every
- * record carries both; a location names the page's life modulo 64, so a location into a page
- * written again since is refused without trusting the bytes found there, for the next 63 lives
- * of that page whatever the order pages are reused in, and a record left by an earlier life is
- * told apart by its full life number.
+ * The file is a 4 KiB superblock (the format, the page size and the page count it was made with:
+ * a log is never read with another shape), a life table (a uint64_t per page) and [flash] bytes
+ * of pages of page_bytes. A page is filled front to back in a write buffer in memory and
+ * reaches the file in one write when it is full (or on flash_seal), so the device sees only large
+ * sequential writes; a record never spans two pages. Each time a page is opened for writing it
+ * starts a new life: its life counter goes up by one and is written to its slot of the life
+ * table before any location into it is handed out, and it takes the log's next sequence number
+ * (global, which orders pages by age). Every record carries both; a location names the page's
+ * life modulo 64, so a location into a page written again since is refused without trusting the
+ * bytes found there, for the next 63 lives of that page whatever the order pages are reused in,
+ * and a record left by an earlier life is told apart by its full life number.
  *
- * A freed page (dropped, compacted, or whose write failed) gets a free marker in its first
- * block: a record header with its own magic, the page's life and the log's sequence number, so a
- * restart neither brings its records back nor starts its lives again from zero. A page opened
- * for a new life gets that life's marker first (one block, before any location into it is
- * handed out), so the life of a page being filled when the daemon died is not given again. The
- * page size is in every record: a log reopened with
- * another page size is refused, not misread. Nothing is fdatasync'ed: the log survives a
- * daemon's restart (the page cache keeps it), not a machine's (the index in shared memory does
- * not survive that either).
+ * A page's life comes from the table, never from the page's own blocks (which a torn write may
+ * have left half old, half new): a page freed has its life marked ended in the table, so its
+ * records are not recovered at a restart; a page being filled when the daemon died had its
+ * life taken in the table, so the next is another (each reuse of a page costs one life). At a restart a page's records are
+ * recovered front to back while each is intact (CRC), of the page's life and of its first
+ * record's sequence. Nothing is fdatasync'ed: the log survives a daemon's restart (the page
+ * cache keeps it), not a machine's (the index in shared memory does not survive that either).
  *
  * A location (uint64_t) fits the 40 bits of an ITE's offset and gen fields (layout.h), which is
  * where a demoted item's ITE will carry it, under a size class reserved for flash:
  *
  *    39                                            6 5      0
  *   +-----------------------------------------------+--------+
- *   | record offset in the file / 64 (34 bits)      |life%64 |
+ *   | record offset in the pages / 64 (34 bits)     |life%64 |
  *   +-----------------------------------------------+--------+
  *
  * so 2^34 x 64 bytes = 1 TiB of flash per node is addressable. A record is a 64-byte header
@@ -174,27 +174,32 @@ int flash_unlink(struct flash_log *fl, uint64_t loc);
  * FLASH_OK or FLASH_IO. */
 int flash_seal(struct flash_log *fl);
 
-/* The full page with the lowest sequence number (the oldest written), or -1 if none is full. */
-int64_t flash_oldest_page(struct flash_log *fl);
+/* The full page with the lowest sequence number (the oldest written), with its life in *life
+ * (a page is named by both below: a page freed and written again since is another), or -1 if
+ * none is full. */
+int64_t flash_oldest_page(struct flash_log *fl, uint64_t *life);
 
 /* The full page with the fewest live bytes, if at most max_live_pct % of its used bytes are
- * live; -1 otherwise. */
-int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct);
+ * live, with its life in *life; -1 otherwise. */
+int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct, uint64_t *life);
 
-/* Call fn on each live record of full page `page`, in order, with its location, key, value and
- * meta (valid during the call only; its value read from the file). fn returns false to stop.
- * Live means live when the page was read: a record unlinked since is still passed, so the
- * caller's move must be conditional (the index CAS from this location). A record that fails
- * its CRC is not passed (counted in crc_failures and in *lost when lost is not NULL): its item
- * reads as a miss. Returns FLASH_OK, FLASH_IO or FLASH_BAD (not a full page). */
+/* Call fn on each live record of full page `page` in life `life`, in order, with its location,
+ * key, value and meta (valid during the call only; its value read from the file). fn returns
+ * false to stop. Live means live when the page was read: a record unlinked since is still
+ * passed, so the caller's move must be conditional (the index CAS from this location). A record
+ * that fails its CRC is not passed (counted in crc_failures and in *lost when lost is not
+ * NULL): its item reads as a miss. Returns FLASH_OK, FLASH_IO, FLASH_MISS (the page is not
+ * full in that life, or was freed while it was read: nothing passed) or FLASH_BAD. */
 typedef bool (*flash_each_fn)(void *user, uint64_t loc, const void *key, uint32_t klen,
                               const void *value, uint32_t vlen, const struct flash_meta *meta);
-int flash_page_each(struct flash_log *fl, int64_t page, flash_each_fn fn, void *user,
-                    uint64_t *lost);
+int flash_page_each(struct flash_log *fl, int64_t page, uint64_t life, flash_each_fn fn,
+                    void *user, uint64_t *lost);
 
-/* Free full page `page`: its records, live or not, are gone (locations into it read as misses).
- * Counts a page reclaim. Returns FLASH_OK or FLASH_BAD. */
-int flash_page_free(struct flash_log *fl, int64_t page);
+/* Free full page `page` in life `life`: its records, live or not, are gone (locations into it
+ * read as misses, also after a restart). Counts a page reclaim. Returns FLASH_OK, FLASH_MISS
+ * (not full in that life: freed by another caller, and perhaps written again), FLASH_IO (its
+ * end could not be recorded on the device: nothing changed) or FLASH_BAD. */
+int flash_page_free(struct flash_log *fl, int64_t page, uint64_t life);
 
 /* After a restart: every record of every full page counts as unlinked until flash_relive names
  * it again (the caller walks its index, calling flash_relive on each location it holds, before
@@ -214,6 +219,9 @@ void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes);
 void flash_inject_short(struct flash_log *fl, uint32_t n);
 
 void flash_stats(struct flash_log *fl, struct flash_stats *st);
+
+/* Where the record at loc lies in the file (tests and tools that look at the device). */
+uint64_t flash_file_offset(const struct flash_log *fl, uint64_t loc);
 
 /* Location helpers. */
 static inline uint64_t flash_loc_make(uint64_t file_off, uint64_t life)

@@ -62,6 +62,18 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Bytes of the log's file (node 3's) read or written behind its back, as a device or a crash
+ * would change them. */
+static void dev_io(struct fx *f, bool wr, off_t at, void *buf, size_t n)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/node3.flash", f->dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(wr ? pwrite(fd, buf, n, at) : pread(fd, buf, n, at), (ssize_t)n);
+    close(fd);
+}
+
 static struct flash_log *open_log_sized(struct fx *f, bool fresh, uint32_t page, uint32_t pages)
 {
     struct flash_config cfg = {.dir = f->dir, .node = 3, .bytes = (uint64_t)page * pages,
@@ -150,7 +162,7 @@ static void test_append_and_read_back(void **state)
     assert_int_equal(st.bytes_used, st.bytes_appended);
     assert_int_equal(st.bytes_live, st.bytes_used);
     /* Whole pages only, each written once: the device saw the used parts, to the block, and
-     * one block per page opened (its life's marker). */
+     * one block per page opened (its slot of the life table). */
     assert_true(st.bytes_device >= st.bytes_used - PAGE &&
                 st.bytes_device <= st.pages_full * PAGE + (st.pages_full + 1) * 4096);
     /* Another key at a good location, and a location inside a record: misses. */
@@ -238,8 +250,10 @@ static void test_full_log_and_page_reclaim(void **state)
     struct flash_stats st;
     flash_stats(f->fl, &st);
     assert_int_equal(st.pages_free, 0);
-    int64_t old = flash_oldest_page(f->fl);
+    uint64_t life = 0;
+    int64_t old = flash_oldest_page(f->fl, &life);
     assert_int_equal(old, 0); /* the first page filled */
+    assert_int_equal(life, 1);
     /* Unlink every other record of page 0; its walk gives the others, in order. */
     int in0 = 0;
     for (int i = 0; i < n; i++)
@@ -248,11 +262,12 @@ static void test_full_log_and_page_reclaim(void **state)
             if (i % 2)
                 assert_int_equal(flash_unlink(f->fl, e.locs[i]), FLASH_OK);
         }
-    assert_int_equal(flash_sparsest_page(f->fl, 100), 0);
-    assert_int_equal(flash_page_each(f->fl, old, each_count, &e, NULL), FLASH_OK);
+    assert_int_equal(flash_sparsest_page(f->fl, 100, NULL), 0);
+    assert_int_equal(flash_page_each(f->fl, old, life, each_count, &e, NULL), FLASH_OK);
     assert_int_equal(e.seen, (in0 + 1) / 2);
-    assert_int_equal(flash_page_free(f->fl, old), FLASH_OK);
-    assert_int_equal(flash_page_free(f->fl, old), FLASH_BAD);
+    assert_int_equal(flash_page_each(f->fl, old, life + 1, each_count, &e, NULL), FLASH_MISS);
+    assert_int_equal(flash_page_free(f->fl, old, life), FLASH_OK);
+    assert_int_equal(flash_page_free(f->fl, old, life), FLASH_MISS); /* freed already */
     /* Its records are gone, even once the page is written again (another life) and the same
      * key's record lies at the same offset: the old location names the old life. */
     uint64_t again = put(f->fl, 0); /* lands at page 0's offset 0 */
@@ -275,16 +290,11 @@ static void test_corrupt_record_is_a_miss(void **state)
         loc[i] = put(f->fl, i);
     assert_int_equal(flash_seal(f->fl), FLASH_OK);
     /* One byte of item 4's value changed on the device. */
-    char path[128];
-    snprintf(path, sizeof(path), "%s/node3.flash", f->dir);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
     unsigned char b;
-    off_t at = (off_t)flash_loc_offset(loc[4]) + 64 + 5 + 10;
-    assert_int_equal(pread(fd, &b, 1, at), 1);
+    off_t at = (off_t)flash_file_offset(f->fl, loc[4]) + 64 + 5 + 10;
+    dev_io(f, false, at, &b, 1);
     b ^= 0x40;
-    assert_int_equal(pwrite(fd, &b, 1, at), 1);
-    close(fd);
+    dev_io(f, true, at, &b, 1);
     assert_int_equal(read_rc(f->fl, 4, loc[4]), FLASH_MISS);
     struct flash_stats st;
     flash_stats(f->fl, &st);
@@ -300,16 +310,12 @@ static void test_restart_recovers_and_stops_at_a_torn_record(void **state)
     uint64_t loc[30];
     for (int i = 0; i < 30; i++)
         loc[i] = put(f->fl, i);
+    off_t torn = (off_t)flash_file_offset(f->fl, loc[20]) + 36;
     flash_close(f->fl); /* seals the page being filled */
     f->fl = NULL;
     /* A torn write: item 20's header's key length changed on the device (its CRC fails). */
-    char path[128];
-    snprintf(path, sizeof(path), "%s/node3.flash", f->dir);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
     unsigned char z = 0x77;
-    assert_int_equal(pwrite(fd, &z, 1, (off_t)flash_loc_offset(loc[20]) + 36), 1);
-    close(fd);
+    dev_io(f, true, torn, &z, 1);
     f->fl = open_log(f, false);
     struct flash_stats st;
     flash_stats(f->fl, &st);
@@ -327,13 +333,21 @@ static void test_restart_recovers_and_stops_at_a_torn_record(void **state)
     }
     assert_int_equal(st.recovered, kept);
     assert_int_equal(st.objects_live, kept);
-    /* New records go to new lives: their sequence numbers past every recovered one's, so no
-     * old location reads a new record. */
-    uint64_t nl = put(f->fl, 50);
-    check(f->fl, 50, nl);
+    /* Page 0 freed: its records are gone, and stay gone through another restart. */
+    assert_int_equal(flash_page_free(f->fl, 0, 1), FLASH_OK);
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 30; i++)
+            if (flash_loc_offset(loc[i]) < PAGE)
+                assert_int_equal(read_rc(f->fl, i, loc[i]), FLASH_MISS);
+        flash_close(f->fl);
+        f->fl = open_log(f, false);
+    }
+    flash_stats(f->fl, &st);
+    int in0 = 0;
     for (int i = 0; i < 30; i++)
-        if (flash_loc_offset(loc[i]) / PAGE == flash_loc_offset(nl) / PAGE)
-            assert_int_equal(read_rc(f->fl, i, loc[i]), FLASH_MISS);
+        in0 += flash_loc_offset(loc[i]) < PAGE;
+    assert_true(in0 > 0);
+    assert_int_equal(st.recovered, kept - in0);
 }
 
 static void test_io_errors(void **state)
@@ -410,9 +424,10 @@ static void test_page_lives_in_turn(void **state)
         for (int p = 0; p < PAGES; p++) {
             /* The oldest full page freed: the only free one, so the next record lands in
              * it, at offset 0. */
-            int64_t old = flash_oldest_page(f->fl);
+            uint64_t life = 0;
+            int64_t old = flash_oldest_page(f->fl, &life);
             assert_int_equal(old, p);
-            assert_int_equal(flash_page_free(f->fl, old), FLASH_OK);
+            assert_int_equal(flash_page_free(f->fl, old, life), FLASH_OK);
             unsigned char b = (unsigned char)(t * PAGES + p);
             locs[p][t] = put_kv(f->fl, k[p], PAGE, b);
             assert_int_equal(flash_loc_offset(locs[p][t]), (uint64_t)p * PAGE);
@@ -442,7 +457,7 @@ static void test_restart_after_free_and_crash(void **state)
     for (int p = 0; p < PAGES; p++)
         loc[p] = put_kv(f->fl, "same", PAGE, (unsigned char)(10 + p));
     assert_int_equal(flash_seal(f->fl), FLASH_OK);
-    assert_int_equal(flash_page_free(f->fl, PAGES - 1), FLASH_OK);
+    assert_int_equal(flash_page_free(f->fl, PAGES - 1, 1), FLASH_OK); /* its first life */
     flash_close(f->fl);
     f->fl = open_log(f, false);
     struct flash_stats st;
@@ -461,7 +476,7 @@ static void test_restart_after_free_and_crash(void **state)
         assert_int_equal(b, 10 + p);
     }
     /* Free page 0, then a child takes it, appends and dies before the page is written. */
-    assert_int_equal(flash_page_free(f->fl, 0), FLASH_OK);
+    assert_int_equal(flash_page_free(f->fl, 0, 1), FLASH_OK);
     flash_close(f->fl);
     f->fl = NULL;
     int fds[2];
@@ -493,29 +508,74 @@ static void test_restart_after_free_and_crash(void **state)
     assert_int_equal(b, 78);
 }
 
-/* A log reopened with another page size is refused with the reason, and kept. */
-static void test_other_page_size_refused(void **state)
+/* A log reopened with another page size (larger or smaller) or another size is refused with
+ * the reason, and kept; a file that is not a log is refused, not overwritten. */
+static void test_other_shape_refused(void **state)
 {
     struct fx *f = *state;
-    f->fl = open_log(f, true);
-    uint64_t l = put(f->fl, 3);
+    f->fl = open_log_sized(f, true, PAGE * 2, PAGES);
+    uint64_t big = put_kv(f->fl, "big", PAGE + 4096, 7); /* its first record longer than PAGE */
     flash_close(f->fl);
     f->fl = NULL;
-    struct flash_config cfg = {.dir = f->dir, .node = 3, .bytes = (uint64_t)PAGE * PAGES,
-                               .page_bytes = PAGE * 2, .no_uring = f->no_uring};
+    struct flash_config cfg = {.dir = f->dir, .node = 3, .bytes = (uint64_t)PAGE * 2 * PAGES,
+                               .page_bytes = PAGE, .no_uring = f->no_uring};
     char err[256] = "";
     struct flash_log *fl = NULL;
     assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
     print_message("flash: %s\n", err);
-    assert_non_null(strstr(err, "written with 65536-byte pages, not 131072"));
-    f->fl = open_log(f, false);
-    check(f->fl, 3, l);
-    /* A freed page's marker says it as well. */
-    assert_int_equal(flash_page_free(f->fl, 0), FLASH_OK);
+    assert_non_null(strstr(err, "made with 4 pages of 131072 bytes, not 8 of 65536"));
+    cfg.page_bytes = PAGE * 4;
+    assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "made with 4 pages of 131072 bytes, not 2 of 262144"));
+    cfg.page_bytes = PAGE * 2;
+    cfg.bytes = (uint64_t)PAGE * 2 * (PAGES + 1);
+    assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "not 5 of 131072"));
+    f->fl = open_log_sized(f, false, PAGE * 2, PAGES);
+    unsigned char b = 0;
+    assert_int_equal(read_kv(f->fl, big, "big", &b), FLASH_OK);
+    assert_int_equal(b, 7);
     flash_close(f->fl);
     f->fl = NULL;
+    /* Not a log: some other file's bytes where the superblock would be. */
+    char sh[] = "#!/bin/sh\n";
+    dev_io(f, true, 0, sh, 10);
+    cfg.bytes = (uint64_t)PAGE * 2 * PAGES;
     assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "written with 65536-byte pages"));
+    assert_non_null(strstr(err, "is not a Nessie flash log"));
+    char first[10];
+    dev_io(f, false, 0, first, 10);
+    assert_memory_equal(first, sh, 10);
+}
+
+/* A page's seal torn by a crash: its first record (8 KiB) has its first block on the device and
+ * not its second. At the restart the record is not recovered, and the page's next life is
+ * another one: the location from before the crash does not read the key's new record there. A
+ * life taken from the page's own first record reset to 0 here, and the old location read the
+ * new value. */
+static void test_torn_first_record(void **state)
+{
+    struct fx *f = *state;
+    f->fl = open_log(f, true);
+    uint64_t old = put_kv(f->fl, "k", 8192, 1);
+    assert_int_equal(flash_seal(f->fl), FLASH_OK);
+    off_t at = (off_t)flash_file_offset(f->fl, old);
+    flash_close(f->fl);
+    f->fl = NULL;
+    static unsigned char zero[4096];
+    dev_io(f, true, at + 4096, zero, sizeof(zero));
+    f->fl = open_log(f, false);
+    struct flash_stats st;
+    flash_stats(f->fl, &st);
+    assert_int_equal(st.recovered, 0);
+    unsigned char b = 0;
+    assert_int_equal(read_kv(f->fl, old, "k", &b), FLASH_MISS);
+    uint64_t now = put_kv(f->fl, "k", 8192, 2); /* page 0 again: the first free page */
+    assert_int_equal(flash_loc_offset(now), flash_loc_offset(old));
+    assert_true(now != old);
+    assert_int_equal(read_kv(f->fl, old, "k", &b), FLASH_MISS);
+    assert_int_equal(read_kv(f->fl, now, "k", &b), FLASH_OK);
+    assert_int_equal(b, 2);
 }
 
 /* 2 MiB pages (a record's start uses all 15 bits), with transfers cut short by the device all
@@ -547,7 +607,8 @@ static void test_big_pages_and_short_transfers(void **state)
     flash_stats(f->fl, &st);
     assert_int_equal(st.recovered, N);
     assert_true(st.short_io > 0);
-    /* A page's last record starting 32766 units in (a start uses all 15 bits). */
+    /* A page's last record starting 32766 units in (a start uses all 15 bits; 32767 cannot
+     * start one: a record is at least 128 bytes). */
     flash_close(f->fl);
     f->fl = open_log_sized(f, true, FLASH_PAGE_MAX, 3);
     uint64_t a = put_kv(f->fl, "big", FLASH_PAGE_MAX - 128, 5);
@@ -603,24 +664,19 @@ static void test_relive_scan_losses_and_bad_locations(void **state)
     for (int i = 1; i < 20; i += 2)
         in0 += flash_loc_offset(loc[i]) < PAGE;
     uint64_t lost = 99;
-    assert_int_equal(flash_page_each(f->fl, 0, each_count, &e, &lost), FLASH_OK);
+    assert_int_equal(flash_page_each(f->fl, 0, 1, each_count, &e, &lost), FLASH_OK);
     assert_int_equal(e.seen, in0);
     assert_int_equal(lost, 0);
     /* One of them changed on the device: not passed, counted as lost. */
-    char path[128];
-    snprintf(path, sizeof(path), "%s/node3.flash", f->dir);
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
     unsigned char z = 0x5a;
-    assert_int_equal(pwrite(fd, &z, 1, (off_t)flash_loc_offset(loc[1]) + 70), 1);
-    close(fd);
+    dev_io(f, true, (off_t)flash_file_offset(f->fl, loc[1]) + 70, &z, 1);
     e.seen = 0;
-    assert_int_equal(flash_page_each(f->fl, 0, each_count, &e, &lost), FLASH_OK);
+    assert_int_equal(flash_page_each(f->fl, 0, 1, each_count, &e, &lost), FLASH_OK);
     assert_int_equal(e.seen, in0 - 1);
     assert_int_equal(lost, 1);
     /* An injected read error fails the scan. */
     flash_inject_errors(f->fl, 1, 0);
-    assert_int_equal(flash_page_each(f->fl, 0, each_count, &e, &lost), FLASH_IO);
+    assert_int_equal(flash_page_each(f->fl, 0, 1, each_count, &e, &lost), FLASH_IO);
     /* Past the file: a bad location, not a miss. */
     uint64_t past = flash_loc_make((uint64_t)PAGE * PAGES, 1);
     assert_int_equal(read_rc(f->fl, 1, past), FLASH_BAD);
@@ -628,7 +684,7 @@ static void test_relive_scan_losses_and_bad_locations(void **state)
 }
 
 /* Threads: two append (and free the oldest page when the log is full), two read what was
- * appended, one unlinks. A read gives the key's own bytes or a miss, never anything else; the
+ * appended, one unlinks, one scans the oldest page and frees it (a compactor's shape). A read gives the key's own bytes or a miss, never anything else; the
  * live count ends exact. Run under tsan by `make tsan`. */
 #define CONC_N 6000
 struct conc {
@@ -638,6 +694,7 @@ struct conc {
     bool set[CONC_N], unlinked[CONC_N];
     int next, writers_done;
     int oks, misses;
+    int scans, scans_missed, scanned;
 };
 
 static void *conc_writer(void *arg)
@@ -662,9 +719,14 @@ static void *conc_writer(void *arg)
         uint64_t loc;
         int rc;
         while ((rc = flash_append(c->fl, k, (uint32_t)kl, v, val_len(i), &m, &loc)) == FLASH_FULL) {
-            int64_t old = flash_oldest_page(c->fl);
-            if (old >= 0)
-                (void)flash_page_free(c->fl, old); /* another writer may free it first */
+            uint64_t life;
+            int64_t old = flash_oldest_page(c->fl, &life);
+            if (old >= 0) {
+                /* Another thread may free it first, and it may be written again since: then
+                 * this free is refused, never done to its new life. */
+                int frc = flash_page_free(c->fl, old, life);
+                assert_true(frc == FLASH_OK || frc == FLASH_MISS);
+            }
         }
         assert_int_equal(rc, FLASH_OK);
         pthread_mutex_lock(&c->mu);
@@ -731,6 +793,56 @@ static void *conc_unlinker(void *arg)
     return NULL;
 }
 
+static bool conc_each(void *user, uint64_t loc, const void *key, uint32_t klen, const void *value,
+                      uint32_t vlen, const struct flash_meta *meta)
+{
+    int *n = user;
+    char k[32] = "";
+    int i;
+    (void)loc;
+    assert_true(klen < sizeof(k));
+    memcpy(k, key, klen);
+    assert_int_equal(sscanf(k, "key-%d", &i), 1);
+    unsigned char want[10000];
+    val_fill(i, want);
+    assert_int_equal(vlen, val_len(i));
+    assert_memory_equal(value, want, vlen);
+    assert_int_equal(meta->version, 1000 + (uint64_t)i);
+    (*n)++;
+    return true;
+}
+
+/* A compactor's shape: scan the oldest page, then free it, while the writers free pages too. */
+static void *conc_compactor(void *arg)
+{
+    struct conc *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        bool done = c->writers_done == 2;
+        pthread_mutex_unlock(&c->mu);
+        if (done)
+            return NULL;
+        uint64_t life;
+        int64_t page = flash_oldest_page(c->fl, &life);
+        if (page < 0) {
+            sched_yield();
+            continue;
+        }
+        int n = 0;
+        uint64_t lost = 99;
+        int rc = flash_page_each(c->fl, page, life, conc_each, &n, &lost);
+        assert_true(rc == FLASH_OK || rc == FLASH_MISS);
+        assert_int_equal(lost, 0); /* nothing changed on the device: no record lost */
+        int frc = flash_page_free(c->fl, page, life);
+        assert_true(frc == FLASH_OK || frc == FLASH_MISS);
+        pthread_mutex_lock(&c->mu);
+        c->scans++;
+        c->scans_missed += rc == FLASH_MISS;
+        c->scanned += n;
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
 static void test_threads(void **state)
 {
     struct fx *f = *state;
@@ -738,15 +850,18 @@ static void test_threads(void **state)
     struct conc *c = calloc(1, sizeof(*c));
     c->fl = f->fl;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_t t[5];
+    pthread_t t[6];
     pthread_create(&t[0], NULL, conc_writer, c);
     pthread_create(&t[1], NULL, conc_writer, c);
     pthread_create(&t[2], NULL, conc_reader, c);
     pthread_create(&t[3], NULL, conc_reader, c);
     pthread_create(&t[4], NULL, conc_unlinker, c);
-    for (int i = 0; i < 5; i++)
+    pthread_create(&t[5], NULL, conc_compactor, c);
+    for (int i = 0; i < 6; i++)
         pthread_join(t[i], NULL);
-    print_message("flash: threads: %d reads found, %d missed (pages freed)\n", c->oks, c->misses);
+    print_message("flash: threads: %d reads found, %d missed (pages freed); %d page scans (%d of "
+                  "pages freed meanwhile), %d records scanned\n", c->oks, c->misses, c->scans,
+                  c->scans_missed, c->scanned);
     assert_true(c->oks > 0);
     /* Exact live count: every record still in a page, not unlinked. */
     struct flash_stats st;
@@ -842,7 +957,8 @@ int main(void)
         BOTH(test_bad_configurations),
         BOTH(test_page_lives_in_turn),
         BOTH(test_restart_after_free_and_crash),
-        BOTH(test_other_page_size_refused),
+        BOTH(test_other_shape_refused),
+        BOTH(test_torn_first_record),
         BOTH(test_big_pages_and_short_transfers),
         BOTH(test_relive_scan_losses_and_bad_locations),
         BOTH(test_threads),
