@@ -265,7 +265,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U("nessie_flash_recovered", fs.recovered);
         STAT_U("nessie_flash_bytes_appended", fs.bytes_appended);
         /* Bytes the device was given per byte of records appended (page padding to the
-         * block, and each life's marker block). */
+         * block, and a block of the life table when a page's life begins and ends). */
         STAT_F("nessie_flash_write_amplification", per(fs.bytes_written, fs.bytes_appended));
         /* Memory a flash item costs: its index entry (8 bytes) plus the log's own memory
          * (its page table and 2 bytes per record, and its two page buffers, a fixed cost)

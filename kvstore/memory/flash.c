@@ -19,7 +19,10 @@
 #include <liburing.h>
 
 #include "flash.h"
+#include "layout.h"
 #include "log.h"
+
+_Static_assert(FLASH_LOC_BITS == ITE_FLASH_LOC_BITS, "a location fills an ITE's offset and gen");
 
 #define FLASH_MAGIC 0x4e53484cu /* "LHSN" on a little-endian disk: a record */
 #define FLASH_SUPER_MAGIC 0x31474f4c48534e4eULL /* "NNSHLOG1": the file's first bytes */

@@ -43,7 +43,7 @@ uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class
     uint64_t size = SLAB_MIN_SLOT;
     if (largest < SLAB_MIN_SLOT)
         largest = SLAB_MIN_SLOT;
-    while (n < ITE_MAX_CLASSES) {
+    while (n < ITE_SIZE_CLASSES) { /* the last class is the flash tier's (layout.h) */
         if (size >= largest) {
             class_size[n++] = (uint32_t)largest;
             break;
@@ -54,7 +54,7 @@ uint32_t slab_geometry(uint64_t region_bytes, uint64_t max_item, uint32_t *class
     }
     if (class_size[n - 1] != largest) {
         log_error("slab: max item size %llu needs more than %u size classes",
-                  (unsigned long long)max_item, ITE_MAX_CLASSES);
+                  (unsigned long long)max_item, ITE_SIZE_CLASSES);
         return 0;
     }
     /* A page holds one slot of the largest class, and at least SLAB_MIN_PAGE bytes. It is not

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "memory/flash.h"
+#include "memory/layout.h"
+#include "memory/slab.h"
 
 #define PAGE (64u << 10)
 #define PAGES 4
@@ -881,6 +883,36 @@ static void test_threads(void **state)
     free(c);
 }
 
+/* The index word of a flash item (layout.h): its class is never a size class, and its location,
+ * node and filter bits come back whole, the largest location included. */
+static void test_flash_ite(void **state)
+{
+    (void)state;
+    const uint64_t locs[] = {0, 1, flash_loc_make(65536 * 7 + 192, 5),
+                             flash_loc_make(FLASH_MAX_BYTES - FLASH_UNIT, 63),
+                             (1ULL << FLASH_LOC_BITS) - 1};
+    for (size_t i = 0; i < sizeof(locs) / sizeof(locs[0]); i++)
+        for (uint32_t node = 0; node < ITE_MAX_NODES; node += 341)
+            for (uint32_t filter = 0; filter < 128; filter += 127) {
+                uint64_t w = ite_make_flash(node, locs[i], filter);
+                assert_true(ite_is_flash(w));
+                assert_false(ite_empty(w));
+                assert_int_equal(ite_class(w), ITE_CLASS_FLASH);
+                assert_int_equal(ite_node(w), node);
+                assert_int_equal(ite_flash_loc(w), locs[i]);
+                assert_int_equal(ite_filter(w), filter);
+            }
+    assert_false(ite_is_flash(0));
+    assert_false(ite_is_flash(ite_make(3, ITE_SIZE_CLASSES - 1, 1 << 20, 5, 9)));
+    /* The size classes stop short of it: the largest item that fits in 63 classes is taken,
+     * one that would need the 64th is refused. */
+    uint32_t sizes[ITE_MAX_CLASSES];
+    uint64_t pb, pc, po;
+    uint32_t n = slab_geometry(1ULL << 36, 200u << 20, sizes, &pb, &pc, &po);
+    assert_true(n > 0 && n <= ITE_SIZE_CLASSES);
+    assert_int_equal(slab_geometry(1ULL << 36, 260u << 20, sizes, &pb, &pc, &po), 0);
+}
+
 static void test_bad_configurations(void **state)
 {
     struct fx *f = *state;
@@ -955,6 +987,7 @@ int main(void)
         BOTH(test_restart_recovers_and_stops_at_a_torn_record),
         BOTH(test_io_errors),
         BOTH(test_bad_configurations),
+        cmocka_unit_test(test_flash_ite),
         BOTH(test_page_lives_in_turn),
         BOTH(test_restart_after_free_and_crash),
         BOTH(test_other_shape_refused),
