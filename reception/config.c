@@ -224,7 +224,8 @@ static const struct cfg_key schema[] = {
     {"flash", "path", CFG_STR, 0, NESSIE_FLASH_PATH_MAX - 1, "", "/var/lib/nessie", NULL,
      F(flash_path),
      "A directory on the flash device (empty: no flash tier). Each node keeps its log there, in\n"
-     "node<ID>.flash, written only by its own daemon; the directory must exist. A daemon that\n"
+     "<[cluster] name>.node<ID>.flash, written only by its own daemon (two clusters may share the\n"
+     "directory; the file is locked while its daemon runs); the directory must exist. A daemon that\n"
      "re-attaches its tables (a restart) recovers its log; one that makes them anew empties it."},
     {"flash", "bytes", CFG_U64, 0, 1ULL << 40, "1073741824", NULL, NULL, F(engine.flash_bytes),
      "The log's pages per node, bytes: a whole number of pages, at most 1 TiB (what an index\n"

@@ -180,8 +180,10 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
     nd->cfg = *cfg;
     snprintf(nd->cluster, sizeof(nd->cluster), "%s", cfg->cluster);
     nd->cfg.cluster = nd->cluster;
+    /* Kept in the node, as the cluster's name is; NULL when off, so a configuration copied
+     * from a node (nessie_node_config) and used after it closed names no freed memory. */
     snprintf(nd->flash_path, sizeof(nd->flash_path), "%s", cfg->flash_path ? cfg->flash_path : "");
-    nd->cfg.flash_path = nd->flash_path;
+    nd->cfg.flash_path = nd->flash_path[0] ? nd->flash_path : NULL;
     if (nd->cfg.node_ids == 0)
         nd->cfg.node_ids = nd->cfg.nodes;
     if (nd->cfg.op_timeout_ms == 0)
@@ -258,9 +260,9 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         /* The log goes with the node's memory: recovered when the daemon re-attaches its
          * tables (a restart within its lease: their index entries still name its records),
          * emptied when the tables are new (a first start, or a node back after its removal). */
-        struct flash_config flc = {.dir = nd->flash_path, .node = cfg->self,
-                                  .bytes = cfg->flash_bytes, .page_bytes = cfg->flash_page_bytes,
-                                  .fresh = created};
+        struct flash_config flc = {.dir = nd->flash_path, .cluster = nd->cluster,
+                                   .node = cfg->self, .bytes = cfg->flash_bytes,
+                                   .page_bytes = cfg->flash_page_bytes, .fresh = created};
         char err[512];
         if (flash_open(&flc, &nd->flash, err, sizeof(err)) != 0) {
             log_error("engine: node %u: %s", cfg->self, err);
@@ -269,8 +271,8 @@ int nessie_node_open(const struct nessie_config *cfg, struct nessie_node **out)
         }
         struct flash_stats fs;
         flash_stats(nd->flash, &fs);
-        log_info("engine: node %u: flash tier %s/node%u.flash, %llu MiB in %llu pages of %u KiB, "
-                 "%s; %llu records %s", cfg->self, nd->flash_path, cfg->self,
+        log_info("engine: node %u: flash tier %s/%s.node%u.flash, %llu MiB in %llu pages of %u "
+                 "KiB, %s; %llu records %s", cfg->self, nd->flash_path, nd->cluster, cfg->self,
                  (unsigned long long)(cfg->flash_bytes >> 20), (unsigned long long)fs.pages,
                  cfg->flash_page_bytes >> 10, fs.uring ? "io_uring" : "pread/pwrite",
                  (unsigned long long)fs.recovered, created ? "(new tables: emptied)" : "recovered");

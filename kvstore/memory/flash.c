@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -47,8 +48,10 @@ struct flash_super {
     uint32_t page_bytes;
     uint64_t npages;
     uint32_t node;
-    uint32_t crc; /* CRC32C of the bytes before it */
+    char cluster[64]; /* NUL-padded */
+    uint32_t crc;     /* CRC32C of the bytes before it */
 };
+_Static_assert(sizeof(struct flash_super) <= FLASH_BLOCK, "a superblock is one block");
 
 struct flash_page {
     uint64_t seq;   /* the log's sequence number when this life began (its age) */
@@ -64,6 +67,8 @@ struct flash_log {
     pthread_mutex_t mu; /* everything below: the evictor, SD servers and compaction share it */
     int fd;
     char *path;
+    char cluster[64];  /* NUL-padded, as in the superblock */
+    uint32_t node;
     uint64_t bytes;      /* of pages: locations are offsets from data_off */
     uint32_t page_bytes;
     uint64_t npages;
@@ -387,38 +392,57 @@ static int recover_page(struct flash_log *fl, uint64_t i)
     return 0;
 }
 
-/* The superblock and the life table at open: made anew (fresh, or a new file), or read and
- * checked against the configuration. Returns 0, or -1 with the reason in err. */
+/* Judge the file's first n bytes (at most a block) as this log's superblock. Returns 1 (this
+ * node's log, of this shape), 0 (blank: a new file) or -1 with the reason in err. */
+static int super_check(const struct flash_log *fl, const unsigned char *blk, size_t n, char *err,
+                       size_t errlen)
+{
+    bool blank = true;
+    for (size_t i = 0; i < n && blank; i++)
+        blank = blk[i] == 0;
+    if (blank)
+        return 0;
+    struct flash_super sb;
+    if (n >= sizeof(sb))
+        memcpy(&sb, blk, sizeof(sb));
+    if (n < sizeof(sb) || sb.magic != FLASH_SUPER_MAGIC || sb.format != FLASH_FORMAT ||
+        crc32_iscsi((unsigned char *)&sb, (int)offsetof(struct flash_super, crc), 0) != sb.crc) {
+        snprintf(err, errlen,
+                 "flash: %s is not a Nessie flash log of format %u: left as it is; remove it to "
+                 "start an empty one", fl->path, FLASH_FORMAT);
+        return -1;
+    }
+    if (sb.node != fl->node || memcmp(sb.cluster, fl->cluster, sizeof(sb.cluster)) != 0) {
+        snprintf(err, errlen, "flash: %s is the log of cluster %.64s node %u, not of %s node %u",
+                 fl->path, sb.cluster, sb.node, fl->cluster, fl->node);
+        return -1;
+    }
+    if (sb.page_bytes != fl->page_bytes || sb.npages != fl->npages) {
+        snprintf(err, errlen,
+                 "flash: %s was made with %llu pages of %u bytes, not %llu of %u: left as it is; "
+                 "set [flash] bytes and page_bytes back, or remove the file to start it empty",
+                 fl->path, (unsigned long long)sb.npages, sb.page_bytes,
+                 (unsigned long long)fl->npages, fl->page_bytes);
+        return -1;
+    }
+    return 1;
+}
+
+/* The superblock and the life table at open, the file already judged (super_check) and sized:
+ * made anew (fresh, or a new file), or the table read. Returns 0, or -1 with the reason in
+ * err. */
 static int super_load(struct flash_log *fl, bool fresh, char *err, size_t errlen)
 {
-    struct flash_super sb;
     uint64_t tbytes = fl->npages * sizeof(uint64_t);
     if (!fresh) {
         if (io_buf(fl, false, fl->scratch, FLASH_BLOCK, 0) != 0) {
             snprintf(err, errlen, "flash: cannot read %s: %s", fl->path, strerror(EIO));
             return -1;
         }
-        memcpy(&sb, fl->scratch, sizeof(sb));
-        bool blank = true;
-        for (uint32_t i = 0; i < FLASH_BLOCK && blank; i++)
-            blank = fl->scratch[i] == 0;
-        if (blank) {
-            fresh = true; /* a new file */
-        } else if (sb.magic != FLASH_SUPER_MAGIC || sb.format != FLASH_FORMAT ||
-                   crc32_iscsi((unsigned char *)&sb, (int)offsetof(struct flash_super, crc), 0) !=
-                       sb.crc) {
-            snprintf(err, errlen,
-                     "flash: %s is not a Nessie flash log of format %u: remove it to start an "
-                     "empty one", fl->path, FLASH_FORMAT);
+        int rc = super_check(fl, fl->scratch, FLASH_BLOCK, err, errlen);
+        if (rc < 0)
             return -1;
-        } else if (sb.page_bytes != fl->page_bytes || sb.npages != fl->npages) {
-            snprintf(err, errlen,
-                     "flash: %s was made with %llu pages of %u bytes, not %llu of %u: set "
-                     "[flash] bytes and page_bytes back, or remove the file to start it empty",
-                     fl->path, (unsigned long long)sb.npages, sb.page_bytes,
-                     (unsigned long long)fl->npages, fl->page_bytes);
-            return -1;
-        }
+        fresh = rc == 0; /* a new file */
     }
     if (fresh) {
         /* Every life 0 (the table's blocks zeroed), then the superblock that makes it a log. */
@@ -430,8 +454,10 @@ static int super_load(struct flash_log *fl, bool fresh, char *err, size_t errlen
                 return -1;
             }
         }
-        sb = (struct flash_super){.magic = FLASH_SUPER_MAGIC, .format = FLASH_FORMAT,
-                                  .page_bytes = fl->page_bytes, .npages = fl->npages};
+        struct flash_super sb = {.magic = FLASH_SUPER_MAGIC, .format = FLASH_FORMAT,
+                                 .page_bytes = fl->page_bytes, .npages = fl->npages,
+                                 .node = fl->node};
+        memcpy(sb.cluster, fl->cluster, sizeof(sb.cluster));
         sb.crc = crc32_iscsi((unsigned char *)&sb, (int)offsetof(struct flash_super, crc), 0);
         memcpy(fl->scratch, &sb, sizeof(sb));
         if (io_buf(fl, true, fl->scratch, FLASH_BLOCK, 0) != 0) {
@@ -498,7 +524,11 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
     fl->data_off = fl->table_off +
                    ((fl->npages * sizeof(uint64_t) + FLASH_BLOCK - 1) & ~(uint64_t)(FLASH_BLOCK - 1));
     uint64_t fsize = fl->data_off + cfg->bytes;
-    fl->path = g_strdup_printf("%s/node%u.flash", cfg->dir, cfg->node);
+    fl->node = cfg->node;
+    snprintf(fl->cluster, sizeof(fl->cluster), "%s", cfg->cluster ? cfg->cluster : "");
+    fl->path = cfg->cluster && *cfg->cluster
+                   ? g_strdup_printf("%s/%s.node%u.flash", cfg->dir, cfg->cluster, cfg->node)
+                   : g_strdup_printf("%s/node%u.flash", cfg->dir, cfg->node);
     pthread_mutex_init(&fl->mu, NULL);
     g_queue_init(&fl->free_pages);
 
@@ -509,6 +539,26 @@ int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err
     if (fl->fd < 0) {
         snprintf(err, errlen, "flash: cannot open %s: %s", fl->path, strerror(errno));
         goto fail;
+    }
+    /* One process per log: a second daemon of the same node (or a test) is refused, not let
+     * to write over the first one's pages. */
+    if (flock(fl->fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "flash: %s is in use by another process (%s)", fl->path,
+                 strerror(errno));
+        created = false; /* not ours to remove */
+        goto fail;
+    }
+    /* A file that is there and is not this node's log of this shape is refused before it is
+     * resized or reserved: left exactly as it was. */
+    if (!cfg->fresh && !created) {
+        unsigned char blk[FLASH_BLOCK];
+        ssize_t n = pread(fl->fd, blk, sizeof(blk), 0);
+        if (n < 0) {
+            snprintf(err, errlen, "flash: cannot read %s: %s", fl->path, strerror(errno));
+            goto fail;
+        }
+        if (super_check(fl, blk, (size_t)n, err, errlen) < 0)
+            goto fail;
     }
     /* The whole file's blocks now: a disk without room is refused at start, not at the first
      * demotion. Judged first from the free space (the file's own blocks counted as room), so a

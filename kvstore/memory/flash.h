@@ -81,8 +81,9 @@ enum flash_rc {
 #define FLASH_PAGE_MAX (2u << 20)
 
 struct flash_config {
-    const char *dir;     /* a directory; the log is DIR/node<N>.flash */
-    uint32_t node;       /* whose log */
+    const char *dir;     /* a directory; the log is DIR/<cluster>.node<N>.flash */
+    const char *cluster; /* whose log: the cluster's name (two clusters may share DIR) ... */
+    uint32_t node;       /* ... and the node's */
     uint64_t bytes;      /* the file's size: a whole number of pages, at most FLASH_MAX_BYTES */
     uint32_t page_bytes; /* FLASH_PAGE_MIN..FLASH_PAGE_MAX, a power of two */
     bool no_uring;       /* use pread/pwrite even where io_uring works (tests, operators) */
@@ -138,10 +139,12 @@ struct flash_stats {
 
 struct flash_log;
 
-/* Open (creating it if absent) DIR/node<N>.flash of cfg->bytes, reserving its space, and recover
- * the records it holds (unless cfg->fresh): each page's records are read front to back up to the
- * first that is torn, corrupt or of another life of the page. Returns 0 and *out, or -1 with a
- * message in err (a missing directory, a disk without room for the file, a bad size); never
+/* Open (creating it if absent) DIR/<cluster>.node<N>.flash of cfg->bytes, reserving its space,
+ * and recover the records it holds (unless cfg->fresh): each page's records are read front to
+ * back up to the first that is torn, corrupt or of another life of the page. The file is locked
+ * (flock) while open: a second process opening it is refused. Returns 0 and *out, or -1 with a
+ * message in err (a missing directory, a disk without room for the file, a bad size, a file
+ * that is not this node's log or of another shape, which is then left exactly as it was); never
  * leaves a half-open log. */
 int flash_open(const struct flash_config *cfg, struct flash_log **out, char *err, size_t errlen);
 

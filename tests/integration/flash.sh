@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/integration/flash.sh: the flash tier's log in a running cluster (issue 31, its first
 # part: eviction does not demote to it yet; the log itself is tests/unit/test_flash.c).
-#   - `nessie-cluster start --flash DIR:BYTES` gives each node its log, DIR/node<N>.flash of
+#   - `nessie-cluster start --flash DIR:BYTES` gives each node its log, DIR/<cluster>.node<N>.flash of
 #     BYTES, reserved at start;
 #   - the daemons report it under extstore's names, to memcstat (libmemcached-tools, through
 #     the shim) and to nessie-stat;
@@ -34,7 +34,7 @@ size=16777216
 
 "$cluster" start --nodes 2 --dir "$dir/run" --flash "$dir/flash:$size" >/dev/null
 for n in 0 1; do
-    f="$dir/flash/node$n.flash"
+    f=$(ls "$dir"/flash/*.node$n.flash 2>/dev/null | head -1)
     [ -f "$f" ] || { bad "node $n has no log $f"; continue; }
     # Its pages, and ahead of them a 4 KiB superblock and the life table (8 bytes a page, to
     # the block): 16 pages of 1 MiB.
@@ -44,29 +44,39 @@ for n in 0 1; do
     [ $(($(stat -c %b "$f") * $(stat -c %B "$f"))) -ge "$want" ] || bad "node $n's log is not reserved"
 done
 
-# memcstat, an unmodified libmemcached tool, through the shim.
-NESSIE_SOCKET="$dir/run/node1.sock" "$here/tools/nessie-run" memcstat --servers=127.0.0.1 \
-    >"$dir/memcstat.txt" || bad "memcstat failed"
-for want in "extstore_limit_maxbytes: $size" "extstore_page_size: 1048576" \
-    "extstore_pages_free: 16" "extstore_objects_used: 0" "badcrc_from_extstore: 0"; do
-    grep -qF "$want" "$dir/memcstat.txt" || bad "memcstat does not show \"$want\""
-done
+# memcstat, an unmodified libmemcached tool, through the shim (on the normal build: a sanitized
+# shim would need the sanitizer's runtime preloaded into the tool, as shim-clients.sh says).
+if [ -z "${SAN:-}" ]; then
+    NESSIE_SOCKET="$dir/run/node1.sock" "$here/tools/nessie-run" memcstat --servers=127.0.0.1 \
+        >"$dir/memcstat.txt" || bad "memcstat failed"
+    for want in "extstore_limit_maxbytes: $size" "extstore_page_size: 1048576" \
+        "extstore_pages_free: 16" "extstore_objects_used: 0" "badcrc_from_extstore: 0"; do
+        grep -qF "$want" "$dir/memcstat.txt" || bad "memcstat does not show \"$want\""
+    done
+else
+    echo "flash: memcstat through the shim skipped under sanitizers (nessie-stat below reads the same stats)"
+fi
 "$here/tools/nessie-stat" --dir "$dir/run" >"$dir/nessie-stat.txt" || bad "nessie-stat failed"
 [ "$(grep -c '^  flash: 0 items, 0 of 16777216 bytes used' "$dir/nessie-stat.txt")" = 2 ] ||
     { cat "$dir/nessie-stat.txt"; bad "nessie-stat does not show both nodes' flash"; }
 grep -q "node 0: flash tier .*node0.flash, 16 MiB in 16 pages of 1024 KiB.*(new tables: emptied)" \
     "$dir/run/node0.log" || bad "node 0's log does not say its flash tier was emptied at its first start"
 
-# Killed and started again: it re-attaches its tables and recovers its log.
+# Killed and started again: it re-attaches its tables and recovers its log (only the log lines
+# written since count: the logs are appended to).
+lines() { wc -l <"$1"; }
+n1=$(lines "$dir/run/node1.log")
 kill -KILL "$(cat "$dir/run/node1.pid")"
 sleep 0.3
 "$cluster" start --dir "$dir/run" >/dev/null
-grep -q "node 1: flash tier .* records recovered" "$dir/run/node1.log" ||
+tail -n +$((n1 + 1)) "$dir/run/node1.log" | grep -q "node 1: flash tier .* records recovered" ||
     bad "node 1 did not recover its log after a restart on its tables"
 # New tables (the cluster purged): the log is emptied, not recovered.
 "$cluster" stop --dir "$dir/run" --purge >/dev/null
+n0=$(lines "$dir/run/node0.log")
 "$cluster" start --nodes 1 --dir "$dir/run" --flash "$dir/flash:$size" >/dev/null
-grep -q "(new tables: emptied)" "$dir/run/node0.log" || bad "new tables did not empty the log"
+tail -n +$((n0 + 1)) "$dir/run/node0.log" | grep -q "(new tables: emptied)" ||
+    bad "new tables did not empty the log"
 "$cluster" stop --dir "$dir/run" --purge >/dev/null
 
 # More than the disk holds: the daemon does not start, and says why.

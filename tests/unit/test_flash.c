@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -533,21 +534,53 @@ static void test_other_shape_refused(void **state)
     cfg.bytes = (uint64_t)PAGE * 2 * (PAGES + 1);
     assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "not 5 of 131072"));
+    /* Fewer pages: refused before the file is cut to them (it was, and half the log was lost
+     * when the size was set back). */
+    struct stat st0, st1;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/node3.flash", f->dir);
+    assert_int_equal(stat(path, &st0), 0);
+    cfg.bytes = (uint64_t)PAGE * 2 * (PAGES - 2);
+    assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "not 2 of 131072"));
+    assert_int_equal(stat(path, &st1), 0);
+    assert_int_equal(st1.st_size, st0.st_size);
+    /* Another node's log under this node's name: refused. */
+    cfg.bytes = (uint64_t)PAGE * 2 * PAGES;
+    cfg.page_bytes = PAGE * 2;
+    cfg.node = 4;
+    char other[128];
+    snprintf(other, sizeof(other), "%s/node4.flash", f->dir);
+    assert_int_equal(link(path, other), 0);
+    assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
+    unlink(other);
+    assert_non_null(strstr(err, "is the log of cluster  node 3, not of  node 4"));
+    cfg.node = 3;
     f->fl = open_log_sized(f, false, PAGE * 2, PAGES);
+    /* Open in this process: a second opener is refused (one process per log). */
+    assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "in use by another process"));
+    assert_null(fl);
     unsigned char b = 0;
     assert_int_equal(read_kv(f->fl, big, "big", &b), FLASH_OK);
     assert_int_equal(b, 7);
     flash_close(f->fl);
     f->fl = NULL;
-    /* Not a log: some other file's bytes where the superblock would be. */
-    char sh[] = "#!/bin/sh\n";
-    dev_io(f, true, 0, sh, 10);
+    /* Not a log: some other file where the log would be, smaller than the log: refused, and
+     * neither grown nor changed. */
+    unlink(path);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "#!/bin/sh\necho hi\n", 18), 18);
+    close(fd);
     cfg.bytes = (uint64_t)PAGE * 2 * PAGES;
     assert_int_equal(flash_open(&cfg, &fl, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "is not a Nessie flash log"));
-    char first[10];
-    dev_io(f, false, 0, first, 10);
-    assert_memory_equal(first, sh, 10);
+    assert_int_equal(stat(path, &st1), 0);
+    assert_int_equal(st1.st_size, 18);
+    char first[18];
+    dev_io(f, false, 0, first, 18);
+    assert_memory_equal(first, "#!/bin/sh\necho hi\n", 18);
 }
 
 /* A page's seal torn by a crash: its first record (8 KiB) has its first block on the device and
