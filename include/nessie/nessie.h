@@ -223,6 +223,13 @@ struct nessie_counters {
      * with room (and their value bytes); and stores stored here for peers that were full. */
     uint64_t placed, placed_bytes;
     uint64_t placed_in, placed_in_bytes;
+    /* The flash tier (issue 31): */
+    uint64_t flash_demoted;       /* victims written to the flash log instead of dropped */
+    uint64_t flash_dropped;       /* flash items taken out of the index: their page dropped for
+                                     room, or met where they could not stay (a MIGRATE or a
+                                     change of membership that cannot read another node's) */
+    uint64_t flash_hits;          /* GETs answered from this node's flash log */
+    uint64_t flash_shipped;       /* calls sent to the node whose flash item they met */
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
      * bytes_hist (those count only this node's own clients' calls, a shipped one as the
      * request's WRITE and the reply's): what server-driven execution costs on the home node. */

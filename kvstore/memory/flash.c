@@ -786,6 +786,65 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     return rc;
 }
 
+int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, uint32_t *klen,
+                   uint32_t *vlen, struct flash_meta *meta)
+{
+    pthread_mutex_lock(&fl->mu);
+    uint32_t in_page = 0;
+    bool bad;
+    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
+    gint i = p ? start_find(p, in_page) : -1;
+    if (i < 0) {
+        if (!bad)
+            fl->st.misses++;
+        pthread_mutex_unlock(&fl->mu);
+        return bad ? FLASH_BAD : FLASH_MISS;
+    }
+    uint32_t len = start_len(p, i);
+    uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
+    struct flash_rec h;
+    int rc = FLASH_OK;
+    /* Key, value and padding land in buf: the length kept in memory says how much (a record's
+     * length read from the device is believed only where it matches that one). */
+    if (len <= REC_HDR) {
+        rc = FLASH_MISS;
+    } else if (len - REC_HDR > cap) {
+        rc = FLASH_TOO_BIG;
+    } else if (p->state == PAGE_OPEN) {
+        memcpy(&h, fl->wbuf + in_page, REC_HDR);
+        memcpy(buf, fl->wbuf + in_page + REC_HDR, len - REC_HDR);
+    } else {
+        struct iovec iov[2] = {{&h, REC_HDR}, {buf, len - REC_HDR}};
+        if (io_full(fl, false, iov, 2, page_off(fl, page) + in_page) != 0)
+            rc = FLASH_IO;
+    }
+    if (rc == FLASH_OK) {
+        const unsigned char *k = buf;
+        if (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
+            h.page_bytes != fl->page_bytes || h.key_len == 0 ||
+            rec_len(h.key_len, h.value_len) != len) {
+            rc = FLASH_MISS;
+        } else if (rec_crc(&h, k, k + h.key_len) != h.crc) {
+            fl->st.crc_failures++;
+            log_warn("flash: record at %llu of %s fails its CRC: read as a miss",
+                     (unsigned long long)flash_loc_offset(loc), fl->path);
+            rc = FLASH_MISS;
+        }
+    }
+    if (rc == FLASH_MISS)
+        fl->st.misses++;
+    if (rc == FLASH_OK) {
+        *klen = h.key_len;
+        *vlen = h.value_len;
+        *meta = (struct flash_meta){.version = h.version, .flags = h.flags,
+                                    .exptime = h.exptime, .flags8 = h.flags8};
+        fl->st.objects_read++;
+        fl->st.bytes_read += len;
+    }
+    pthread_mutex_unlock(&fl->mu);
+    return rc;
+}
+
 /* Set or clear the live bit of the record at loc, keeping the page's live bytes and the live
  * count exact. Returns FLASH_OK, or FLASH_MISS when loc names no record of the page's current
  * life or the bit is already so. */

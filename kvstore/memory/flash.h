@@ -168,6 +168,16 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
 int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t klen, void *buf,
                size_t cap, uint32_t *vlen, struct flash_meta *meta);
 
+/* Read the record at loc whatever its key: its key then its value (then up to 63 bytes of
+ * padding) into buf, which must hold cap >= the record's length less its 64-byte header (a
+ * record is never longer than a page). Returns FLASH_OK with *klen, *vlen and *meta; FLASH_MISS
+ * (the record is gone: its page written again or freed, torn, corrupt), FLASH_TOO_BIG (cap is
+ * too small; nothing read), FLASH_IO or FLASH_BAD, as flash_read. For callers that learn the
+ * key from the record (the index's passes over entries) and that must tell "gone" from
+ * "another key's". */
+int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, uint32_t *klen,
+                   uint32_t *vlen, struct flash_meta *meta);
+
 /* The record at loc is no longer any item's: its page's live bytes go down by its length.
  * Returns FLASH_OK, or FLASH_MISS when loc names no live record of the page's current life (an
  * unlink twice, or after its page was dropped, changes nothing). */

@@ -175,10 +175,23 @@ struct nessie_ctx {
     /* DTE_F_* flags the values this context writes carry besides their own: DTE_F_PLACED while a
      * server runs a store placed here for a full peer (modes/sd.c), else 0. */
     uint8_t value_flags8;
+    /* The node whose flash item the last call that ended NESSIE_ELSEWHERE met (a flash item is
+     * read only by its owner, so the call goes there: modes/dispatch.c). */
+    uint32_t elsewhere;
+    /* Set by modes/dispatch.c for a call whose flash items' owners could not settle it (not
+     * reachable, or sending it back and forth between two owners): another node's flash entry
+     * it meets where its key may be is taken out of the index, an eviction, and the pass goes
+     * on (protocol.h, proto_fetch_key). */
+    bool flash_take;
     /* Server-driven messages (modes/sd.c), one slot long each: [0] the request (built here, or copied
      * out of the ring by a server), [1] the reply (built by a server, or copied in here). */
     unsigned char *sd_buf[2];
 };
+
+/* An internal status, never returned by a public call: the call met, where its key may be, an
+ * entry naming another node's flash item, which only that node can read (the flash tier, issue
+ * 31). It had no effect; ctx->elsewhere names the node, and modes/dispatch.c ships it there. */
+#define NESSIE_ELSEWHERE 0x100
 
 #define CTR_ADD(field, n) \
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)

@@ -11,6 +11,7 @@
 #include <glib.h>
 
 #include "log.h"
+#include "flash.h"
 #include "memory.h"
 
 /*
@@ -74,6 +75,15 @@ void nessie_recycle(struct nessie_ctx *ctx, uint64_t ite)
 {
     if (ite_empty(ite))
         return;
+    /* A flash item (issue 31) has no slot to mark: this node's own record is unlinked, so its
+     * page's live bytes go down at once. Another node's is left to that node, whose compaction
+     * moves only records the index still names and whose full log drops the oldest pages. */
+    if (ite_is_flash(ite)) {
+        struct nessie_node *nd = ctx->node;
+        if (ite_node(ite) == nd->cfg.self && nd->flash)
+            (void)flash_unlink(nd->flash, ite_flash_loc(ite));
+        return;
+    }
     if (ctx->node->cfg.background_recycle && stage(ctx, ite)) {
         CTR_ADD(ctx->ctr.staged, 1);
         return;

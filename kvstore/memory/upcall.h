@@ -21,4 +21,16 @@
  * within the call's budget (it waits for the renewal as every call does, touching nothing). */
 int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite);
 
+/* Swing the entry of the key kp plans that is exactly `from` (at whichever of its positions
+ * holds it) to `to`, by one CAS: the flash tier's demotion of an evictor's victim to its record
+ * (to: the flash entry), and the drop of a flash item whose page goes (to: 0). The value is the
+ * same either side of a demotion, so a reader meets the one or the other, both valid, and a
+ * writer that read `from` loses its CAS and starts again (implemented by protocol/migrate.c,
+ * beside proto_take_back). Never writes a DTE, never waits for memory, recycles nothing.
+ * Returns NESSIE_OK (swung), NESSIE_NOT_FOUND (no position holds `from`: changed since),
+ * NESSIE_EXISTS (changed under the CAS), NESSIE_TIMEOUT (unknown: the CAS's answer was lost), or
+ * another error (no effect), the view's lease obeyed as nessie_evict_entry obeys it. */
+int nessie_swing_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t from,
+                       uint64_t to);
+
 #endif

@@ -34,26 +34,92 @@ static bool dispatch_ships(struct nessie_ctx *ctx, bool write, const struct key_
     return sd_can_ship(ctx, kp, value_len);
 }
 
+/* Flash items (issue 31) are read only by their owner: a call that meets another node's, where
+ * its key may be, ends NESSIE_ELSEWHERE with no effect and goes there, server-driven (the owner
+ * runs it client-driven, as any shipped call, and reads the record itself). Hops it may make:
+ * one, unless the key's entry is demoted again on a third node between hops, or its positions
+ * hold flash items of two nodes (one of another key with the same filter bits), which each
+ * send it to the other. Past them, or when the owner takes no shipped call (its servers
+ * stalled, shunned, or it is unreachable), the call runs here once more taking such entries
+ * out of the index as it meets them (ctx->flash_take): evictions, which a cache may make at
+ * any time, rather than a call that fails. */
+#define DISPATCH_FLASH_HOPS 3
+
+/* Whether a call that ended *rc (after `hops` hops) goes on to ctx->elsewhere, payload bytes of
+ * key and value; when it may not, and *rc is NESSIE_ELSEWHERE, sets ctx->flash_take and *rc to
+ * -1 (run here, evicting what it cannot read). */
+static bool dispatch_hop(struct nessie_ctx *ctx, unsigned hops, size_t payload, int *rc)
+{
+    const bool took = ctx->flash_take;
+    ctx->flash_take = false;
+    if (*rc != NESSIE_ELSEWHERE)
+        return false;
+    if (took) {
+        *rc = NESSIE_FABRIC_ERROR; /* never: a run that takes such entries out goes past them */
+        return false;
+    }
+    if (hops < DISPATCH_FLASH_HOPS && sd_can_ship_to(ctx, ctx->elsewhere, payload))
+        return true;
+    ctx->flash_take = true;
+    *rc = -1;
+    return false;
+}
+
 int mode_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
              struct nessie_item *out)
 {
     struct sd_choice ch;
     int rc = -1;
     if (dispatch_ships(ctx, false, kp, 0, &ch))
-        rc = sd_get(ctx, kp, buf, cap, out);
-    if (rc < 0) {
-        rc = proto_get(ctx, kp, buf, cap, out);
-        ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed by its start */
+        rc = sd_get(ctx, kp->home, kp, buf, cap, out);
+    for (unsigned hops = 0;; hops++) {
+        if (rc < 0) {
+            rc = proto_get(ctx, kp, buf, cap, out);
+            ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed by its start */
+        }
+        if (dispatch_hop(ctx, hops, kp->klen, &rc))
+            rc = sd_get(ctx, ctx->elsewhere, kp, buf, cap, out);
+        else if (rc >= 0)
+            break;
     }
     sd_auto_learn(ctx, &ch);
     return rc;
 }
 
+/* A multi-get run client-driven: its keys that met another node's flash item go there, one by
+ * one, as single GETs (mode_get), from the batch's callback. */
+struct multi_hop {
+    struct nessie_ctx *ctx;
+    const void *const *keys;
+    const size_t *lens;
+    void *const *bufs;
+    const size_t *caps;
+    nessie_multi_fn done;
+    void *user;
+};
+
+static void multi_hop_done(void *user, size_t i, int rc, const struct nessie_item *it)
+{
+    struct multi_hop *mh = user;
+    struct nessie_item again;
+    if (rc == NESSIE_ELSEWHERE) {
+        struct key_plan kp;
+        key_plan_make(&kp, mh->ctx->node, mh->keys[i], mh->lens[i]);
+        void *buf = mh->bufs ? mh->bufs[i] : NULL;
+        rc = mode_get(mh->ctx, &kp, buf, buf ? mh->caps[i] : 0, &again);
+        it = rc == NESSIE_OK ? &again : NULL;
+    }
+    mh->done(mh->user, i, rc, it);
+}
+
 int mode_get_multi(struct nessie_ctx *ctx, size_t n, const void *const *keys, const size_t *lens,
                    void *const *bufs, const size_t *caps, nessie_multi_fn done, void *user)
 {
-    if (ctx->mode != NESSIE_MODE_SD)
-        return proto_get_multi(ctx, n, keys, lens, bufs, caps, done, user);
+    if (ctx->mode != NESSIE_MODE_SD) {
+        struct multi_hop mh = {.ctx = ctx, .keys = keys, .lens = lens, .bufs = bufs, .caps = caps,
+                               .done = done, .user = user};
+        return proto_get_multi(ctx, n, keys, lens, bufs, caps, multi_hop_done, &mh);
+    }
     /* Server-driven: each key is shipped to its own home node (or read here if that is this
      * node), one after the other. */
     for (size_t i = 0; i < n; i++) {
@@ -122,13 +188,20 @@ static int dispatch_elsewhere(struct nessie_ctx *ctx, const struct key_plan *kp,
         if (dispatch_ships((ctx), true, (kp), (value_len), &ch_))                        \
             rc_ = sd_write((ctx), (kp)->home, (kp), (rq), (value), (version_out),       \
                            (num_out));                                           \
-        if (rc_ < 0) {                                                                   \
-            rc_ = (here);                                                                \
-            (ctx)->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */       \
-            /* begun before the retire was announced here, refused by R1: elsewhere */   \
-            if (rc_ == NESSIE_FABRIC_ERROR && mship_retiring_self(&(ctx)->node->view))   \
-                rc_ = dispatch_elsewhere((ctx), (kp), (rq), (value), (version_out),      \
-                                         (num_out));                                     \
+        for (unsigned hops_ = 0;; hops_++) {                                             \
+            if (rc_ < 0) {                                                               \
+                rc_ = (here);                                                            \
+                (ctx)->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */   \
+                /* begun before the retire was announced here, refused by R1 */          \
+                if (rc_ == NESSIE_FABRIC_ERROR && mship_retiring_self(&(ctx)->node->view)) \
+                    rc_ = dispatch_elsewhere((ctx), (kp), (rq), (value), (version_out),  \
+                                             (num_out));                                 \
+            }                                                                            \
+            if (dispatch_hop((ctx), hops_, (kp)->klen + (value_len), &rc_))              \
+                rc_ = sd_write((ctx), (ctx)->elsewhere, (kp), (rq), (value), (version_out), \
+                               (num_out));                                               \
+            else if (rc_ >= 0)                                                           \
+                break;                                                                   \
         }                                                                                \
         sd_auto_learn((ctx), &ch_);                                                      \
         return rc_;                                                                      \
@@ -160,12 +233,21 @@ int mode_store(struct nessie_ctx *ctx, const struct key_plan *kp, enum nessie_st
             }
         }
     }
-    if (rc < 0) {
-        rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, meta, version_out);
-        ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */
-        /* begun before the retire was announced here, refused by R1: elsewhere */
-        if (rc == NESSIE_FABRIC_ERROR && mship_retiring_self(&ctx->node->view))
-            rc = dispatch_elsewhere(ctx, kp, &rq, value, version_out, NULL);
+    for (unsigned hops = 0;; hops++) {
+        if (rc < 0) {
+            rc = proto_store(ctx, kp, mode, value, value_len, flags, exptime, cas, meta,
+                             version_out);
+            ctx->call_deadline_ns = 0; /* a withdrawn call's budget: consumed */
+            /* begun before the retire was announced here, refused by R1: elsewhere */
+            if (rc == NESSIE_FABRIC_ERROR && mship_retiring_self(&ctx->node->view))
+                rc = dispatch_elsewhere(ctx, kp, &rq, value, version_out, NULL);
+        }
+        if (dispatch_hop(ctx, hops, kp->klen + value_len, &rc)) {
+            rq.sub &= (uint8_t)~SD_SUB_PLACED; /* its key's entry is there: not a placement */
+            rc = sd_write(ctx, ctx->elsewhere, kp, &rq, value, version_out, NULL);
+        } else if (rc >= 0) {
+            break;
+        }
     }
     sd_auto_learn(ctx, &ch);
     return rc;

@@ -53,11 +53,11 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
                                 size_t value_len, struct sd_choice *ch);
 void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch);
 
-/* Carry out a GET at kp's home node. Returns its outcome (as nessie_get_into), or -1: it did not
+/* Carry out a GET at node `to` (kp's home, or the owner of a flash item met). Returns its outcome (as nessie_get_into), or -1: it did not
  * run there and never will (not taken up in time, withdrawn; or the value is larger than a
  * slot), so the caller runs it here, client-driven, within what is left of its budget (the next
  * proto_op_init on ctx gets that end). */
-int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+int sd_get(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp, void *buf, size_t cap,
            struct nessie_item *out);
 /* Carry out a write at node `to` (kp's home, or for a placed store a node with room): rq names
  * it (op, sub, lengths, flags, exptime, arg). Returns its outcome, and on NESSIE_OK the new

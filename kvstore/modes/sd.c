@@ -746,7 +746,7 @@ static bool sd_here(struct nessie_ctx *ctx, uint64_t t0)
     return true;
 }
 
-int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t cap,
+int sd_get(struct nessie_ctx *ctx, uint32_t to, const struct key_plan *kp, void *buf, size_t cap,
            struct nessie_item *out)
 {
     uint64_t t0 = nessie_mono_ns();
@@ -758,7 +758,7 @@ int sd_get(struct nessie_ctx *ctx, const struct key_plan *kp, void *buf, size_t 
     rq->op = SD_OP_GET;
     rq->key_len = (uint8_t)kp->klen;
     memcpy(ctx->sd_buf[0] + 64, kp->key, kp->klen);
-    int rc = sd_ship(ctx, kp->home, kp->klen, false, t0);
+    int rc = sd_ship(ctx, to, kp->klen, false, t0);
     if (rc == NESSIE_OK && ((const struct sd_rep *)ctx->sd_buf[1])->status == SD_STATUS_TOO_LARGE)
         rc = SD_RUN_HERE;
     if (rc == SD_RUN_HERE) {
@@ -941,6 +941,12 @@ static uint64_t req_run(struct nessie_ctx *ctx)
         else
             rc = proto_touch(ctx, &kp, q->exptime);
         break;
+    }
+    if (rc == NESSIE_ELSEWHERE) {
+        /* It met a third node's flash item (demoted there since its requester shipped it): no
+         * effect; its requester runs it on, and goes there (dispatch.c). */
+        rp->status = SD_STATUS_EXPIRED;
+        return 0;
     }
     if (rc == NESSIE_FABRIC_ERROR && q->op != SD_OP_GET && mship_retiring_self(&nd->view)) {
         /* Refused by R1 once its retire was announced here while it ran: no effect, so its

@@ -63,7 +63,7 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             continue;
         /* Step 2.3: the DTE, from memory, the cache, or remotely. */
         enum attempt end;
-        int is_key = proto_fetch_key(op, ite, true, t, &v, status, &end);
+        int is_key = proto_fetch_key(op, op->pos[i], ite, true, t, &v, status, &end);
         if (is_key < 0)
             return end;
         if (!is_key)
@@ -76,6 +76,8 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             } else {
                 item_out(&v, out);
                 nessie_access_record(op->ctx, ite, v.h.access, v.cached);
+                if (ite_is_flash(ite))
+                    CTR_ADD(op->ctx->ctr.flash_hits, 1);
                 *status = NESSIE_OK;
             }
             return A_DONE;
@@ -101,8 +103,15 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
         if (!nd->cfg.no_prev_versions && !ite_empty(v.h.prev_ite) && prev_ok) {
             struct dte_view pv;
             bool pmatch;
-            if ((*status = proto_dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t,
-                                           &pv, &pmatch)) != NESSIE_OK)
+            *status = proto_dte_fetch(op, v.h.prev_ite, 1, op->key, op->klen, true, t, &pv,
+                                      &pmatch);
+            /* Another node's flash item: read there (the call goes to it), unless this run
+             * is one that may not go anywhere: then the write in progress is waited for. */
+            if (*status == NESSIE_ELSEWHERE && op->ctx->flash_take) {
+                *status = NESSIE_OK;
+                pmatch = false;
+            }
+            if (*status != NESSIE_OK)
                 return A_DONE;
             EXPIRED_RETRY(op);
             if (pmatch && !pv.stale && dte_readable(&pv.h)) {

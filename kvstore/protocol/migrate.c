@@ -14,6 +14,7 @@
 
 #include "memory/memory.h"
 #include "protocol.h"
+#include "memory/upcall.h"
 
 static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
 {
@@ -40,8 +41,48 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned 
         nessie_recycle(op->ctx, sv);
     if (how & TAKE_LOST)
         CTR_ADD(OPC(op->ctx).lost_entries, 1);
+    if (how & TAKE_FLASH)
+        CTR_ADD(op->ctx->ctr.flash_dropped, 1);
     *status = NESSIE_OK;
     return A_DONE;
+}
+
+/* One attempt of nessie_swing_entry: find `from` among the key's positions and CAS it. */
+static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int *status)
+{
+    for (uint32_t i = 0; i < op->n; i++) {
+        uint64_t w;
+        if ((*status = ite_read(op, op->pos[i], &w)) != NESSIE_OK)
+            return A_DONE;
+        if (w != from)
+            continue;
+        if (attempt_expired(op)) { /* Step 0, before a CAS */
+            count_abort(op, NESSIE_ABORT_TIMEOUT);
+            return A_RETRY;
+        }
+        bool ok, clean;
+        if ((*status = proto_ite_cas_resolve(op, op->pos[i], from, to, &ok, &clean)) !=
+            NESSIE_OK)
+            return A_DONE;
+        *status = ok ? NESSIE_OK : NESSIE_EXISTS;
+        return A_DONE;
+    }
+    *status = NESSIE_NOT_FOUND;
+    return A_DONE;
+}
+
+/* memory/upcall.h has the contract. */
+int nessie_swing_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t from,
+                       uint64_t to)
+{
+    enum nessie_opkind saved = ctx->kind; /* a write that evicts on its own is under way */
+    struct op op;
+    proto_op_init(&op, ctx, NESSIE_OPK_EVICT, kp);
+    int status = NESSIE_OK;
+    RUN_ATTEMPTS(&op, swing_attempt(&op, from, to, &status));
+    status = proto_finish(&op, status);
+    ctx->kind = saved;
+    return status;
 }
 
 /*
@@ -85,10 +126,21 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         result = proto_take_back(op, src, sv, TAKE_LOST, status);
         goto out;
     }
+    /* Another node's flash item (issue 31): its key, and so where it could move, is readable
+     * only there. Its room is taken back in place as an eviction's: the coldest of items, as a
+     * cache may drop any. This node's own is moved as any entry is (its copy in memory). */
+    if (ite_is_flash(sv) && ite_node(sv) != nd->cfg.self) {
+        result = proto_take_back(op, src, sv, TAKE_FLASH, status);
+        goto out;
+    }
     struct dte_view v;
     bool match;
     if ((*status = proto_dte_fetch(op, sv, 1, NULL, 0, false, t, &v, &match)) != NESSIE_OK) {
         result = A_DONE;
+        goto out;
+    }
+    if (!match && v.flash_gone) {
+        result = proto_take_back(op, src, sv, TAKE_RECYCLE | TAKE_FLASH, status);
         goto out;
     }
     if (!match) {

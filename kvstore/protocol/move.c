@@ -97,6 +97,19 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t pos, size_t *moved)
             proto_finish(&op, NESSIE_OK);
             return true;
         }
+        /* Another node's flash item (issue 31): whether it leaves is known only to a reader
+         * of its key, which only its node is. Taken out, as an eviction (the coldest of
+         * items); this node's own are moved as any entry (their copies in memory). */
+        if (ite_is_flash(w) && ite_node(w) != nd->cfg.self) {
+            int st = NESSIE_OK;
+            enum attempt a = proto_take_back(&op, pos, w, TAKE_FLASH, &st);
+            proto_finish(&op, a == A_DONE ? st : NESSIE_EXISTS);
+            if (a == A_DONE && st != NESSIE_OK)
+                return false;
+            if (a == A_DONE)
+                return true;
+            continue; /* changed under us: read the slot again */
+        }
         struct dte_view v;
         bool match;
         int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
@@ -224,6 +237,22 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
         struct op op;
         if (!pass_op(ctx, &op))
             return false;
+        /* A flash item (issue 31) of the retired node: its log leaves with it, and nobody else
+         * can read it: taken out, as an eviction. Another node's is not r's: nothing to do. */
+        if (ite_is_flash(w) && ite_node(w) != nd->cfg.self) {
+            if (ite_node(w) != r) {
+                proto_finish(&op, NESSIE_OK);
+                return true;
+            }
+            int st = NESSIE_OK;
+            enum attempt a = proto_take_back(&op, pos, w, TAKE_FLASH, &st);
+            proto_finish(&op, a == A_DONE ? st : NESSIE_EXISTS);
+            if (a == A_DONE && st != NESSIE_OK)
+                return false;
+            if (a == A_DONE)
+                return true;
+            continue;
+        }
         struct dte_view v;
         bool match;
         int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "memory/memory.h"
+#include "memory/flash.h"
 #include "memory/hash.h"
 #include "log.h"
 #include "protocol.h"
@@ -225,6 +226,54 @@ static void view_parse(struct dte_view *v, const unsigned char *bytes, bool with
 }
 
 /*
+ * The flash item ite names (the flash tier, issue 31), as a committed DTE's view: read from this
+ * node's log, whatever its key, into buffer b. Another node's is not readable here: a caller
+ * that knows the key it looks for (klen > 0) ends NESSIE_ELSEWHERE with ctx->elsewhere set (its
+ * call goes to that node), one that does not gets no match (the passes over the index handle
+ * such entries before they fetch). A record that is gone (its page dropped or written again,
+ * torn) sets v->flash_gone: no key's, the entry may be taken out. An I/O error is a miss.
+ */
+static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
+                       struct dte_view *v, bool *match)
+{
+    struct nessie_node *nd = op->node;
+    if (ite_node(ite) != nd->cfg.self) {
+        if (klen == 0)
+            return NESSIE_OK;
+        op->ctx->elsewhere = ite_node(ite);
+        return NESSIE_ELSEWHERE;
+    }
+    if (!nd->flash) {
+        v->flash_gone = true; /* the tier is off now: nothing of it can be read */
+        return NESSIE_OK;
+    }
+    size_t cap = nd->class_size[nd->nclasses - 1] + FLASH_UNIT;
+    unsigned char *buf = nessie_ctx_buf(op->ctx, b, cap);
+    if (!buf)
+        return NESSIE_NO_MEMORY;
+    uint32_t kl = 0, vl = 0;
+    struct flash_meta m;
+    int rc = flash_read_rec(nd->flash, ite_flash_loc(ite), buf, cap, &kl, &vl, &m);
+    if (rc != FLASH_OK) {
+        v->flash_gone = rc == FLASH_MISS || rc == FLASH_BAD;
+        return NESSIE_OK;
+    }
+    memset(&v->h, 0, sizeof(v->h));
+    v->h.state = dte_state(0, DTE_BUSY | DTE_COMMITTED);
+    v->h.kind = DTE_KIND_VALUE;
+    v->h.key_len = (uint8_t)kl;
+    v->h.value_len = vl;
+    v->h.flags = m.flags;
+    v->h.exptime = m.exptime;
+    v->h.version = m.version;
+    v->h.flags8 = m.flags8 & DTE_F_META;
+    v->key = buf;
+    v->value = buf + kl;
+    *match = klen == 0 || (kl == klen && memcmp(buf, key, klen) == 0);
+    return NESSIE_OK;
+}
+
+/*
  * Fetch the DTE ite refers to into buffer b: from local memory, the cache, or remote memory
  * (A.1.2 step 2.3). klen: length of the key the caller looks for (0: any, read the header first).
  * want_value: the value is needed too. Sets *match when the DTE holds key (klen > 0) or is sane
@@ -239,7 +288,10 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
     uint32_t cls = ite_class(ite);
     *match = false;
     v->stale = false;
+    v->flash_gone = false;
     v->cached = NULL;
+    if (ite_is_flash(ite) && !mship_lost(&nd->view, ite_node(ite)))
+        return flash_fetch(op, ite, b, key, klen, v, match);
     if (cls >= nd->nclasses || ite_offset(ite) + nd->class_size[cls] > nd->cfg.data_bytes)
         return NESSIE_OK; /* not an entry this cluster could have written: no match */
     /* Its value was on a node lost from the view (issue 28): a lost value, which holds no key
@@ -602,7 +654,10 @@ int proto_finish(struct op *op, int status)
     }
     if (status == NESSIE_TIMEOUT && op->last_abort == NESSIE_ABORT_TIMEOUT)
         slow_attempt_log(op);
-    CTR_ADD(OPC(op->ctx).outcomes[status], 1);
+    if (status == NESSIE_ELSEWHERE)
+        CTR_ADD(op->ctx->ctr.flash_shipped, 1);
+    else
+        CTR_ADD(OPC(op->ctx).outcomes[status], 1);
     const struct fab_ep_stats *st = fab_ep_stats(op->ctx->ep);
     nessie_count_traffic(op->ctx, st->reads + st->writes + st->cas - op->fab_ops0,
                          st->bytes_read + st->bytes_written - op->fab_bytes0);

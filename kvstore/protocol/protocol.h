@@ -84,6 +84,7 @@ struct dte_view {
     bool stale;                 /* the slot is in another life than the ITE named: the view of
                                    the index it came from is older than one expiration period */
     unsigned char *cached;      /* the context's cached copy it came from, or NULL */
+    bool flash_gone;            /* a flash entry whose record is gone: no key's (protocol.c) */
 };
 
 /* --- small helpers ------------------------------------------------------------------------- */
@@ -200,18 +201,40 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
                     bool want_value, uint64_t ite_read_ns, struct dte_view *v, bool *match);
 
 /*
+ * Take the room of an entry back in place, by CAS on the exact word sv at position src as an
+ * eviction does: for a source whose value is lost to its key (issue 28: its value was on a fenced
+ * node, or it is a rejoin's orphan), a duplicate the mover cannot place, and a linked committed
+ * tombstone (its DELETE's unlink, done on its behalf). how: TAKE_RECYCLE recycles its entry (not
+ * when its memory is a lost node's); TAKE_LOST counts it as a lost entry (its value lost to its
+ * key: a tombstone or a duplicate is not). Returns A_DONE (*status set: NESSIE_OK once the slot is
+ * empty, or the fabric's error), or A_RETRY when the attempt outlived its period or the word
+ * changed meanwhile (nothing done).
+ */
+#define TAKE_RECYCLE 1u
+#define TAKE_LOST 2u
+#define TAKE_FLASH 4u /* counted as a flash item dropped */
+enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
+                             int *status);
+
+/*
  * Step 2.3 as a pass over I_1..I_n runs it (GET's and a write's forward pass, a write's step 4):
  * fetch ite's DTE (its value too if want_value), read at ite_read_ns, into *v, and judge it.
  * Returns 1 if it holds the op's key, 0 if not (the pass goes on), or -1 if the attempt ends
  * here: *end is A_DONE (*status set) or A_RETRY (the view is older than one expiration period).
  */
-static inline int proto_fetch_key(struct op *op, uint64_t ite, bool want_value,
+static inline int proto_fetch_key(struct op *op, uint64_t pos, uint64_t ite, bool want_value,
                                   uint64_t ite_read_ns, struct dte_view *v, int *status,
                                   enum attempt *end)
 {
     bool match;
     if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, want_value, ite_read_ns, v,
-                                   &match)) != NESSIE_OK) {
+                                   &match)) == NESSIE_ELSEWHERE && op->ctx->flash_take) {
+        /* Another node's flash item that its owner cannot judge for us: evicted, in place. */
+        (void)proto_take_back(op, pos, ite, TAKE_FLASH, status);
+        *status = NESSIE_OK;
+        return 0;
+    }
+    if (*status != NESSIE_OK) {
         *end = A_DONE;
         return -1;
     }
@@ -219,6 +242,12 @@ static inline int proto_fetch_key(struct op *op, uint64_t ite, bool want_value,
         count_abort(op, NESSIE_ABORT_TIMEOUT);
         *end = A_RETRY;
         return -1;
+    }
+    /* A flash entry whose record is gone holds no key: out of the index with it, by CAS on the
+     * exact word (an eviction, as its page's drop meant it to be), and on with the pass. */
+    if (v->flash_gone) {
+        int st;
+        (void)proto_take_back(op, pos, ite, TAKE_RECYCLE | TAKE_FLASH, &st);
     }
     return match;
 }
@@ -321,20 +350,6 @@ int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
 enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, uint32_t key_n,
                            unsigned depth, int *status);
 
-/*
- * Take the room of an entry back in place, by CAS on the exact word sv at position src as an
- * eviction does: for a source whose value is lost to its key (issue 28: its value was on a fenced
- * node, or it is a rejoin's orphan), a duplicate the mover cannot place, and a linked committed
- * tombstone (its DELETE's unlink, done on its behalf). how: TAKE_RECYCLE recycles its entry (not
- * when its memory is a lost node's); TAKE_LOST counts it as a lost entry (its value lost to its
- * key: a tombstone or a duplicate is not). Returns A_DONE (*status set: NESSIE_OK once the slot is
- * empty, or the fabric's error), or A_RETRY when the attempt outlived its period or the word
- * changed meanwhile (nothing done).
- */
-#define TAKE_RECYCLE 1u
-#define TAKE_LOST 2u
-enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
-                             int *status);
 
 /*
  * A retire's values (move.c, model/retire.pml). proto_retiring_data: whether an entry naming

@@ -566,7 +566,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         }
         /* Step 2.3: the DTE without its value, unless the new value is built from it. */
         enum attempt end;
-        int is_key = proto_fetch_key(op, ite, needs_old_value(w->mode), t, &v, status, &end);
+        int is_key = proto_fetch_key(op, op->pos[i], ite, needs_old_value(w->mode), t, &v, status, &end);
         if (is_key < 0)
             return end;
         if (!is_key)
@@ -709,7 +709,7 @@ static enum attempt write_attempt(struct op *op, struct wreq *w, int *status)
         if (ite_empty(ite) || ite_filter(ite) != op->filter)
             continue;
         enum attempt end;
-        int is_key = proto_fetch_key(op, ite, false, t, &v, status, &end);
+        int is_key = proto_fetch_key(op, op->pos[j], ite, false, t, &v, status, &end);
         if (is_key < 0)
             return end;
         if (!is_key)

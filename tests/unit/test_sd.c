@@ -81,6 +81,10 @@ static void server_stop(uint32_t n)
     s->running = false;
 }
 
+/* The flash tier's directory and size per node when a test turns it on (flash_on), else "". */
+static char flash_dir[64];
+static uint64_t flash_bytes;
+
 /* Open NODES nodes, short periods so a silent home node costs little time. */
 static void cluster_open(bool servers)
 {
@@ -99,6 +103,13 @@ static void cluster_open(bool servers)
         cfg.expiration_ms = 50;
         cfg.op_timeout_ms = 200;
         cfg.sd_slots = 2;
+        if (flash_dir[0]) {
+            cfg.flash_path = flash_dir;
+            cfg.flash_bytes = flash_bytes;
+            cfg.flash_page_bytes = 64 << 10;
+            cfg.index_slots = 8192; /* a flash item keeps its index entry */
+            cfg.op_timeout_ms = 1000; /* writes wait for the evictor's room */
+        }
         assert_int_equal(nessie_node_open(&cfg, &C.node[i]), NESSIE_OK);
         assert_int_equal(nessie_ctx_create(C.node[i], &C.ctx[i]), NESSIE_OK);
     }
@@ -107,15 +118,27 @@ static void cluster_open(bool servers)
             server_start(i);
 }
 
+static void evictor_stop(void);
+
 static int teardown(void **state)
 {
     (void)state;
+    evictor_stop();
     for (uint32_t i = 0; i < NODES; i++)
         server_stop(i);
     for (uint32_t i = 0; i < NODES; i++) {
         nessie_ctx_destroy(C.ctx[i]);
         nessie_node_close(C.node[i]);
         fab_unlink(FAB_BACKEND_SHM, C.name, i);
+    }
+    if (flash_dir[0]) {
+        for (uint32_t i = 0; i < NODES; i++) {
+            char f[160];
+            snprintf(f, sizeof(f), "%s/%s.node%u.flash", flash_dir, C.name, i);
+            unlink(f);
+        }
+        rmdir(flash_dir);
+        flash_dir[0] = 0;
     }
     return 0;
 }
@@ -902,6 +925,236 @@ static void test_auto_ships_again_after_a_shun(void **state)
     fab_set_fault(nessie_node_fabric(C.node[0]), NULL, NULL);
 }
 
+
+/* --- the flash tier (issue 31): demotion, reads at the owner, shipped to it ----------------------- */
+
+/* The daemon's recycler thread, in miniature, for node 0: recycle and evict until told to stop. */
+struct evictor {
+    pthread_t thread;
+    struct nessie_ctx *ctx;
+    _Atomic int stop;
+};
+
+static struct evictor *evictor_running; /* stopped by teardown if a failed assertion left it */
+
+static void evictor_stop(void)
+{
+    struct evictor *e = evictor_running;
+    if (!e)
+        return;
+    evictor_running = NULL;
+    atomic_store(&e->stop, 1);
+    pthread_join(e->thread, NULL);
+    nessie_ctx_destroy(e->ctx);
+}
+
+static void *evictor_main(void *p)
+{
+    struct evictor *e = p;
+    while (!atomic_load(&e->stop)) {
+        nessie_recycle_run(e->ctx, 4096);
+        nessie_evict_run(e->ctx, 256);
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void flash_on(uint64_t bytes)
+{
+    snprintf(flash_dir, sizeof(flash_dir), "/tmp/nessie-test-sd-flash-XXXXXX");
+    assert_non_null(mkdtemp(flash_dir));
+    flash_bytes = bytes;
+}
+
+/* Key i and its value: its own name throughout, so a read can tell whose it is. */
+static void flash_kv(int i, char *k, size_t klen, char *v, size_t vlen)
+{
+    snprintf(k, klen, "flash-key-%d", i);
+    memset(v, 'a' + i % 26, vlen);
+    snprintf(v, vlen, "value-of-%d;", i);
+}
+
+/* GET key i through ctx: its own whole value (true) or a miss (false); never another's. */
+static bool flash_check(struct nessie_ctx *ctx, int i, size_t vlen)
+{
+    char k[32], want[1024];
+    struct nessie_item it;
+    flash_kv(i, k, sizeof(k), want, vlen);
+    int rc = nessie_get(ctx, k, strlen(k), &it);
+    if (rc == NESSIE_NOT_FOUND)
+        return false;
+    assert_int_equal(rc, NESSIE_OK);
+    assert_int_equal(it.value_len, vlen);
+    assert_memory_equal(it.value, want, vlen);
+    return true;
+}
+
+/* Write n keys of vlen bytes through node 0 (its data: 1 MiB), its evictor running. */
+static void flash_fill(int n, size_t vlen)
+{
+    struct evictor e = {0};
+    assert_int_equal(nessie_ctx_create(C.node[0], &e.ctx), NESSIE_OK);
+    assert_int_equal(pthread_create(&e.thread, NULL, evictor_main, &e), 0);
+    evictor_running = &e;
+    char k[32], v[1024];
+    for (int i = 0; i < n; i++) {
+        flash_kv(i, k, sizeof(k), v, vlen);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, vlen, 0, 0, 0, NULL),
+                         NESSIE_OK);
+    }
+    evictor_stop();
+}
+
+/* Three times node 0's memory written through it, with a log large enough for all: every item is
+ * read back whole, through node 0 (from its log) and through node 1 (its calls shipped to node 0,
+ * the log's only reader); items on flash are overwritten and deleted through node 1 as in
+ * memory; values below item_min are dropped, never demoted. */
+static void test_flash_demotes_and_reads_back(void **state)
+{
+    (void)state;
+    flash_on(8 << 20);
+    cluster_open(true);
+    for (uint32_t i = 0; i < NODES; i++)
+        nessie_ctx_set_mode(C.ctx[i], NESSIE_MODE_CD);
+    const int n = 5000; /* 5 MB into 2 MiB of memory (node 1's takes values placed for room) */
+    flash_fill(n, 1000);
+    struct nessie_counters c0, c1;
+    nessie_node_counters(C.node[0], &c0);
+    assert_true(c0.flash_demoted > (uint64_t)n / 3);
+    assert_int_equal(c0.evictions, 0);
+    /* A miss only where an item was dropped: a MIGRATE on node 1 (a value placed there for
+     * room) may take node 0's flash entry out of its way, as an eviction, never more. */
+    int misses = 0;
+    for (int i = 0; i < n; i++)
+        misses += !flash_check(C.ctx[1], i, 1000);
+    nessie_node_counters(C.node[0], &c0);
+    nessie_node_counters(C.node[1], &c1);
+    assert_true((uint64_t)misses <= c0.flash_dropped + c1.flash_dropped + c0.evictions +
+                                        c1.evictions);
+    assert_true(misses <= n / 100);
+    for (int i = 0; i < n; i += 7)
+        misses -= !flash_check(C.ctx[0], i, 1000);
+    assert_true(misses >= 0); /* what node 1 found, node 0 finds */
+    nessie_node_counters(C.node[0], &c0);
+    nessie_node_counters(C.node[1], &c1);
+    assert_true(c1.flash_shipped > (uint64_t)n / 4); /* met node 0's flash items: went there */
+    assert_true(c0.flash_hits > (uint64_t)n / 3);
+    /* Overwrite and delete the oldest keys (on flash by now) through node 1. */
+    char k[32], v[1024];
+    for (int i = 0; i < 200; i++) {
+        flash_kv(i, k, sizeof(k), v, 1000);
+        if (i % 2) {
+            v[999] = '!';
+            assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), v, 1000, 0, 0, 0,
+                                          NULL),
+                             NESSIE_OK);
+        } else {
+            assert_int_equal(nessie_delete(C.ctx[1], k, strlen(k)), NESSIE_OK);
+        }
+    }
+    for (int i = 0; i < 200; i++) {
+        struct nessie_item it;
+        flash_kv(i, k, sizeof(k), v, 1000);
+        int rc = nessie_get(C.ctx[i % 3 == 0], k, strlen(k), &it);
+        if (i % 2) {
+            assert_int_equal(rc, NESSIE_OK);
+            v[999] = '!';
+            assert_int_equal(it.value_len, 1000);
+            assert_memory_equal(it.value, v, 1000);
+        } else {
+            assert_int_equal(rc, NESSIE_NOT_FOUND);
+        }
+    }
+    struct nessie_flash_stats fs;
+    assert_int_equal(nessie_flash_stats(C.node[0], &fs), NESSIE_OK);
+    assert_true(fs.objects_read >= (uint64_t)n / 3);
+}
+
+/* A log of four 64 KiB pages under 3 MB of writes: the oldest pages are dropped as evictions,
+ * their entries taken out of the index; every read is its key's whole value or a miss, and the
+ * newest keys are there. Values under item_min are evicted as without the tier. */
+static void test_flash_full_log_drops_oldest(void **state)
+{
+    (void)state;
+    flash_on(256 << 10);
+    cluster_open(true);
+    const int n = 3000;
+    flash_fill(n, 1000);
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        found += flash_check(C.ctx[i % 2], i, 1000);
+    assert_true(flash_check(C.ctx[1], n - 1, 1000));
+    struct nessie_counters c0;
+    nessie_node_counters(C.node[0], &c0);
+    assert_true(c0.flash_dropped > 0);
+    assert_true(found < n);
+    struct nessie_flash_stats fs;
+    assert_int_equal(nessie_flash_stats(C.node[0], &fs), NESSIE_OK);
+    assert_true(fs.page_reclaims > 0);
+    /* Values under item_min stay in memory or go: none is ever read from the log. */
+    char k[32], v[1024];
+    for (int i = 0; i < 3000; i++) {
+        flash_kv(n + i, k, sizeof(k), v, 100);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, 100, 0, 0, 0, NULL),
+                         NESSIE_OK);
+        if (i % 64 == 0) {
+            nessie_recycle_run(C.ctx[0], 4096);
+            nessie_evict_run(C.ctx[0], 256);
+        }
+    }
+    nessie_node_counters(C.node[0], &c0);
+    uint64_t hits = c0.flash_hits;
+    for (int i = 0; i < 3000; i++)
+        flash_check(C.ctx[0], n + i, 100);
+    nessie_node_counters(C.node[0], &c0);
+    assert_int_equal(c0.flash_hits, hits);
+}
+
+
+/* A flash item whose owner takes no shipped call (its servers stopped): a call that meets it
+ * elsewhere does not fail, and does not answer a miss while the item stays readable: it takes
+ * the entry out (an eviction) and goes on, so the owner misses it too from then on, and a SET
+ * through the other node stores the key anew. */
+static void test_flash_owner_unreachable_evicts(void **state)
+{
+    (void)state;
+    flash_on(8 << 20);
+    cluster_open(true);
+    for (uint32_t i = 0; i < NODES; i++)
+        nessie_ctx_set_mode(C.ctx[i], NESSIE_MODE_CD);
+    const int n = 4000;
+    flash_fill(n, 1000);
+    /* Keys on node 0's flash now: a GET there is a flash hit. */
+    int on_flash[4], got = 0;
+    for (int i = 0; i < n && got < 4; i++) {
+        struct nessie_counters a, b;
+        nessie_node_counters(C.node[0], &a);
+        bool found = flash_check(C.ctx[0], i, 1000);
+        nessie_node_counters(C.node[0], &b);
+        if (found && b.flash_hits == a.flash_hits + 1)
+            on_flash[got++] = i;
+    }
+    assert_int_equal(got, 4);
+    server_stop(0);
+    struct nessie_counters c1;
+    nessie_node_counters(C.node[1], &c1);
+    uint64_t dropped = c1.flash_dropped;
+    char k[32], v[1024];
+    for (int j = 0; j < 2; j++) {
+        assert_false(flash_check(C.ctx[1], on_flash[j], 1000)); /* evicted, not failed */
+        assert_false(flash_check(C.ctx[0], on_flash[j], 1000)); /* and gone for its owner */
+    }
+    for (int j = 2; j < 4; j++) {
+        flash_kv(on_flash[j], k, sizeof(k), v, 1000);
+        assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), v, 1000, 0, 0, 0, NULL),
+                         NESSIE_OK);
+        assert_true(flash_check(C.ctx[0], on_flash[j], 1000));
+        assert_true(flash_check(C.ctx[1], on_flash[j], 1000));
+    }
+    nessie_node_counters(C.node[1], &c1);
+    assert_true(c1.flash_dropped >= dropped + 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -919,6 +1172,9 @@ int main(void)
         cmocka_unit_test_teardown(test_requester_on_new_tables_is_served, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
         cmocka_unit_test_teardown(test_auto_ships_again_after_a_shun, teardown),
+        cmocka_unit_test_teardown(test_flash_demotes_and_reads_back, teardown),
+        cmocka_unit_test_teardown(test_flash_full_log_drops_oldest, teardown),
+        cmocka_unit_test_teardown(test_flash_owner_unreachable_evicts, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
