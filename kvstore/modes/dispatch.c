@@ -58,7 +58,7 @@ static bool dispatch_hop(struct nessie_ctx *ctx, unsigned hops, size_t payload, 
         *rc = NESSIE_FABRIC_ERROR; /* never: a run that takes such entries out goes past them */
         return false;
     }
-    if (hops < DISPATCH_FLASH_HOPS && sd_can_ship_to(ctx, ctx->elsewhere, payload))
+    if (hops < DISPATCH_FLASH_HOPS && sd_can_ship_flash(ctx, ctx->elsewhere, payload))
         return true;
     ctx->flash_take = true;
     *rc = -1;

@@ -40,6 +40,9 @@ bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len);
  * caller that avoids a shunned home must ask here: a home only ever tested by a plain load
  * would stay shunned for good. One acquire load when the home is not shunned; never blocks. */
 bool sd_home_shunned(struct nessie_ctx *ctx, uint32_t home);
+/* Whether a call that met node `to`'s flash item may be shipped there: as sd_can_ship_to, but
+ * a home whose servers look stalled is tried too (only it can read the item). */
+bool sd_can_ship_flash(struct nessie_ctx *ctx, uint32_t to, size_t payload_len);
 
 /* Mode auto (nessie.h): pick the way of one call (NESSIE_MODE_CD or NESSIE_MODE_SD), then, once
  * it ended, teach the selector how long it took. */

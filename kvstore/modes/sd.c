@@ -340,6 +340,15 @@ bool sd_can_ship_to(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
     return true;
 }
 
+bool sd_can_ship_flash(struct nessie_ctx *ctx, uint32_t to, size_t payload_len)
+{
+    struct nessie_node *nd = ctx->node;
+    /* A shunned home is tried all the same: nobody else can read its flash items, and a slow
+     * server is better than an eviction (a withdrawal costs a take-up limit). */
+    return to != nd->cfg.self && to < nd->cfg.node_ids && payload_len <= slot_payload(nd->sd) &&
+           !mship_unreachable(&nd->view, to);
+}
+
 bool sd_home_shunned(struct nessie_ctx *ctx, uint32_t home)
 {
     return home < ctx->node->cfg.node_ids && !sd_home_open(ctx, home);

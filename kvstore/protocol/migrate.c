@@ -14,6 +14,7 @@
 
 #include "memory/memory.h"
 #include "protocol.h"
+#include "nessie_test.h"
 #include "memory/upcall.h"
 
 static bool pos_in(uint64_t p, const uint64_t *set, uint32_t n)
@@ -33,7 +34,19 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned 
         return A_RETRY;
     }
     bool ok, clean;
-    if ((*status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean)) != NESSIE_OK)
+    /* Another node's flash item: its key is known only there; a checker hears of its position
+     * and filter bits. */
+    const bool anon = (how & TAKE_FLASH) && ite_node(sv) != op->node->cfg.self &&
+                      nessie_evict_anon_hook;
+    const uint64_t call_ns = anon ? nessie_mono_ns() : 0;
+    *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
+    if (anon)
+        nessie_evict_anon_hook(nessie_evict_anon_user, src, ite_filter(sv),
+                               *status != NESSIE_OK ? NESSIE_TIMEOUT
+                               : ok                 ? NESSIE_OK
+                                                    : NESSIE_EXISTS,
+                               call_ns);
+    if (*status != NESSIE_OK)
         return A_DONE;
     if (!ok)
         return A_RETRY;
@@ -77,11 +90,16 @@ int nessie_swing_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64
 {
     enum nessie_opkind saved = ctx->kind; /* a write that evicts on its own is under way */
     struct op op;
+    /* A swing to nothing removes the key: an eviction, which the checkers see as one. */
+    if (!to && nessie_evict_hook)
+        nessie_evict_hook(nessie_evict_hook_user, kp->key, kp->klen, false, 0);
     proto_op_init(&op, ctx, NESSIE_OPK_EVICT, kp);
     int status = NESSIE_OK;
     RUN_ATTEMPTS(&op, swing_attempt(&op, from, to, &status));
     status = proto_finish(&op, status);
     ctx->kind = saved;
+    if (!to && nessie_evict_hook)
+        nessie_evict_hook(nessie_evict_hook_user, kp->key, kp->klen, true, status);
     return status;
 }
 

@@ -46,6 +46,13 @@ void nessie_set_test_hook(nessie_hook_fn fn, void *user);
 typedef void (*nessie_evict_hook_fn)(void *user, const void *key, size_t key_len, bool done,
                                      int status);
 void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user);
+/* The same for an eviction whose key is not known to the evicting node: another node's flash
+ * item (issue 31) taken out of global index position pos, its entry's filter bits filter (a
+ * checker counts it as a removal, of unknown effect, of each key those two could be). Called
+ * once, after the CAS, with its status. */
+typedef void (*nessie_evict_anon_fn)(void *user, uint64_t pos, uint32_t filter, int status,
+                                     uint64_t call_ns);
+void nessie_set_evict_anon_hook(nessie_evict_anon_fn fn, void *user);
 
 /* The N positions of a key (global ITE slot numbers: node * index_slots + slot), for tests:
  * nessie_key_positions. */

@@ -42,6 +42,7 @@
 #include "memory/hash.h"
 #include "log.h"
 #include "protocol.h"
+#include "nessie_test.h"
 
 /* --- small helpers ------------------------------------------------------------------------- */
 
@@ -271,6 +272,14 @@ static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint
     v->value = buf + kl;
     *match = klen == 0 || (kl == klen && memcmp(buf, key, klen) == 0);
     return NESSIE_OK;
+}
+
+void proto_flash_take(struct op *op, uint64_t pos, uint64_t ite)
+{
+    int st = NESSIE_OK;
+    /* Its key may be this call's or another with the same filter bits: proto_take_back tells
+     * the checkers (nessie_evict_anon_hook). */
+    (void)proto_take_back(op, pos, ite, TAKE_FLASH, &st);
 }
 
 /*

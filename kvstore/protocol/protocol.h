@@ -216,6 +216,9 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
 enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
                              int *status);
 
+/* Take another node's flash entry ite out of position pos as an eviction (protocol.c). */
+void proto_flash_take(struct op *op, uint64_t pos, uint64_t ite);
+
 /*
  * Step 2.3 as a pass over I_1..I_n runs it (GET's and a write's forward pass, a write's step 4):
  * fetch ite's DTE (its value too if want_value), read at ite_read_ns, into *v, and judge it.
@@ -229,8 +232,9 @@ static inline int proto_fetch_key(struct op *op, uint64_t pos, uint64_t ite, boo
     bool match;
     if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, want_value, ite_read_ns, v,
                                    &match)) == NESSIE_ELSEWHERE && op->ctx->flash_take) {
-        /* Another node's flash item that its owner cannot judge for us: evicted, in place. */
-        (void)proto_take_back(op, pos, ite, TAKE_FLASH, status);
+        /* Another node's flash item that its owner cannot judge for us: evicted, in place
+         * (the checkers are told it as an eviction of this key, the one its filter bits say). */
+        proto_flash_take(op, pos, ite);
         *status = NESSIE_OK;
         return 0;
     }
@@ -396,6 +400,8 @@ int proto_arith(struct nessie_ctx *ctx, const struct key_plan *kp, bool incr, ui
 int proto_touch(struct nessie_ctx *ctx, const struct key_plan *kp, int64_t exptime);
 
 /* The eviction observer (nessie_set_evict_hook), or NULL. */
+extern nessie_evict_anon_fn nessie_evict_anon_hook;
+extern void *nessie_evict_anon_user;
 extern nessie_evict_hook_fn nessie_evict_hook;
 extern void *nessie_evict_hook_user;
 

@@ -894,6 +894,15 @@ static int run_write(struct nessie_ctx *ctx, enum nessie_opkind kind, const stru
 nessie_evict_hook_fn nessie_evict_hook;
 void *nessie_evict_hook_user;
 
+nessie_evict_anon_fn nessie_evict_anon_hook;
+void *nessie_evict_anon_user;
+
+void nessie_set_evict_anon_hook(nessie_evict_anon_fn fn, void *user)
+{
+    nessie_evict_anon_user = user;
+    nessie_evict_anon_hook = fn;
+}
+
 void nessie_set_evict_hook(nessie_evict_hook_fn fn, void *user)
 {
     nessie_evict_hook_user = user;

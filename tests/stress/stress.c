@@ -76,7 +76,9 @@
 
 #include "clock.h"
 #include "fabric/fabric.h"
+#include "memory/flash.h"
 #include "memory/layout.h"
+#include "memory/memory.h"
 #include "lincheck.h"
 #include "log.h"
 #include "protocol/nessie_test.h"
@@ -109,6 +111,12 @@ static gint opt_expiration_ms = 20, opt_seed = 1, opt_crash_every = 0;
 static gdouble opt_inject = 0;
 static gint opt_stall_every = 0, opt_stall_ms = 0;
 static gint opt_kill_at = 0, opt_dead_for = 0, opt_lose_at = 0, opt_detect_ms = 300;
+/* --flash DIR: the flash tier on (issue 31), every value demoted (item_min 1), a log of
+ * --flash-bytes per node in pages of 64 KiB; --flash-errors P: each I/O of the log fails with
+ * probability P (injected in turns by the recycler thread). */
+static gchar *opt_flash;
+static gint64 opt_flash_bytes = 1 << 20;
+static gdouble opt_flash_errors = 0;
 static gint opt_load_on = -1; /* --load-on: the one node whose threads issue operations */
 /* --node-ids: the cluster's node-id capacity (nessie.h, node_ids; 0: --nodes), so ids from
  * --nodes on are absent and placement draws around them (issue 30). */
@@ -195,6 +203,14 @@ static GOptionEntry entries[] = {
      "announce on (its calls' writes run on the others), the others relocate what names its data "
      "and move its index entries, its client threads stop before the commit, and nothing may name "
      "it after. Prints a remove: line", "MS"},
+    {"flash", 0, 0, G_OPTION_ARG_FILENAME, &opt_flash,
+     "the flash tier on, its logs in directory DIR (issue 31): every value evicted is demoted to "
+     "its node's log, whose oldest pages are dropped when it is full (summary: demoted=, "
+     "flash-dropped=, flash-hits=)", "DIR"},
+    {"flash-bytes", 0, 0, G_OPTION_ARG_INT64, &opt_flash_bytes,
+     "each node's log, in bytes (default 1 MiB: 16 pages of 64 KiB)", "BYTES"},
+    {"flash-errors", 0, 0, G_OPTION_ARG_DOUBLE, &opt_flash_errors,
+     "probability that a read or write of a log fails (EIO), injected by turns", "P"},
     {"detect-ms", 0, 0, G_OPTION_ARG_INT, &opt_detect_ms,
      "with --lose-node-at: how long after the kill the view fencing the node is published, the "
      "coordination service's detection time (default 300)", "MS"},
@@ -280,7 +296,12 @@ struct evict_rec {
     uint16_t key;
     uint8_t done;
     uint8_t status;
+    /* An eviction of unknown key (nessie_evict_anon_hook): the index position and filter bits
+     * of the entry taken out; key is ANON_KEY. */
+    uint32_t filter;
+    uint64_t pos;
 };
+#define ANON_KEY 0xFFFF
 struct evict_log {
     _Atomic uint64_t n; /* records claimed (may exceed cap: then the run cannot be checked) */
     uint64_t cap;
@@ -312,6 +333,29 @@ static void stress_evict_hook(void *user, const void *key, size_t klen, bool don
     atomic_store_explicit((_Atomic uint8_t *)&r->done, 1, memory_order_release);
 }
 
+static void stress_evict_anon_hook(void *user, uint64_t pos, uint32_t filter, int status,
+                                   uint64_t call_ns)
+{
+    (void)user;
+    uint64_t i = atomic_fetch_add(&elog->n, 1);
+    if (i >= elog->cap)
+        return;
+    struct evict_rec *r = &elog->r[i];
+    r->key = ANON_KEY;
+    r->pos = pos;
+    r->filter = filter;
+    r->call_ns = call_ns;
+    r->ret_ns = nessie_mono_ns();
+    r->status = (uint8_t)status;
+    atomic_store_explicit((_Atomic uint8_t *)&r->done, 1, memory_order_release);
+}
+
+/* Each key's filter bits and positions (as the last view places them), for the evictions of
+ * unknown key: filled by the parent before it checks the histories. */
+static uint32_t *key_filter;
+static uint64_t (*key_pos)[NESSIE_PLAN_MAX];
+static uint32_t key_ways;
+
 static char cluster[64];
 static struct shared *sh;
 static struct event *hist; /* nodes * threads * per_thread events */
@@ -337,6 +381,12 @@ static void config_for(struct nessie_config *cfg, uint32_t self)
      * margin covers a viewer thread descheduled on a busy machine. */
     if (opt_lose_at)
         cfg->view_wait_ms = (uint32_t)opt_detect_ms + 2000;
+    if (opt_flash) {
+        cfg->flash_path = opt_flash;
+        cfg->flash_bytes = (uint64_t)opt_flash_bytes;
+        cfg->flash_page_bytes = 64 << 10;
+        cfg->flash_item_min = 1;
+    }
     if (opt_fabric && strcmp(opt_fabric, "verbs") == 0) {
         cfg->backend = NESSIE_BACKEND_VERBS;
         cfg->addrs = verbs_addrs;
@@ -609,6 +659,14 @@ static void *recycler_main(void *p)
         return (void *)1;
     while (!atomic_load_explicit(&r->stop, memory_order_acquire)) {
         nessie_recycle_run(ctx, 4096);
+        /* --flash-errors: the next reads and writes of the log fail, about P of them. */
+        if (opt_flash_errors > 0 && r->node->flash) {
+            uint64_t x = nessie_mono_ns() ^ (uint64_t)r->id << 32;
+            x ^= x >> 29;
+            x *= 0xbf58476d1ce4e5b9ULL;
+            if ((double)(x >> 11) * 0x1.0p-53 < opt_flash_errors * 64)
+                flash_inject_errors(r->node->flash, 1, 1);
+        }
         nessie_evict_run(ctx, 256);
         /* What a view change left in the index (a lost node's entries, a rejoin's orphans), and
          * the view the scrub is done for, which the parent waits for before a readmission. */
@@ -872,6 +930,7 @@ static int node_main(uint32_t id, bool restart, bool rejoin)
         usleep(100);
     fault_node = id;
     nessie_set_evict_hook(stress_evict_hook, NULL);
+    nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
     if (opt_inject > 0 || opt_stall_every > 0 || opt_lose_at)
         fab_set_fault(nessie_node_fabric(node), stress_fault, NULL);
     /* --lose-node-at: view 1 is installed, and its lease given, before the first call. */
@@ -1389,6 +1448,33 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
      * process was killed); one that failed had no effect and tells nothing. */
     uint64_t nev = atomic_load(&elog->n) < elog->cap ? atomic_load(&elog->n) : elog->cap;
     struct event *evs = g_new0(struct event, nev ? nev : 1);
+    /* Evictions of unknown key: a removal of unknown effect for each key it could have been
+     * (those with its filter bits and, under the last placement, its position; any with its
+     * filter bits if none). */
+    GArray *anon = g_array_new(FALSE, TRUE, sizeof(struct event));
+    for (uint64_t i = 0; i < nev && key_filter; i++) {
+        const struct evict_rec *r = &elog->r[i];
+        if (r->key != ANON_KEY || !r->done ||
+            (r->status != NESSIE_OK && r->status != NESSIE_TIMEOUT))
+            continue;
+        bool by_pos = false;
+        for (int pass = 0; pass < 2 && !by_pos; pass++) {
+            for (int k = 0; k < opt_keys; k++) {
+                bool at = false;
+                for (uint32_t w = 0; w < key_ways; w++)
+                    at = at || key_pos[k][w] == r->pos;
+                if (key_filter[k] != r->filter || (pass == 0 && !at))
+                    continue;
+                by_pos = true;
+                struct event e = {.call_ns = r->call_ns, .key = (uint16_t)k, .op = LC_DELETE,
+                                  .done = 0, .outcome = LC_OK};
+                g_array_append_val(anon, e);
+            }
+        }
+    }
+    for (guint i = 0; i < anon->len; i++)
+        g_ptr_array_add(per_key[g_array_index(anon, struct event, i).key],
+                        &g_array_index(anon, struct event, i));
     for (uint64_t i = 0; i < nev; i++) {
         const struct evict_rec *r = &elog->r[i];
         struct event *e = &evs[i];
@@ -1447,6 +1533,7 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
     }
     g_free(per_key);
     g_free(evs);
+    g_array_free(anon, TRUE);
     g_free(losses);
     return violations;
 }
@@ -1933,7 +2020,48 @@ int main(int argc, char **argv)
             nessie_ctx_destroy(ctx);
         }
     }
+    /* A flash item is read only by its node (issue 31): each node serves shipped calls here as
+     * its process did, so the final reads reach every log; and an eviction they make (a call
+     * that cannot go to a flash item's node takes its entry out) is in the history too. */
+    struct recycler *fservers = opt_flash ? calloc((size_t)all_nodes, sizeof(*fservers)) : NULL;
+    pthread_t *fthreads = opt_flash ? calloc((size_t)all_nodes, sizeof(*fthreads)) : NULL;
+    for (int n = 0; fservers && fthreads && n < all_nodes; n++) {
+        fservers[n].node = nodes[n];
+        fservers[n].id = (uint32_t)n;
+        if (nodes[n] && pthread_create(&fthreads[n], NULL, server_main, &fservers[n]) != 0)
+            fservers[n].node = NULL;
+    }
+    if (opt_flash)
+        nessie_set_evict_hook(stress_evict_hook, NULL);
+    struct nessie_node *any = NULL;
+    for (int n = 0; n < all_nodes && !any; n++)
+        any = nodes[n];
+    if (opt_flash && any) {
+        nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
+        key_ways = nessie_node_config(any)->ways;
+        key_filter = calloc((size_t)opt_keys, sizeof(*key_filter));
+        key_pos = calloc((size_t)opt_keys, sizeof(*key_pos));
+        for (int k = 0; key_filter && key_pos && k < opt_keys; k++) {
+            char key[32];
+            key_name(key, sizeof(key), k);
+            struct key_plan kp;
+            key_plan_make(&kp, any, key, strlen(key));
+            key_filter[k] = kp.filter;
+            for (uint32_t w = 0; w < kp.n && w < NESSIE_PLAN_MAX; w++)
+                key_pos[k][w] = kp.pos[w];
+        }
+    }
     uint64_t stuck = final_reads(nodes, extra);
+    nessie_set_evict_hook(NULL, NULL);
+    nessie_set_evict_anon_hook(NULL, NULL);
+    for (int n = 0; fservers && fthreads && n < all_nodes; n++) {
+        if (!fservers[n].node)
+            continue;
+        atomic_store_explicit(&fservers[n].stop, 1, memory_order_release);
+        pthread_join(fthreads[n], NULL);
+    }
+    free(fservers);
+    free(fthreads);
     uint64_t swept = 0;
     if (faulty) {
         /* The leak sweep confirms over two passes a grace period apart. */
@@ -2079,13 +2207,15 @@ int main(int argc, char **argv)
            " injected=%" PRIu64 " stalls=%" PRIu64 " evictions=%" PRIu64 " shipped=%" PRIu64
            " dropped=%" PRIu64 " outlived=%" PRIu64 " withdrawn=%" PRIu64 " shunned=%" PRIu64
            " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " moved=%" PRIu64
-           " placed=%" PRIu64 "\n",
+           " placed=%" PRIu64 " demoted=%" PRIu64 " flash-dropped=%" PRIu64
+           " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
-           sum.view_waits, moved, sum.placed);
+           sum.view_waits, moved, sum.placed, sum.flash_demoted, sum.flash_dropped,
+           sum.flash_hits, sum.flash_shipped);
 
     for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])
