@@ -326,37 +326,38 @@ static int life_write(struct flash_log *fl, uint64_t page, uint64_t life, bool e
     return rc;
 }
 
-/* Write the page being filled (its used part, to the block) and mark it full; on failure its
- * records are lost (their locations read as misses) and it is free again. Mutex held. */
+/* Write the page being filled (its used part, to the block) and mark it full; on failure it
+ * stays the page being filled (FLASH_IO). Mutex held. */
 static int seal_locked(struct flash_log *fl)
 {
     if (fl->cur < 0)
         return FLASH_OK;
     struct flash_page *p = &fl->pages[fl->cur];
     uint64_t page = (uint64_t)fl->cur;
-    fl->cur = -1;
     uint32_t len = (fl->wused + FLASH_BLOCK - 1) & ~(FLASH_BLOCK - 1);
     if (len > fl->page_bytes)
         len = fl->page_bytes;
     /* Past the last record, zeros up to the block: recovery stops there (a whole unit of zeros
      * is no record). What lies past the block is an earlier life's, of another sequence. */
     memset(fl->wbuf + fl->wused, 0, len - fl->wused);
-    fl->wused = 0;
     if (p->used == 0) {
+        fl->cur = -1;
+        fl->wused = 0;
         page_reset(p);
         g_queue_push_head(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
         return FLASH_OK;
     }
     if (io_buf(fl, true, fl->wbuf, len, page_off(fl, page)) != 0) {
-        fl->st.objects_live -= live_records(p); /* those unlinked were counted already */
-        page_reset(p);
-        /* Part of the page may have reached the device: the page's life ends, so a restart
-         * does not find those records (if this write fails too, what it finds is the right
-         * records of their own locations, whole by their CRCs). */
-        (void)life_write(fl, page, p->life, true);
-        g_queue_push_tail(&fl->free_pages, GSIZE_TO_POINTER(page + 1));
+        /* The page stays the one being filled, whole in its buffer and read from there: its
+         * records are items whose entries name them, so losing them would evict items nobody
+         * can name (their keys are in the buffer only). Appends fail meanwhile (their victims
+         * stay in memory or are evicted) and the next seal writes the page again. Part of it
+         * may have reached the device: its life stands, so a crash before a write succeeds
+         * recovers only whole records of it, each of its own location. */
         return FLASH_IO;
     }
+    fl->cur = -1;
+    fl->wused = 0;
     fl->st.bytes_device += len;
     p->state = PAGE_FULL;
     return FLASH_OK;

@@ -154,8 +154,9 @@ void flash_close(struct flash_log *fl);
 /* Append a record of key and value to the page being filled, opening the next free page (oldest
  * free first) when it is full. Returns FLASH_OK and its location in *loc; FLASH_FULL when no page
  * is free (nothing is written: the caller drops or compacts a page and tries again),
- * FLASH_TOO_BIG, FLASH_IO (the full page could not be written: its records are lost, counted as
- * unlinked) or FLASH_BAD. */
+ * FLASH_TOO_BIG, FLASH_IO (the full page could not be written, or its next life not recorded:
+ * nothing appended; the full page stays in memory, readable, and is written again by the next
+ * append or seal) or FLASH_BAD. */
 int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
                  uint32_t vlen, const struct flash_meta *meta, uint64_t *loc);
 
@@ -184,7 +185,8 @@ int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, ui
 int flash_unlink(struct flash_log *fl, uint64_t loc);
 
 /* Write out the page being filled, as it is, and start the next record on a new page. Returns
- * FLASH_OK or FLASH_IO. */
+ * FLASH_OK, or FLASH_IO: the page stays the one being filled, whole in memory (a later seal or
+ * append writes it again; closed before that, its records are lost as in a crash). */
 int flash_seal(struct flash_log *fl);
 
 /* The full page with the lowest sequence number (the oldest written), with its life in *life

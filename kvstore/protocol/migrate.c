@@ -36,7 +36,8 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned 
     bool ok, clean;
     /* Another node's flash item: its key is known only there; a checker hears of its position
      * and filter bits. */
-    const bool anon = (how & TAKE_FLASH) && ite_node(sv) != op->node->cfg.self &&
+    const bool anon = (how & TAKE_FLASH) &&
+                      (ite_node(sv) != op->node->cfg.self || (how & TAKE_ANON)) &&
                       nessie_evict_anon_hook;
     const uint64_t call_ns = anon ? nessie_mono_ns() : 0;
     *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
@@ -158,7 +159,7 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
         goto out;
     }
     if (!match && v.flash_gone) {
-        result = proto_take_back(op, src, sv, TAKE_RECYCLE | TAKE_FLASH, status);
+        result = proto_take_back(op, src, sv, TAKE_RECYCLE | TAKE_FLASH | TAKE_ANON, status);
         goto out;
     }
     if (!match) {

@@ -232,7 +232,8 @@ static void view_parse(struct dte_view *v, const unsigned char *bytes, bool with
  * that knows the key it looks for (klen > 0) ends NESSIE_ELSEWHERE with ctx->elsewhere set (its
  * call goes to that node), one that does not gets no match (the passes over the index handle
  * such entries before they fetch). A record that is gone (its page dropped or written again,
- * torn) sets v->flash_gone: no key's, the entry may be taken out. An I/O error is a miss.
+ * torn) or cannot be read (an I/O error) sets v->flash_gone: a miss, the entry to be taken
+ * out.
  */
 static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_t klen,
                        struct dte_view *v, bool *match)
@@ -256,7 +257,9 @@ static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint
     struct flash_meta m;
     int rc = flash_read_rec(nd->flash, ite_flash_loc(ite), buf, cap, &kl, &vl, &m);
     if (rc != FLASH_OK) {
-        v->flash_gone = rc == FLASH_MISS || rc == FLASH_BAD;
+        /* Gone, or unreadable (an I/O error): a miss, and so the entry is taken out, as an
+         * eviction: a miss while the entry stays would let a later read find the item again. */
+        v->flash_gone = true;
         return NESSIE_OK;
     }
     memset(&v->h, 0, sizeof(v->h));

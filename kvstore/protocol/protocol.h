@@ -213,6 +213,8 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
 #define TAKE_RECYCLE 1u
 #define TAKE_LOST 2u
 #define TAKE_FLASH 4u /* counted as a flash item dropped */
+#define TAKE_ANON 8u  /* a flash item whose key is not known here: told to the checkers by
+                         position and filter bits (always so for another node's) */
 enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
                              int *status);
 
@@ -251,7 +253,7 @@ static inline int proto_fetch_key(struct op *op, uint64_t pos, uint64_t ite, boo
      * exact word (an eviction, as its page's drop meant it to be), and on with the pass. */
     if (v->flash_gone) {
         int st;
-        (void)proto_take_back(op, pos, ite, TAKE_RECYCLE | TAKE_FLASH, &st);
+        (void)proto_take_back(op, pos, ite, TAKE_RECYCLE | TAKE_FLASH | TAKE_ANON, &st);
     }
     return match;
 }

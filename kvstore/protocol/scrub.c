@@ -27,6 +27,7 @@
 
 #include "memory/memory.h"
 #include "protocol.h"
+#include "nessie_test.h"
 
 /* Whether the entry w at this node's slot s is an orphan: its key's positions under the current
  * view do not include the slot. Reads its DTE (a READ, on any node). Returns NESSIE_OK and sets
@@ -100,7 +101,15 @@ static bool scrub_slot(struct nessie_ctx *ctx, uint64_t s, bool orphans, size_t 
         return true;
     }
     bool ok = false, clean;
+    const uint64_t call_ns = nessie_mono_ns();
     rc = proto_ite_cas_resolve(&op, pos, w, 0, &ok, &clean);
+    /* A flash item taken out: its key may be unknown here (another node's, or gone). */
+    if (ite_is_flash(w) && nessie_evict_anon_hook)
+        nessie_evict_anon_hook(nessie_evict_anon_user, pos, ite_filter(w),
+                               rc != NESSIE_OK ? NESSIE_TIMEOUT
+                               : ok            ? NESSIE_OK
+                                               : NESSIE_EXISTS,
+                               call_ns);
     if (rc == NESSIE_OK && ok) {
         if (orphan)
             nessie_recycle(ctx, w);

@@ -241,6 +241,7 @@ struct node_report {
     struct nessie_counters ctr;
     int failed; /* the node could not run (logged) */
     _Atomic uint64_t injected, stalls; /* faults made (survive kills: counted as they happen) */
+    _Atomic uint64_t flash_io_errors; /* --flash-errors: the log's I/Os that failed (EIO) */
 };
 
 /*
@@ -666,6 +667,9 @@ static void *recycler_main(void *p)
             x *= 0xbf58476d1ce4e5b9ULL;
             if ((double)(x >> 11) * 0x1.0p-53 < opt_flash_errors * 64)
                 flash_inject_errors(r->node->flash, 1, 1);
+            struct flash_stats fls;
+            flash_stats(r->node->flash, &fls);
+            atomic_store(&sh->node[r->id].flash_io_errors, fls.io_errors);
         }
         nessie_evict_run(ctx, 256);
         /* What a view change left in the index (a lost node's entries, a rejoin's orphans), and
@@ -2180,10 +2184,11 @@ int main(int argc, char **argv)
             change_short = true;
         }
     }
-    uint64_t injected = 0, stalls = 0;
+    uint64_t injected = 0, stalls = 0, flash_io = 0;
     for (int n = 0; n < all_nodes; n++) {
         injected += atomic_load(&sh->node[n].injected);
         stalls += atomic_load(&sh->node[n].stalls);
+        flash_io += atomic_load(&sh->node[n].flash_io_errors);
     }
     /* Calls that lasted longer than the grace: their entries may have been taken over while
      * they were still running (issue 26), the states the time arguments must survive. */
@@ -2208,14 +2213,14 @@ int main(int argc, char **argv)
            " dropped=%" PRIu64 " outlived=%" PRIu64 " withdrawn=%" PRIu64 " shunned=%" PRIu64
            " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " moved=%" PRIu64
            " placed=%" PRIu64 " demoted=%" PRIu64 " flash-dropped=%" PRIu64
-           " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 "\n",
+           " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 " flash-io-errors=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
            sum.view_waits, moved, sum.placed, sum.flash_demoted, sum.flash_dropped,
-           sum.flash_hits, sum.flash_shipped);
+           sum.flash_hits, sum.flash_shipped, flash_io);
 
     for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])
