@@ -65,9 +65,9 @@ static const struct {
     {"reception", "This node's daemon: its threads and its clients' socket."},
     {"membership", "Who agrees the cluster's view (its epoch and live members): issue 28."},
     {"flash", "The flash tier (issue 31): what does not fit in a node's memory kept in a log on its\n"
-              "disk, as memcached's extstore keeps it (-o ext_path=FILE:SIZE). Being built: the\n"
-              "log is opened, recovered and counted (stats extstore_*), but eviction does not\n"
-              "demote to it yet."},
+              "disk, as memcached's extstore keeps it (-o ext_path=FILE:SIZE). The evictor writes\n"
+              "its victims there instead of dropping them; their index entries name the records,\n"
+              "which only this node reads (other nodes' calls are sent here). Stats extstore_*."},
 };
 
 static const struct cfg_key schema[] = {

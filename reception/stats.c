@@ -258,12 +258,19 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U("extstore_bytes_fragmented", fs.bytes_fragmented);
         STAT_U("extstore_bytes_written", fs.bytes_written);
         STAT_U("extstore_bytes_read", fs.bytes_read);
+        STAT_U("get_extstore", c.flash_hits); /* GETs answered from this node's log */
         STAT_U("miss_from_extstore", fs.misses);
         STAT_U("badcrc_from_extstore", fs.crc_failures);
         STAT_U("nessie_flash_io_uring", fs.uring);
         STAT_U("nessie_flash_io_errors", fs.io_errors);
         STAT_U("nessie_flash_recovered", fs.recovered);
         STAT_U("nessie_flash_bytes_appended", fs.bytes_appended);
+        /* Victims written to the log, flash items taken out of the index (their page dropped
+         * for room, or met where they could not be read), and calls sent to a flash item's
+         * node (counted where they met it). */
+        STAT_U("nessie_flash_demoted", c.flash_demoted);
+        STAT_U("nessie_flash_dropped", c.flash_dropped);
+        STAT_U("nessie_flash_shipped", c.flash_shipped);
         /* Bytes the device was given per byte of records appended (page padding to the
          * block, and a block of the life table when a page's life begins and ends). */
         STAT_F("nessie_flash_write_amplification", per(fs.bytes_written, fs.bytes_appended));

@@ -1,6 +1,6 @@
 /*
  * flash.h - the flash tier's log (issue 31): one file per node, written only by its owner, in
- * whole pages; where eviction will demote values to when the tier is on, and where a shipped GET
+ * whole pages; where eviction demotes values to when the tier is on, and where a shipped GET
  * of a flash item is read. Part of the memory room: it calls nothing above it, and nothing in
  * the fabric (a flash item is only ever read by its owner).
  *
@@ -25,7 +25,7 @@
  * cache keeps it), not a machine's (the index in shared memory does not survive that either).
  *
  * A location (uint64_t) fits the 40 bits of an ITE's offset and gen fields (layout.h), which is
- * where a demoted item's ITE will carry it, under a size class reserved for flash:
+ * where a demoted item's ITE carries it, under a size class reserved for flash:
  *
  *    39                                            6 5      0
  *   +-----------------------------------------------+--------+

@@ -128,9 +128,9 @@ static inline uint32_t ite_filter(uint64_t ite)
 /* Class ITE_CLASS_FLASH is never a size class (slab.c makes at most ITE_SIZE_CLASSES): an ITE
  * of it names a record in its node's flash log (flash.h, issue 31), its offset and gen fields
  * together the record's 40-bit location (FLASH_LOC_BITS; flash.c checks the two agree), its
- * filter bits those of the key as any ITE's. Reserved now, read by nothing yet: readers treat a
- * class past the node's size classes as "not this key" (protocol.c) and the recycle scan skips
- * it, so the index may not hold one until every reader knows it (the plan: issue 31's note). */
+ * filter bits those of the key as any ITE's. The evictor swings a victim's entry to one
+ * (memory/evict.c, demote); its node reads it as a committed DTE, others send their calls there
+ * (protocol/protocol.c, flash_fetch); the recycle scan and the leak sweep skip it. */
 #define ITE_CLASS_FLASH (ITE_MAX_CLASSES - 1)
 #define ITE_SIZE_CLASSES ITE_CLASS_FLASH
 #define ITE_FLASH_LOC_BITS (ITE_OFF_BITS + ITE_GEN_BITS)

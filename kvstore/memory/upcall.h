@@ -2,7 +2,9 @@
  * upcall.h - what the memory room asks of the rooms above it. The rooms' dependencies point down
  * (tests/integration/rooms.sh), but a few things memory decides must be carried out by a room
  * that knows more: the evictor chooses a victim here and removes it through the protocol's
- * DELETE path, so that the removal is linearizable with every other call on its key. Each such
+ * DELETE path, so that the removal is linearizable with every other call on its key, or swings
+ * its entry to the flash record it demoted it to (and a dropped flash page's entries to nothing)
+ * with the protocol's CAS on the exact word. Each such
  * need is declared here, in memory's terms, and implemented above (the file is named at each);
  * memory never includes a header of a room above it.
  */
