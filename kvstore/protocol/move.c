@@ -77,6 +77,18 @@ static bool take_back_dup(struct nessie_ctx *ctx, uint64_t pos, uint64_t w)
     return r == A_DONE && status == NESSIE_OK;
 }
 
+/* Take the flash entry w out of position pos for a pass (an eviction: another node's, whose key
+ * only it can read, or one whose record is gone), ending op. Returns true when the slot is done
+ * with (*status NESSIE_OK: taken out; else an error, and the pass stops there for now), false
+ * when the slot changed meanwhile and is to be read again. */
+static bool move_take_flash(struct op *op, uint64_t pos, uint64_t w, unsigned how, int *status)
+{
+    *status = NESSIE_OK;
+    enum attempt a = proto_take_back(op, pos, w, TAKE_FLASH | how, status);
+    proto_finish(op, a == A_DONE ? *status : NESSIE_EXISTS);
+    return a == A_DONE;
+}
+
 /* Judge the entry at index position pos (this node's, or for a retire the retired node's) and
  * move it if it is leaving for its key. Adds to *moved. Returns true when the slot is done, false
  * when the pass must stop at it for now. */
@@ -101,18 +113,19 @@ static bool move_slot(struct nessie_ctx *ctx, uint64_t pos, size_t *moved)
          * of its key, which only its node is. Taken out, as an eviction (the coldest of
          * items); this node's own are moved as any entry (their copies in memory). */
         if (ite_is_flash(w) && ite_node(w) != nd->cfg.self) {
-            int st = NESSIE_OK;
-            enum attempt a = proto_take_back(&op, pos, w, TAKE_FLASH, &st);
-            proto_finish(&op, a == A_DONE ? st : NESSIE_EXISTS);
-            if (a == A_DONE && st != NESSIE_OK)
-                return false;
-            if (a == A_DONE)
-                return true;
+            int st;
+            if (move_take_flash(&op, pos, w, 0, &st))
+                return st == NESSIE_OK;
             continue; /* changed under us: read the slot again */
         }
         struct dte_view v;
         bool match;
         int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
+        if (rc == NESSIE_OK && v.flash_gone) {
+            if (move_take_flash(&op, pos, w, TAKE_RECYCLE | TAKE_ANON, &rc))
+                return rc == NESSIE_OK;
+            continue;
+        }
         if (rc != NESSIE_OK || !match || v.h.key_len == 0) {
             proto_finish(&op, rc != NESSIE_OK ? rc : NESSIE_EXISTS);
             continue; /* changed under us, or in flux: read the slot again */
@@ -244,18 +257,19 @@ static bool relocate_slot(struct nessie_ctx *ctx, uint32_t r, uint64_t s, size_t
                 proto_finish(&op, NESSIE_OK);
                 return true;
             }
-            int st = NESSIE_OK;
-            enum attempt a = proto_take_back(&op, pos, w, TAKE_FLASH, &st);
-            proto_finish(&op, a == A_DONE ? st : NESSIE_EXISTS);
-            if (a == A_DONE && st != NESSIE_OK)
-                return false;
-            if (a == A_DONE)
-                return true;
+            int st;
+            if (move_take_flash(&op, pos, w, 0, &st))
+                return st == NESSIE_OK;
             continue;
         }
         struct dte_view v;
         bool match;
         int rc = proto_dte_fetch(&op, w, 1, NULL, 0, false, nessie_mono_ns(), &v, &match);
+        if (rc == NESSIE_OK && v.flash_gone) {
+            if (move_take_flash(&op, pos, w, TAKE_RECYCLE | TAKE_ANON, &rc))
+                return rc == NESSIE_OK;
+            continue;
+        }
         if (rc != NESSIE_OK) {
             proto_finish(&op, rc);
             return false;

@@ -277,14 +277,6 @@ static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint
     return NESSIE_OK;
 }
 
-void proto_flash_take(struct op *op, uint64_t pos, uint64_t ite)
-{
-    int st = NESSIE_OK;
-    /* Its key may be this call's or another with the same filter bits: proto_take_back tells
-     * the checkers (nessie_evict_anon_hook). */
-    (void)proto_take_back(op, pos, ite, TAKE_FLASH, &st);
-}
-
 /*
  * Fetch the DTE ite refers to into buffer b: from local memory, the cache, or remote memory
  * (A.1.2 step 2.3). klen: length of the key the caller looks for (0: any, read the header first).

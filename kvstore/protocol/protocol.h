@@ -218,9 +218,6 @@ int proto_dte_fetch(struct op *op, uint64_t ite, int b, const void *key, uint32_
 enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned how,
                              int *status);
 
-/* Take another node's flash entry ite out of position pos as an eviction (protocol.c). */
-void proto_flash_take(struct op *op, uint64_t pos, uint64_t ite);
-
 /*
  * Step 2.3 as a pass over I_1..I_n runs it (GET's and a write's forward pass, a write's step 4):
  * fetch ite's DTE (its value too if want_value), read at ite_read_ns, into *v, and judge it.
@@ -232,13 +229,21 @@ static inline int proto_fetch_key(struct op *op, uint64_t pos, uint64_t ite, boo
                                   enum attempt *end)
 {
     bool match;
-    if ((*status = proto_dte_fetch(op, ite, 0, op->key, op->klen, want_value, ite_read_ns, v,
-                                   &match)) == NESSIE_ELSEWHERE && op->ctx->flash_take) {
-        /* Another node's flash item that its owner cannot judge for us: evicted, in place
-         * (the checkers are told it as an eviction of this key, the one its filter bits say). */
-        proto_flash_take(op, pos, ite);
+    *status = proto_dte_fetch(op, ite, 0, op->key, op->klen, want_value, ite_read_ns, v, &match);
+    /* A flash entry that must come out: another node's that its owner cannot judge for us
+     * (ctx->flash_take), or one whose record is gone or unreadable. Out of the index by CAS on
+     * the exact word, as an eviction (proto_take_back tells the checkers), and the pass goes on
+     * past it only once it is out: an entry left there may still be the key's. */
+    const bool take = (*status == NESSIE_ELSEWHERE && op->ctx->flash_take) ||
+                      (*status == NESSIE_OK && v->flash_gone);
+    if (take) {
+        unsigned how = TAKE_FLASH | (v->flash_gone ? TAKE_RECYCLE | TAKE_ANON : 0);
         *status = NESSIE_OK;
-        return 0;
+        enum attempt a = proto_take_back(op, pos, ite, how, status);
+        if (a == A_DONE && *status == NESSIE_OK)
+            return 0;
+        *end = a; /* A_RETRY: expired, or changed meanwhile (read it again); or an error */
+        return -1;
     }
     if (*status != NESSIE_OK) {
         *end = A_DONE;
@@ -248,12 +253,6 @@ static inline int proto_fetch_key(struct op *op, uint64_t pos, uint64_t ite, boo
         count_abort(op, NESSIE_ABORT_TIMEOUT);
         *end = A_RETRY;
         return -1;
-    }
-    /* A flash entry whose record is gone holds no key: out of the index with it, by CAS on the
-     * exact word (an eviction, as its page's drop meant it to be), and on with the pass. */
-    if (v->flash_gone) {
-        int st;
-        (void)proto_take_back(op, pos, ite, TAKE_RECYCLE | TAKE_FLASH | TAKE_ANON, &st);
     }
     return match;
 }
