@@ -787,6 +787,17 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     return rc;
 }
 
+bool flash_has(struct flash_log *fl, uint64_t loc)
+{
+    pthread_mutex_lock(&fl->mu);
+    uint32_t in_page = 0;
+    bool bad;
+    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
+    bool has = p && start_find(p, in_page) >= 0;
+    pthread_mutex_unlock(&fl->mu);
+    return has;
+}
+
 int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, uint32_t *klen,
                    uint32_t *vlen, struct flash_meta *meta)
 {

@@ -43,9 +43,9 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned 
     *status = proto_ite_cas_resolve(op, src, sv, 0, &ok, &clean);
     if (anon)
         nessie_evict_anon_hook(nessie_evict_anon_user, src, ite_filter(sv),
-                               *status != NESSIE_OK ? NESSIE_TIMEOUT
-                               : ok                 ? NESSIE_OK
-                                                    : NESSIE_EXISTS,
+                               *status != NESSIE_OK || (ok && !clean) ? NESSIE_TIMEOUT
+                               : ok                                   ? NESSIE_OK
+                                                                      : NESSIE_EXISTS,
                                call_ns);
     if (*status != NESSIE_OK)
         return A_DONE;
@@ -78,7 +78,10 @@ static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int
         if ((*status = proto_ite_cas_resolve(op, op->pos[i], from, to, &ok, &clean)) !=
             NESSIE_OK)
             return A_DONE;
-        *status = ok ? NESSIE_OK : NESSIE_EXISTS;
+        /* A lost answer and the word read back as `to`: a flash entry is unique, so a swing to
+         * one ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on,
+         * a DELETE): unknown. */
+        *status = !ok ? NESSIE_EXISTS : clean || to ? NESSIE_OK : NESSIE_TIMEOUT;
         return A_DONE;
     }
     *status = NESSIE_NOT_FOUND;

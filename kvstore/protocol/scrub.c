@@ -106,9 +106,9 @@ static bool scrub_slot(struct nessie_ctx *ctx, uint64_t s, bool orphans, size_t 
     /* A flash item taken out: its key may be unknown here (another node's, or gone). */
     if (ite_is_flash(w) && nessie_evict_anon_hook)
         nessie_evict_anon_hook(nessie_evict_anon_user, pos, ite_filter(w),
-                               rc != NESSIE_OK ? NESSIE_TIMEOUT
-                               : ok            ? NESSIE_OK
-                                               : NESSIE_EXISTS,
+                               rc != NESSIE_OK || (ok && !clean) ? NESSIE_TIMEOUT
+                               : ok                              ? NESSIE_OK
+                                                                 : NESSIE_EXISTS,
                                call_ns);
     if (rc == NESSIE_OK && ok) {
         if (orphan)
