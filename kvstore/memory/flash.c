@@ -717,6 +717,29 @@ int flash_seal(struct flash_log *fl)
     return rc;
 }
 
+/* The end of a read whose result so far is rc, its header h (key and value where they were
+ * read, len its length): a record whose CRC fails is a miss (counted, logged); a miss is
+ * counted; a hit fills *meta and is counted. Returns the read's result. Mutex held. */
+static int read_end(struct flash_log *fl, uint64_t loc, int rc, const struct flash_rec *h,
+                    const void *key, const void *value, uint32_t len, struct flash_meta *meta)
+{
+    if (rc == FLASH_OK && rec_crc(h, key, value) != h->crc) {
+        fl->st.crc_failures++;
+        log_warn("flash: record at %llu of %s fails its CRC: read as a miss",
+                 (unsigned long long)flash_loc_offset(loc), fl->path);
+        rc = FLASH_MISS;
+    }
+    if (rc == FLASH_MISS)
+        fl->st.misses++;
+    if (rc == FLASH_OK) {
+        *meta = (struct flash_meta){.version = h->version, .flags = h->flags,
+                                    .exptime = h->exptime, .flags8 = h->flags8};
+        fl->st.objects_read++;
+        fl->st.bytes_read += len;
+    }
+    return rc;
+}
+
 int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t klen, void *buf,
                size_t cap, uint32_t *vlen, struct flash_meta *meta)
 {
@@ -767,22 +790,11 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
         } else if (h.value_len > cap) {
             *vlen = h.value_len;
             rc = FLASH_TOO_BIG;
-        } else if (rec_crc(&h, kbuf, buf) != h.crc) {
-            fl->st.crc_failures++;
-            log_warn("flash: record at %llu of %s fails its CRC: read as a miss",
-                     (unsigned long long)flash_loc_offset(loc), fl->path);
-            rc = FLASH_MISS;
         }
     }
-    if (rc == FLASH_MISS)
-        fl->st.misses++;
-    if (rc == FLASH_OK) {
+    rc = read_end(fl, loc, rc, &h, kbuf, buf, len, meta);
+    if (rc == FLASH_OK)
         *vlen = h.value_len;
-        *meta = (struct flash_meta){.version = h.version, .flags = h.flags,
-                                    .exptime = h.exptime, .flags8 = h.flags8};
-        fl->st.objects_read++;
-        fl->st.bytes_read += len;
-    }
     pthread_mutex_unlock(&fl->mu);
     return rc;
 }
@@ -830,28 +842,15 @@ int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, ui
         if (io_full(fl, false, iov, 2, page_off(fl, page) + in_page) != 0)
             rc = FLASH_IO;
     }
-    if (rc == FLASH_OK) {
-        const unsigned char *k = buf;
-        if (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
-            h.page_bytes != fl->page_bytes || h.key_len == 0 ||
-            rec_len(h.key_len, h.value_len) != len) {
-            rc = FLASH_MISS;
-        } else if (rec_crc(&h, k, k + h.key_len) != h.crc) {
-            fl->st.crc_failures++;
-            log_warn("flash: record at %llu of %s fails its CRC: read as a miss",
-                     (unsigned long long)flash_loc_offset(loc), fl->path);
-            rc = FLASH_MISS;
-        }
-    }
-    if (rc == FLASH_MISS)
-        fl->st.misses++;
+    const unsigned char *k = buf;
+    if (rc == FLASH_OK &&
+        (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
+         h.page_bytes != fl->page_bytes || h.key_len == 0 || rec_len(h.key_len, h.value_len) != len))
+        rc = FLASH_MISS;
+    rc = read_end(fl, loc, rc, &h, k, k + (rc == FLASH_OK ? h.key_len : 0), len, meta);
     if (rc == FLASH_OK) {
         *klen = h.key_len;
         *vlen = h.value_len;
-        *meta = (struct flash_meta){.version = h.version, .flags = h.flags,
-                                    .exptime = h.exptime, .flags8 = h.flags8};
-        fl->st.objects_read++;
-        fl->st.bytes_read += len;
     }
     pthread_mutex_unlock(&fl->mu);
     return rc;
