@@ -717,6 +717,25 @@ int flash_seal(struct flash_log *fl)
     return rc;
 }
 
+/* The page and record loc names, for a read: its offset in the page and length in *in_page and
+ * *len; or NULL with *rc FLASH_BAD (past the file) or FLASH_MISS (no record of that life there;
+ * counted). Mutex held. */
+static struct flash_page *rec_find(struct flash_log *fl, uint64_t loc, uint32_t *in_page,
+                                   uint32_t *len, int *rc)
+{
+    bool bad;
+    struct flash_page *p = page_of(fl, loc, in_page, &bad);
+    gint i = p ? start_find(p, *in_page) : -1;
+    if (i < 0) {
+        if (!bad)
+            fl->st.misses++;
+        *rc = bad ? FLASH_BAD : FLASH_MISS;
+        return NULL;
+    }
+    *len = start_len(p, i);
+    return p;
+}
+
 /* The end of a read whose result so far is rc, its header h (key and value where they were
  * read, len its length): a record whose CRC fails is a miss (counted, logged); a miss is
  * counted; a hit fills *meta and is counted. Returns the read's result. Mutex held. */
@@ -746,21 +765,16 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     if (klen == 0 || klen > UINT8_MAX)
         return FLASH_BAD;
     pthread_mutex_lock(&fl->mu);
-    uint32_t in_page = 0;
-    bool bad;
-    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
-    gint i = p ? start_find(p, in_page) : -1;
-    if (i < 0) {
-        if (!bad)
-            fl->st.misses++;
+    uint32_t in_page = 0, len = 0;
+    int rc = FLASH_OK;
+    struct flash_page *p = rec_find(fl, loc, &in_page, &len, &rc);
+    if (!p) {
         pthread_mutex_unlock(&fl->mu);
-        return bad ? FLASH_BAD : FLASH_MISS;
+        return rc;
     }
-    uint32_t len = start_len(p, i);
     uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
     struct flash_rec h;
     unsigned char kbuf[UINT8_MAX];
-    int rc = FLASH_OK;
     /* Anything shorter than the header and this key cannot be the key's record. */
     if (len < REC_HDR + klen) {
         rc = FLASH_MISS;
@@ -814,20 +828,15 @@ int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, ui
                    uint32_t *vlen, struct flash_meta *meta)
 {
     pthread_mutex_lock(&fl->mu);
-    uint32_t in_page = 0;
-    bool bad;
-    struct flash_page *p = page_of(fl, loc, &in_page, &bad);
-    gint i = p ? start_find(p, in_page) : -1;
-    if (i < 0) {
-        if (!bad)
-            fl->st.misses++;
+    uint32_t in_page = 0, len = 0;
+    int rc = FLASH_OK;
+    struct flash_page *p = rec_find(fl, loc, &in_page, &len, &rc);
+    if (!p) {
         pthread_mutex_unlock(&fl->mu);
-        return bad ? FLASH_BAD : FLASH_MISS;
+        return rc;
     }
-    uint32_t len = start_len(p, i);
     uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
     struct flash_rec h;
-    int rc = FLASH_OK;
     /* Key, value and padding land in buf: the length kept in memory says how much (a record's
      * length read from the device is believed only where it matches that one). */
     if (len <= REC_HDR) {
