@@ -226,6 +226,7 @@ static void room_victim(struct nessie_node *nd, const struct candidate *c)
 struct flash_drop {
     struct nessie_ctx *ctx;
     uint64_t dropped;
+    bool kept; /* a record whose entry may still name it: the page is not freed now */
 };
 
 static bool flash_drop_record(void *user, uint64_t loc, const void *key, uint32_t klen,
@@ -236,9 +237,14 @@ static bool flash_drop_record(void *user, uint64_t loc, const void *key, uint32_
     struct nessie_node *nd = d->ctx->node;
     struct key_plan kp;
     key_plan_make(&kp, nd, key, klen);
-    if (nessie_swing_entry(d->ctx, &kp, ite_make_flash(nd->cfg.self, loc, kp.filter), 0) ==
-        NESSIE_OK)
+    uint64_t fite = ite_make_flash(nd->cfg.self, loc, kp.filter);
+    int rc = nessie_swing_entry(d->ctx, &kp, fite, 0);
+    if (rc == NESSIE_EXISTS) /* refused beside another entry, or changed: the DELETE path */
+        rc = nessie_evict_entry(d->ctx, &kp, fite);
+    if (rc == NESSIE_OK)
         d->dropped++;
+    else if (rc != NESSIE_NOT_FOUND)
+        d->kept = true;
     return true;
 }
 
@@ -250,9 +256,16 @@ static bool flash_drop_oldest(struct nessie_ctx *ctx)
     if (page < 0)
         return false;
     struct flash_drop d = {.ctx = ctx};
-    (void)flash_page_each(nd->flash, page, life, flash_drop_record, &d, NULL);
-    int rc = flash_page_free(nd->flash, page, life);
+    uint64_t lost = 0;
+    int erc = flash_page_each(nd->flash, page, life, flash_drop_record, &d, &lost);
     CTR_ADD(ctx->ctr.flash_dropped, d.dropped);
+    /* Freed only once no entry can name a record of it: one still linked (its drop refused,
+     * or unknown) keeps the page for a later drop, and the log's victims are evicted
+     * meanwhile. A page that could not be read, or whose records failed their CRC, is freed:
+     * entries naming those records read as gone and are taken out when met. */
+    if (d.kept && erc == FLASH_OK)
+        return false;
+    int rc = flash_page_free(nd->flash, page, life);
     return rc == FLASH_OK || rc == FLASH_MISS; /* MISS: freed by another thread meanwhile */
 }
 
@@ -300,7 +313,7 @@ static int demote(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t it
     /* The record's page dropped between the append and the swing (this thread held up, others
      * filling the log): the drop could not find the entry yet. Taken out now, as the drop
      * would have (an eviction), rather than left naming a record that is gone. */
-    if (!flash_has(nd->flash, loc))
+    if (!flash_has(nd->flash, loc, NULL))
         (void)nessie_swing_entry(ctx, kp, ite_make_flash(nd->cfg.self, loc, kp->filter), 0);
     return NESSIE_OK;
 }

@@ -30,8 +30,9 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64
  * writer that read `from` loses its CAS and starts again (implemented by protocol/migrate.c,
  * beside proto_take_back). Never writes a DTE, never waits for memory, recycles nothing.
  * Returns NESSIE_OK (swung), NESSIE_NOT_FOUND (no position holds `from`: changed since),
- * NESSIE_EXISTS (changed under the CAS), NESSIE_TIMEOUT (unknown: the CAS's answer was lost; or,
- * swung to nothing, another entry that may be the key's still stands), or
+ * NESSIE_EXISTS (changed under the CAS; or, to nothing, refused: another entry that may be the
+ * key's stands in its positions, which only the DELETE path clears), NESSIE_TIMEOUT (unknown:
+ * the CAS's answer was lost), or
  * another error (no effect), the view's lease obeyed as nessie_evict_entry obeys it. */
 int nessie_swing_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t from,
                        uint64_t to);

@@ -64,37 +64,38 @@ enum attempt proto_take_back(struct op *op, uint64_t src, uint64_t sv, unsigned 
 /* One attempt of nessie_swing_entry: find `from` among the key's positions and CAS it. */
 static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int *status)
 {
+    uint64_t w[NESSIE_PLAN_MAX];
+    uint32_t at = op->n;
     for (uint32_t i = 0; i < op->n; i++) {
-        uint64_t w;
-        if ((*status = ite_read(op, op->pos[i], &w)) != NESSIE_OK)
+        if ((*status = ite_read(op, op->pos[i], &w[i])) != NESSIE_OK)
             return A_DONE;
-        if (w != from)
-            continue;
-        if (attempt_expired(op)) { /* Step 0, before a CAS */
-            count_abort(op, NESSIE_ABORT_TIMEOUT);
-            return A_RETRY;
-        }
-        bool ok, clean;
-        if ((*status = proto_ite_cas_resolve(op, op->pos[i], from, to, &ok, &clean)) !=
-            NESSIE_OK)
-            return A_DONE;
-        /* A lost answer and the word read back as `to`: a flash entry is unique, so a swing to
-         * one ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on,
-         * a DELETE): unknown. */
-        *status = !ok ? NESSIE_EXISTS : clean || to ? NESSIE_OK : NESSIE_TIMEOUT;
-        /* A swing to nothing removed one entry; the key may have another committed one (a
-         * MIGRATE whose step 7 answer was lost leaves a duplicate of the item for the key's
-         * next write to clear), which still answers for it: whether the key is gone is then
-         * unknown. */
-        for (uint32_t j = 0; !to && *status == NESSIE_OK && j < op->n; j++) {
-            uint64_t w2;
-            if (j != i && (ite_read(op, op->pos[j], &w2) != NESSIE_OK ||
-                           (!ite_empty(w2) && ite_filter(w2) == op->filter)))
-                *status = NESSIE_TIMEOUT;
-        }
+        if (w[i] == from && at == op->n)
+            at = i;
+    }
+    if (at == op->n) {
+        *status = NESSIE_NOT_FOUND;
         return A_DONE;
     }
-    *status = NESSIE_NOT_FOUND;
+    /* A swing to nothing removes one entry: with another that may be the key's standing in
+     * its positions (a duplicate a MIGRATE with a lost answer left, perhaps of an older
+     * version), removing this one could let that one answer. Refused: the DELETE path clears
+     * them all (A.1.3 step 4). */
+    for (uint32_t j = 0; !to && j < op->n; j++)
+        if (j != at && !ite_empty(w[j]) && ite_filter(w[j]) == op->filter) {
+            *status = NESSIE_EXISTS;
+            return A_DONE;
+        }
+    if (attempt_expired(op)) { /* Step 0, before a CAS */
+        count_abort(op, NESSIE_ABORT_TIMEOUT);
+        return A_RETRY;
+    }
+    bool ok, clean;
+    if ((*status = proto_ite_cas_resolve(op, op->pos[at], from, to, &ok, &clean)) != NESSIE_OK)
+        return A_DONE;
+    /* A lost answer and the word read back as `to`: a flash entry is unique, so a swing to one
+     * ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on, a
+     * DELETE): unknown. */
+    *status = !ok ? NESSIE_EXISTS : clean || to ? NESSIE_OK : NESSIE_TIMEOUT;
     return A_DONE;
 }
 

@@ -262,6 +262,17 @@ static int flash_fetch(struct op *op, uint64_t ite, int b, const void *key, uint
         v->flash_gone = true;
         return NESSIE_OK;
     }
+    /* An entry left naming a record since gone can, 64 lives of its page later, name another
+     * key's record at the same place: a key with other filter bits than the entry's is not
+     * the entry's (a caller that looks for its own key compares keys anyway). */
+    if (klen == 0) {
+        struct key_plan rp;
+        key_plan_make(&rp, nd, buf, kl);
+        if (rp.filter != ite_filter(ite)) {
+            v->flash_gone = true;
+            return NESSIE_OK;
+        }
+    }
     memset(&v->h, 0, sizeof(v->h));
     v->h.state = dte_state(0, DTE_BUSY | DTE_COMMITTED);
     v->h.kind = DTE_KIND_VALUE;
@@ -443,11 +454,22 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
     *undo = true;
     if (ite_empty(src) || mship_lost(&op->node->view, ite_node(src)))
         return NESSIE_OK;
-    int rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st));
-    if (rc != NESSIE_OK)
-        return rc;
-    if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
-        return NESSIE_OK;
+    int rc;
+    if (ite_is_flash(src)) {
+        /* A flash source (its node's own item moved into memory) has no state word: its record
+         * not unlinked stands for a slot not recycled. Only its node can tell; elsewhere the
+         * copy is undone (an item lost, as to an eviction, rather than one brought back). */
+        bool live = false;
+        struct nessie_node *nd = op->node;
+        if (ite_node(src) != nd->cfg.self || !nd->flash ||
+            !flash_has(nd->flash, ite_flash_loc(src), &live) || !live)
+            return NESSIE_OK;
+    } else {
+        if ((rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st))) != NESSIE_OK)
+            return rc;
+        if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
+            return NESSIE_OK;
+    }
     uint64_t pos[NESSIE_PLAN_MAX];
     uint32_t n = nessie_key_plan_positions(op->node, v->key, v->h.key_len, pos);
     for (uint32_t i = 0; i < n; i++) {
