@@ -313,7 +313,7 @@ static int demote(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t it
     /* The record's page dropped between the append and the swing (this thread held up, others
      * filling the log): the drop could not find the entry yet. Taken out now, as the drop
      * would have (an eviction), rather than left naming a record that is gone. */
-    if (!flash_has(nd->flash, loc, NULL))
+    if (!flash_has(nd->flash, loc))
         (void)nessie_swing_entry(ctx, kp, ite_make_flash(nd->cfg.self, loc, kp->filter), 0);
     return NESSIE_OK;
 }

@@ -813,17 +813,15 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     return rc;
 }
 
-bool flash_has(struct flash_log *fl, uint64_t loc, bool *live)
+bool flash_has(struct flash_log *fl, uint64_t loc)
 {
     pthread_mutex_lock(&fl->mu);
     uint32_t in_page = 0;
     bool bad;
     struct flash_page *p = page_of(fl, loc, &in_page, &bad);
-    gint i = p ? start_find(p, in_page) : -1;
-    if (live)
-        *live = i >= 0 && (g_array_index(p->starts, uint16_t, i) & START_LIVE);
+    bool has = p && start_find(p, in_page) >= 0;
     pthread_mutex_unlock(&fl->mu);
-    return i >= 0;
+    return has;
 }
 
 int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, uint32_t *klen,

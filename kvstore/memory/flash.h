@@ -170,8 +170,8 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
                size_t cap, uint32_t *vlen, struct flash_meta *meta);
 
 /* Whether loc names a record of its page's current life (live or unlinked): false once the page
- * is freed; *live (unless NULL): whether it is not unlinked. */
-bool flash_has(struct flash_log *fl, uint64_t loc, bool *live);
+ * is freed. */
+bool flash_has(struct flash_log *fl, uint64_t loc);
 
 /* Read the record at loc whatever its key: its key then its value (then up to 63 bytes of
  * padding) into buf, which must hold cap >= the record's length less its 64-byte header (a

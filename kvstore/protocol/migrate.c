@@ -96,6 +96,15 @@ static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int
      * ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on, a
      * DELETE): unknown. */
     *status = !ok ? NESSIE_EXISTS : clean || to ? NESSIE_OK : NESSIE_TIMEOUT;
+    /* And after: an entry of the key linked between the reads above and the CAS (a write that
+     * took an empty position, a copy) may still answer for it: then whether the key is gone
+     * is unknown. */
+    for (uint32_t j = 0; !to && *status == NESSIE_OK && j < op->n; j++) {
+        uint64_t w2;
+        if (j != at && (ite_read(op, op->pos[j], &w2) != NESSIE_OK ||
+                        (!ite_empty(w2) && ite_filter(w2) == op->filter)))
+            *status = NESSIE_TIMEOUT;
+    }
     return A_DONE;
 }
 
