@@ -220,9 +220,9 @@ static void room_victim(struct nessie_node *nd, const struct candidate *c)
 
 /* The full log's room (issue 31): the oldest page's items are dropped, as evictions are, each
  * flash entry still naming one of its records taken out of the index by CAS on the exact word
- * (an entry rewritten or unlinked since names another record, or none), then the page is freed.
- * A record whose CAS fails after all reads as gone, and the first pass over the index that
- * meets its entry takes it out. Returns whether a page was freed. */
+ * (an entry rewritten or unlinked since names another record, or none), then the page is freed,
+ * unless an entry may still name one of its records (flash_drop_oldest). Returns whether a page
+ * was freed. */
 struct flash_drop {
     struct nessie_ctx *ctx;
     uint64_t dropped;
@@ -256,8 +256,7 @@ static bool flash_drop_oldest(struct nessie_ctx *ctx)
     if (page < 0)
         return false;
     struct flash_drop d = {.ctx = ctx};
-    uint64_t lost = 0;
-    int erc = flash_page_each(nd->flash, page, life, flash_drop_record, &d, &lost);
+    int erc = flash_page_each(nd->flash, page, life, flash_drop_record, &d, NULL);
     CTR_ADD(ctx->ctr.flash_dropped, d.dropped);
     /* Freed only once no entry can name a record of it: one still linked (its drop refused,
      * or unknown) keeps the page for a later drop, and the log's victims are evicted

@@ -456,6 +456,20 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
         return NESSIE_OK;
     int rc;
     uint64_t pos[NESSIE_PLAN_MAX];
+    if (!ite_is_flash(src)) {
+        if ((rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st))) != NESSIE_OK)
+            return rc;
+        if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
+            return NESSIE_OK;
+    }
+    uint32_t n = nessie_key_plan_positions(op->node, v->key, v->h.key_len, pos);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t w;
+        if ((rc = ite_read(op, pos[i], &w)) != NESSIE_OK)
+            return rc;
+        if (w == src)
+            return NESSIE_OK;
+    }
     if (ite_is_flash(src)) {
         /* A flash source (its node's own item being moved into memory) has no state word to
          * tell a source its MIGRATE emptied (commit the copy) from one a drop of its page
@@ -464,32 +478,12 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
          * flash, stalls past the grace: two evictions of a key with no write between). So the
          * copy is undone; if the source is out of the index, that may lose the item, told to
          * the checkers as an eviction of unknown effect. */
-        uint32_t n = nessie_key_plan_positions(op->node, v->key, v->h.key_len, pos);
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t w;
-            if ((rc = ite_read(op, pos[i], &w)) != NESSIE_OK)
-                return rc;
-            if (w == src)
-                return NESSIE_OK;
-        }
         if (nessie_evict_hook) {
             nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, false, 0);
             nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, true, NESSIE_TIMEOUT);
         }
         CTR_ADD(op->ctx->ctr.moves_undone, 1);
         return NESSIE_OK;
-    }
-    if ((rc = dte_read_bytes(op, src, DTE_OFF_STATE, &st, sizeof(st))) != NESSIE_OK)
-        return rc;
-    if (dte_gen(st) != ite_gen(src) || !(st & DTE_BUSY) || (st & DTE_RECYCLED))
-        return NESSIE_OK;
-    uint32_t n = nessie_key_plan_positions(op->node, v->key, v->h.key_len, pos);
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t w;
-        if ((rc = ite_read(op, pos[i], &w)) != NESSIE_OK)
-            return rc;
-        if (w == src)
-            return NESSIE_OK;
     }
     *undo = false;
     return NESSIE_OK;

@@ -355,7 +355,6 @@ int proto_commit_own(struct op *op, uint64_t ite, bool *committed);
 enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos, uint32_t key_n,
                            unsigned depth, int *status);
 
-
 /*
  * A retire's values (move.c, model/retire.pml). proto_retiring_data: whether an entry naming
  * node's data must not be linked again as it is, here: node is being retired, or was retired and
