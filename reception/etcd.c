@@ -10,6 +10,7 @@
 #include <glib.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "log.h"
@@ -18,6 +19,13 @@
 /* A unary request (grant, keep-alive, range, txn) that takes longer than this is a failure and
  * the next endpoint is tried: far below a lease, so a dead endpoint costs the lease little. */
 #define ETCD_REQUEST_MS 500
+/* When every endpoint let ETCD_REQUEST_MS pass without answering (none refused: they are up,
+ * and slow), each such one is asked once more with this much patience: an etcd on a loaded
+ * host (a member fsyncing its log, a CPU shared with the daemons, the 1-vCPU guests of
+ * `make test-rxe`) answers in a second or two, and failing its keep-alives there lost leases
+ * and joins that a wait would have kept. Still well under the lease's third that a keep-alive
+ * beat leaves. */
+#define ETCD_PATIENT_MS 2000
 
 /* The endpoints: file-static because a daemon speaks to one etcd cluster, from its membership's
  * threads, which share the last endpoint that answered (any of them may move it). */
@@ -84,52 +92,78 @@ char *etcd_prefix_end(const char *prefix)
     return e;
 }
 
+/* One request to endpoint i, waiting at most timeout_ms for its answer. Returns the parsed
+ * answer, or NULL with what went wrong appended to errs and *timed_out set when the endpoint
+ * let the time pass (connected, or still connecting, and silent). */
+static JsonParser *ask(CURL *curl, guint i, const char *path, const char *body, long timeout_ms,
+                       GString *resp, GString *errs, bool *timed_out)
+{
+    char *url = g_strconcat(gw.endpoints[i], path, NULL);
+    g_string_truncate(resp, 0);
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, resp);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_CONNECT_MS);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(curl);
+    long http = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+    g_free(url);
+    *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+    if (rc != CURLE_OK || http != 200) {
+        g_string_append_printf(errs, "%s%s: %s", errs->len ? "; " : "", gw.endpoints[i],
+                               rc != CURLE_OK ? curl_easy_strerror(rc) : resp->str);
+        if (rc == CURLE_OK && http != 200)
+            g_string_append_printf(errs, " (HTTP %ld)", http);
+        if (timeout_ms != ETCD_REQUEST_MS)
+            g_string_append_printf(errs, " (after %ld ms)", timeout_ms);
+        return NULL;
+    }
+    JsonParser *p = json_parser_new();
+    if (!json_parser_load_from_data(p, resp->str, (gssize)resp->len, NULL) ||
+        !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
+        g_string_append_printf(errs, "%s%s: not a JSON object: %.80s", errs->len ? "; " : "",
+                               gw.endpoints[i], resp->str);
+        g_object_unref(p);
+        return NULL;
+    }
+    return p;
+}
+
 JsonParser *etcd_call(CURL *curl, const char *path, const char *body,
                         enum nessie_log_level level)
 {
     GString *resp = g_string_new(NULL);
     GString *errs = g_string_new(NULL);
     guint first = atomic_load(&gw.endpoint);
-    for (guint k = 0; k < gw.nendpoints; k++) {
-        guint i = (first + k) % gw.nendpoints;
-        char *url = g_strconcat(gw.endpoints[i], path, NULL);
-        g_string_truncate(resp, 0);
-        curl_easy_reset(curl);
-        curl_easy_setopt(curl, CURLOPT_URL, url);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-        curl_easy_setopt(curl, CURLOPT_WRITEDATA, resp);
-        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)ETCD_REQUEST_MS);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_CONNECT_MS);
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        CURLcode rc = curl_easy_perform(curl);
-        long http = 0;
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
-        g_free(url);
-        if (rc != CURLE_OK || http != 200) {
-            g_string_append_printf(errs, "%s%s: %s", errs->len ? "; " : "", gw.endpoints[i],
-                                   rc != CURLE_OK ? curl_easy_strerror(rc) : resp->str);
-            if (rc == CURLE_OK && http != 200)
-                g_string_append_printf(errs, " (HTTP %ld)", http);
-            continue;
-        }
-        JsonParser *p = json_parser_new();
-        if (!json_parser_load_from_data(p, resp->str, (gssize)resp->len, NULL) ||
-            !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
-            g_string_append_printf(errs, "%s%s: not a JSON object: %.80s", errs->len ? "; " : "",
-                                   gw.endpoints[i], resp->str);
-            g_object_unref(p);
-            continue;
-        }
-        atomic_store(&gw.endpoint, i);
-        g_string_free(resp, TRUE);
-        g_string_free(errs, TRUE);
-        return p;
+    JsonParser *p = NULL;
+    /* Each endpoint briefly, from the one that answered last; then once more, patiently, each
+     * that only timed out (ETCD_PATIENT_MS). slow: bit k for endpoint first + k. */
+    uint64_t slow = 0;
+    guint i = first;
+    for (guint k = 0; k < gw.nendpoints && !p; k++) {
+        bool timed_out;
+        i = (first + k) % gw.nendpoints;
+        p = ask(curl, i, path, body, ETCD_REQUEST_MS, resp, errs, &timed_out);
+        if (!p && timed_out && k < 64)
+            slow |= 1ULL << k;
     }
-    nessie_log(level, "members: etcd %s failed at every endpoint: %s", path, errs->str);
+    for (guint k = 0; k < gw.nendpoints && k < 64 && !p; k++) {
+        bool timed_out;
+        i = (first + k) % gw.nendpoints;
+        if (slow >> k & 1)
+            p = ask(curl, i, path, body, ETCD_PATIENT_MS, resp, errs, &timed_out);
+    }
+    if (p)
+        atomic_store(&gw.endpoint, i);
+    else
+        nessie_log(level, "members: etcd %s failed at every endpoint: %s", path, errs->str);
     g_string_free(resp, TRUE);
     g_string_free(errs, TRUE);
-    return NULL;
+    return p;
 }
 
 JsonObject *etcd_root(JsonParser *p)

@@ -29,8 +29,9 @@ const char *etcd_endpoint(guint *i);
 void etcd_endpoint_failed(guint i);
 
 /* POST body to path on the endpoints, starting with the last that answered, and parse the
- * answer. Returns the parsed JSON (g_object_unref it), or NULL after logging at `level` what
- * each endpoint said (unreachable, an HTTP error, or not JSON). */
+ * answer; an endpoint that only timed out is asked once more, patiently, after the others (a
+ * loaded etcd answers late). Returns the parsed JSON (g_object_unref it), or NULL after logging
+ * at `level` what each endpoint said (unreachable, an HTTP error, or not JSON). */
 JsonParser *etcd_call(CURL *curl, const char *path, const char *body, enum nessie_log_level level);
 /* The answer's root object. */
 JsonObject *etcd_root(JsonParser *p);

@@ -1,0 +1,70 @@
+#!/bin/sh
+# tests/integration/etcd-slow.sh: a daemon joins through an etcd that answers late. A loaded etcd
+# (a 1-vCPU guest of `make test-rxe`, a member fsyncing on a busy disk) lets requests wait past
+# the daemon's first, brief wait (500 ms, so that a dead endpoint costs little): the daemon then
+# asks again, patiently (2 s), rather than failing its join or a keep-alive. Here the etcd is
+# stopped (SIGSTOP) for 1.2 s while a one-node cluster's daemon starts: it must join once the
+# etcd goes on, and say nothing worse than a warning. Before the patient second request, the
+# join failed ("cannot join the cluster's view") and the daemon exited.
+#
+# Environment: BUILD (build dir, default build), KEEP (keep the run directory).
+set -eu
+here=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
+client="$BUILD/tests/wire-client"
+
+command -v etcd >/dev/null 2>&1 || { echo "etcd-slow: SKIP: no etcd (tools/install-deps)"; exit 77; }
+
+dir=$(mktemp -d /tmp/nessie-etcd-slow-XXXXXX)
+etcdpid=""
+recpid=""
+cleanup() {
+    rc=$?
+    set +e # a killed child's wait answers 143
+    [ -z "$etcdpid" ] || { kill -CONT "$etcdpid" 2>/dev/null; kill "$etcdpid" 2>/dev/null; wait "$etcdpid" 2>/dev/null; }
+    [ -z "$recpid" ] || { kill "$recpid" 2>/dev/null; wait "$recpid" 2>/dev/null; }
+    rm -f /dev/shm/nessie.etcd-slow-$$.* 2>/dev/null
+    [ -n "${KEEP:-}" ] || rm -rf "$dir"
+    exit $rc
+}
+trap cleanup EXIT
+fail() { echo "etcd-slow: FAIL: $*"; tail -n 8 "$dir/node0.log" 2>/dev/null; exit 1; }
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+cport=$(port)
+pport=$(port)
+url="http://127.0.0.1:$cport"
+etcd --name slow --data-dir "$dir/etcd" --listen-client-urls "$url" --advertise-client-urls "$url" \
+    --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+    --initial-cluster "slow=http://127.0.0.1:$pport" >"$dir/etcd.log" 2>&1 &
+etcdpid=$!
+i=0
+until ETCDCTL_API=3 etcdctl --endpoints="$url" endpoint health >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ $i -lt 150 ] || fail "etcd did not come up: $(tail -n 5 "$dir/etcd.log")"
+    sleep 0.2
+done
+
+"$BUILD/reception" --print-config --set "cluster.name=etcd-slow-$$" --set cluster.nodes=1 \
+    --set cluster.index_slots=1024 --set cluster.data_bytes=4194304 --set reception.workers=1 \
+    --set membership.mode=etcd --set "membership.endpoints=$url" --set membership.lease_s=6 \
+    >"$dir/nessie.conf"
+kill -STOP "$etcdpid"
+setsid "$BUILD/reception" --config "$dir/nessie.conf" --node 0 --run-dir "$dir" >"$dir/node0.log" 2>&1 &
+recpid=$!
+sleep 1.2
+kill -CONT "$etcdpid"
+# Joined: its view names it live (epoch 1 or later), within a few seconds of the etcd going on.
+i=0
+while :; do
+    kill -0 "$recpid" 2>/dev/null || fail "the daemon exited while the etcd was stopped for 1.2 s"
+    e=$("$client" -s "$dir/node0.sock" stats 2>/dev/null | sed -n 's/^STAT nessie_view_epoch \([0-9]*\).*/\1/p')
+    [ -n "$e" ] && [ "$e" -ge 1 ] && break
+    i=$((i + 1))
+    [ $i -lt 100 ] || fail "no view 10 s after the etcd went on"
+    sleep 0.1
+done
+grep -q "error" "$dir/node0.log" && fail "the daemon logged an error: $(grep error "$dir/node0.log" | head -n 3)"
+echo "etcd-slow: joined through an etcd stopped for 1.2 s (view $e); $(grep -c 'warn' "$dir/node0.log") warnings"
+echo "etcd-slow: passed"
