@@ -271,9 +271,16 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U("nessie_flash_demoted", c.flash_demoted);
         STAT_U("nessie_flash_dropped", c.flash_dropped);
         STAT_U("nessie_flash_shipped", c.flash_shipped);
-        /* Bytes the device was given per byte of records appended (page padding to the
-         * block, and a block of the life table when a page's life begins and ends). */
-        STAT_F("nessie_flash_write_amplification", per(fs.bytes_written, fs.bytes_appended));
+        /* Compaction: records copied out of sparse pages (memcached's name), their bytes,
+         * and the pages it freed. */
+        STAT_U("extstore_compact_rescues", fs.objects_rewritten);
+        STAT_U("nessie_flash_bytes_rewritten", fs.bytes_rewritten);
+        STAT_U("nessie_flash_compacted", c.flash_compacted);
+        /* Bytes the device was given per byte of records demoted: compaction's copies, page
+         * padding to the block, and a block of the life table when a page's life begins and
+         * ends are the log's own writes. */
+        STAT_F("nessie_flash_write_amplification",
+               per(fs.bytes_written, fs.bytes_appended - fs.bytes_rewritten));
         /* Memory a flash item costs: its index entry (8 bytes) plus the log's own memory
          * (its page table and 2 bytes per record, and its two page buffers, a fixed cost)
          * shared among the items on flash. */

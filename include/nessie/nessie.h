@@ -230,6 +230,8 @@ struct nessie_counters {
                                      change of membership that cannot read another node's) */
     uint64_t flash_hits;          /* GETs answered from this node's flash log */
     uint64_t flash_shipped;       /* calls sent to the node whose flash item they met */
+    uint64_t flash_compacted;     /* sparse pages compaction emptied and freed */
+    uint64_t flash_rescued;       /* flash items it moved to another page (their entry swung) */
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
      * bytes_hist (those count only this node's own clients' calls, a shipped one as the
      * request's WRITE and the reply's): what server-driven execution costs on the home node. */
@@ -687,6 +689,8 @@ struct nessie_flash_stats {
     uint64_t objects_read;    /* extstore_objects_read */
     uint64_t bytes_written;   /* extstore_bytes_written: bytes the device was given */
     uint64_t bytes_appended;  /* nessie_flash_bytes_appended: bytes of records appended */
+    uint64_t objects_rewritten; /* extstore_compact_rescues: records compaction copied on */
+    uint64_t bytes_rewritten; /* nessie_flash_bytes_rewritten: their bytes (in bytes_appended) */
     uint64_t bytes_read;      /* extstore_bytes_read */
     uint64_t page_reclaims;   /* extstore_page_reclaims: pages freed */
     uint64_t misses;          /* miss_from_extstore: reads that found no such record */

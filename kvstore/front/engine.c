@@ -302,6 +302,8 @@ int nessie_flash_stats(struct nessie_node *nd, struct nessie_flash_stats *out)
         .objects_read = st.objects_read,
         .bytes_written = st.bytes_device,
         .bytes_appended = st.bytes_appended,
+        .objects_rewritten = st.objects_rewritten,
+        .bytes_rewritten = st.bytes_rewritten,
         .bytes_read = st.bytes_read,
         .page_reclaims = st.page_reclaims,
         .misses = st.misses,

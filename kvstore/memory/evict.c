@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demote.h"
 #include "flash.h"
 #include "memory.h"
 #include "upcall.h"
@@ -218,105 +219,6 @@ static void room_victim(struct nessie_node *nd, const struct candidate *c)
     __atomic_store_n(&nd->hdr->room_victim_ms, v ? v : 1, __ATOMIC_RELAXED);
 }
 
-/* The full log's room (issue 31): the oldest page's items are dropped, as evictions are, each
- * flash entry still naming one of its records taken out of the index by CAS on the exact word
- * (an entry rewritten or unlinked since names another record, or none), then the page is freed,
- * unless an entry may still name one of its records (flash_drop_oldest). Returns whether a page
- * was freed. */
-struct flash_drop {
-    struct nessie_ctx *ctx;
-    uint64_t dropped;
-    bool kept; /* a record whose entry may still name it: the page is not freed now */
-};
-
-static bool flash_drop_record(void *user, uint64_t loc, const void *key, uint32_t klen,
-                              const void *value, uint32_t vlen, const struct flash_meta *meta)
-{
-    (void)value, (void)vlen, (void)meta;
-    struct flash_drop *d = user;
-    struct nessie_node *nd = d->ctx->node;
-    struct key_plan kp;
-    key_plan_make(&kp, nd, key, klen);
-    uint64_t fite = ite_make_flash(nd->cfg.self, loc, kp.filter);
-    int rc = nessie_swing_entry(d->ctx, &kp, fite, 0);
-    if (rc == NESSIE_EXISTS) /* refused beside another entry, or changed: the DELETE path */
-        rc = nessie_evict_entry(d->ctx, &kp, fite);
-    if (rc == NESSIE_OK)
-        d->dropped++;
-    else if (rc != NESSIE_NOT_FOUND)
-        d->kept = true;
-    return true;
-}
-
-static bool flash_drop_oldest(struct nessie_ctx *ctx)
-{
-    struct nessie_node *nd = ctx->node;
-    uint64_t life;
-    int64_t page = flash_oldest_page(nd->flash, &life);
-    if (page < 0)
-        return false;
-    struct flash_drop d = {.ctx = ctx};
-    int erc = flash_page_each(nd->flash, page, life, flash_drop_record, &d, NULL);
-    CTR_ADD(ctx->ctr.flash_dropped, d.dropped);
-    /* Freed only once no entry can name a record of it: one still linked (its drop refused,
-     * or unknown) keeps the page for a later drop, and the log's victims are evicted
-     * meanwhile. A page that could not be read, or whose records failed their CRC, is freed:
-     * entries naming those records read as gone and are taken out when met. */
-    if (d.kept && erc == FLASH_OK)
-        return false;
-    int rc = flash_page_free(nd->flash, page, life);
-    return rc == FLASH_OK || rc == FLASH_MISS; /* MISS: freed by another thread meanwhile */
-}
-
-/* Demote the victim c (its ITE ite, its key's plan kp) to the flash log: its record appended
- * (the oldest page dropped first when the log is full), then its entry swung to the record by
- * CAS on the exact word, and its slot recycled as an eviction's. Returns NESSIE_OK (on flash
- * now); NESSIE_NOT_FOUND, NESSIE_EXISTS or NESSIE_TIMEOUT (the entry changed, or the CAS's
- * answer was lost: not an eviction either, the victim is left alone); NESSIE_NO_MEMORY when the
- * log refused it (an I/O error, no page to drop): the caller evicts it as before. */
-static int demote(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite,
-                  const struct candidate *c)
-{
-    struct nessie_node *nd = ctx->node;
-    uint32_t klen = c->h.key_len, vlen = c->h.value_len;
-    /* Not the context's buffers: an eviction may run inside a write that holds them. */
-    unsigned char *buf = malloc((size_t)klen + vlen);
-    if (!buf)
-        return NESSIE_NO_MEMORY;
-    if (fab_local_read(nd->fab, FAB_REGION_DATA, c->off + DTE_HDR_SIZE, buf, klen + vlen) !=
-        FAB_OK) {
-        free(buf);
-        return NESSIE_NO_MEMORY;
-    }
-    const struct flash_meta m = {.version = c->h.version, .flags = c->h.flags,
-                                 .exptime = c->h.exptime, .flags8 = c->h.flags8 & DTE_F_META};
-    uint64_t loc;
-    int frc = flash_append(nd->flash, buf, klen, buf + klen, vlen, &m, &loc);
-    for (int drops = 0; frc == FLASH_FULL && drops < 2 && flash_drop_oldest(ctx); drops++)
-        frc = flash_append(nd->flash, buf, klen, buf + klen, vlen, &m, &loc);
-    free(buf);
-    if (frc != FLASH_OK)
-        return NESSIE_NO_MEMORY;
-    /* Read after the value: a slot recycled and written again since has another generation,
-     * which the CAS below, on the exact word, tells apart. */
-    int rc = nessie_swing_entry(ctx, kp, ite, ite_make_flash(nd->cfg.self, loc, kp->filter));
-    if (rc != NESSIE_OK) {
-        /* Unknown (TIMEOUT): the entry may name the record; it stays live (a compaction or
-         * the page's drop settles it). Otherwise nothing names it. */
-        if (rc != NESSIE_TIMEOUT)
-            (void)flash_unlink(nd->flash, loc);
-        return rc == NESSIE_NO_MEMORY ? NESSIE_EXISTS : rc;
-    }
-    nessie_recycle(ctx, ite);
-    CTR_ADD(ctx->ctr.flash_demoted, 1);
-    /* The record's page dropped between the append and the swing (this thread held up, others
-     * filling the log): the drop could not find the entry yet. Taken out now, as the drop
-     * would have (an eviction), rather than left naming a record that is gone. */
-    if (!flash_has(nd->flash, loc))
-        (void)nessie_swing_entry(ctx, kp, ite_make_flash(nd->cfg.self, loc, kp->filter), 0);
-    return NESSIE_OK;
-}
-
 /* Remove the item in the slot c describes (its class cls), counting what it was: demoted to the
  * flash log when the tier is on and the value is large enough ([flash] item_min), else (or when
  * the log refuses it) dropped. Returns nessie_evict_entry's status (NESSIE_OK: removed). */
@@ -331,7 +233,7 @@ static int remove_candidate(struct nessie_ctx *ctx, uint32_t cls, struct candida
     key_plan_make(&kp, nd, key, klen);
     uint64_t ite = ite_make(nd->cfg.self, cls, c->off, dte_gen(c->h.state), kp.filter);
     if (nd->flash && !c->dead && c->h.value_len >= nd->cfg.flash_item_min) {
-        int drc = demote(ctx, &kp, ite, c);
+        int drc = demote_item(ctx, &kp, ite, c->off, &c->h);
         if (drc == NESSIE_OK) {
             room_victim(nd, c);
             return NESSIE_OK;

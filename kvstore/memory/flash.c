@@ -647,8 +647,9 @@ void flash_close(struct flash_log *fl)
     g_free(fl);
 }
 
-int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
-                 uint32_t vlen, const struct flash_meta *meta, uint64_t *loc)
+/* flash_append and flash_rewrite: a rewrite is counted apart, as write amplification. */
+static int append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
+                  uint32_t vlen, const struct flash_meta *meta, uint64_t *loc, bool rewrite)
 {
     if (klen == 0 || klen > UINT8_MAX)
         return FLASH_BAD;
@@ -705,8 +706,32 @@ int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const voi
     fl->st.objects_written++;
     fl->st.objects_live++;
     fl->st.bytes_appended += len;
+    if (rewrite) {
+        fl->st.objects_rewritten++;
+        fl->st.bytes_rewritten += len;
+    }
     pthread_mutex_unlock(&fl->mu);
     return FLASH_OK;
+}
+
+int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
+                 uint32_t vlen, const struct flash_meta *meta, uint64_t *loc)
+{
+    return append(fl, key, klen, value, vlen, meta, loc, false);
+}
+
+int flash_rewrite(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
+                  uint32_t vlen, const struct flash_meta *meta, uint64_t *loc)
+{
+    return append(fl, key, klen, value, vlen, meta, loc, true);
+}
+
+uint64_t flash_pages_free(struct flash_log *fl)
+{
+    pthread_mutex_lock(&fl->mu);
+    uint64_t n = g_queue_get_length(&fl->free_pages);
+    pthread_mutex_unlock(&fl->mu);
+    return n;
 }
 
 int flash_seal(struct flash_log *fl)

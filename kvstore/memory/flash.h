@@ -125,6 +125,7 @@ struct flash_stats {
     uint64_t objects_live;    /* records not unlinked */
     uint64_t objects_written; /* records appended since open (extstore_objects_written) */
     uint64_t bytes_appended;  /* their bytes, headers and padding included */
+    uint64_t objects_rewritten, bytes_rewritten; /* of those, compaction's copies (flash_rewrite) */
     uint64_t bytes_device;    /* bytes written to the file (whole pages' used parts, to 4 KiB) */
     uint64_t objects_read, bytes_read; /* records read back (extstore_objects_read) */
     uint64_t misses;          /* reads that found no such record (stale, torn, another key) */
@@ -159,6 +160,15 @@ void flash_close(struct flash_log *fl);
  * append or seal) or FLASH_BAD. */
 int flash_append(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
                  uint32_t vlen, const struct flash_meta *meta, uint64_t *loc);
+
+/* flash_append for a record compaction copies out of a sparse page: the same, but counted in
+ * objects_rewritten and bytes_rewritten (the part of the device's writes that is the log's own,
+ * its write amplification). */
+int flash_rewrite(struct flash_log *fl, const void *key, uint32_t klen, const void *value,
+                  uint32_t vlen, const struct flash_meta *meta, uint64_t *loc);
+
+/* Pages free: neither being filled nor holding records. */
+uint64_t flash_pages_free(struct flash_log *fl);
 
 /* Read the record at loc into buf (cap bytes for the value) if it holds key. Returns FLASH_OK
  * with *vlen and *meta; FLASH_MISS (counted, and counted as a CRC failure when that is why);

@@ -8,7 +8,9 @@
  * the dump (dump.c), and the node and context structures below, which every room above uses. It
  * may call the fabric and membership; what it needs from a room above (the evictor's DELETE) it
  * declares in upcall.h. The flash tier (issue 31) lives here too: its log (flash.c, a file per
- * node written in whole pages through io_uring), not yet what eviction demotes to.
+ * node written in whole pages through io_uring) and the index's traffic with it (demote.c:
+ * eviction's victims demoted to it, its full log's oldest page dropped, its sparse pages
+ * compacted).
  */
 #ifndef NESSIE_KVSTORE_MEMORY_H
 #define NESSIE_KVSTORE_MEMORY_H
@@ -72,6 +74,10 @@ struct nessie_node {
      * points at flash_path (the caller's string is not kept). */
     struct flash_log *flash;
     char flash_path[NESSIE_FLASH_PATH_MAX];
+    /* One compaction at a time (demote.c): two would copy the same page's records twice, and
+     * the losers' copies would only be unlinked again. */
+    atomic_bool flash_compacting;
+    _Atomic uint64_t flash_compact_idle_ns; /* the last search that found no page to compact */
 
     /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):
      * ITE words, drained by nessie_recycle_run(). A mutex, because workers push and recyclers

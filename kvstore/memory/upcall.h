@@ -25,14 +25,16 @@ int nessie_evict_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64
 
 /* Swing the entry of the key kp plans that is exactly `from` (at whichever of its positions
  * holds it) to `to`, by one CAS: the flash tier's demotion of an evictor's victim to its record
- * (to: the flash entry), and the drop of a flash item whose page goes (to: 0). The value is the
- * same either side of a demotion, so a reader meets the one or the other, both valid, and a
+ * (to: the flash entry), compaction's move of a record to its copy (to: the copy's entry), and
+ * the drop of a flash item whose page goes (to: 0). The value is the same either side of a
+ * demotion or a move, so a reader meets the one or the other, both valid, and a
  * writer that read `from` loses its CAS and starts again (implemented by protocol/migrate.c,
  * beside proto_take_back). Never writes a DTE, never waits for memory, recycles nothing.
  * Returns NESSIE_OK (swung), NESSIE_NOT_FOUND (no position holds `from`: changed since),
  * NESSIE_EXISTS (changed under the CAS; or, to nothing, refused: another entry that may be the
  * key's stands in its positions, which only the DELETE path clears), NESSIE_TIMEOUT (unknown:
- * the CAS's answer was lost), or
+ * the CAS's answer was lost, and the entry could not be read again or a copy of the key appeared
+ * beside it), or
  * another error (no effect), the view's lease obeyed as nessie_evict_entry obeys it. */
 int nessie_swing_entry(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t from,
                        uint64_t to);

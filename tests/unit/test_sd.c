@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "memory/demote.h"
+#include "memory/flash.h"
 #include "memory/memory.h"
 #include "protocol/nessie_test.h"
 #include "memory/layout.h"
@@ -1155,6 +1157,171 @@ static void test_flash_owner_unreachable_evicts(void **state)
     assert_true(c1.flash_dropped >= dropped + 4);
 }
 
+/* Compaction: with three quarters of node 0's flash items deleted (their records unlinked when
+ * their entries are recycled), each sparse page's live records are copied on and their entries
+ * swung by CAS; the pages are freed; every key left reads back whole through both nodes, and
+ * the deleted ones stay deleted. */
+static void test_flash_compaction_frees_sparse_pages(void **state)
+{
+    (void)state;
+    flash_on(8 << 20);
+    cluster_open(true);
+    const int n = 3000;
+    flash_fill(n, 1000);
+    char k[32];
+    for (int i = 0; i < n; i++) {
+        if (i % 4 == 0)
+            continue;
+        char v[1024];
+        flash_kv(i, k, sizeof(k), v, 1000);
+        int rc = nessie_delete(C.ctx[1], k, strlen(k));
+        assert_true(rc == NESSIE_OK || rc == NESSIE_NOT_FOUND);
+    }
+    /* The deleted entries are recycled one period later: their records are unlinked then. */
+    usleep(150 * 1000);
+    nessie_recycle_run(C.ctx[0], 1 << 20);
+    struct nessie_flash_stats before, after;
+    assert_int_equal(nessie_flash_stats(C.node[0], &before), NESSIE_OK);
+    assert_true(before.bytes_fragmented > before.bytes_used); /* most of it unlinked */
+    int freed = 0;
+    for (int round = 0; round < 200 && demote_compact(C.ctx[0], 50); round++)
+        freed++;
+    assert_true(freed > 0);
+    assert_int_equal(nessie_flash_stats(C.node[0], &after), NESSIE_OK);
+    struct nessie_counters c0;
+    nessie_node_counters(C.node[0], &c0);
+    assert_int_equal(c0.flash_compacted, (uint64_t)freed);
+    assert_true(c0.flash_rescued > 0);
+    assert_true(after.objects_rewritten >= c0.flash_rescued);
+    assert_int_equal(after.page_reclaims, before.page_reclaims + (uint64_t)freed);
+    assert_true(after.pages_free > before.pages_free);
+    assert_true(after.bytes_fragmented < before.bytes_fragmented);
+    uint64_t dropped = c0.flash_dropped;
+    for (int i = 0; i < n; i++) {
+        if (i % 4 == 0) {
+            assert_true(flash_check(C.ctx[1], i, 1000));
+            assert_true(flash_check(C.ctx[0], i, 1000));
+        } else {
+            assert_false(flash_check(C.ctx[i % 2], i, 1000));
+        }
+    }
+    nessie_node_counters(C.node[0], &c0);
+    assert_int_equal(c0.flash_dropped, dropped); /* nothing was lost on the way */
+}
+
+/* memcached's compaction race, step by step: a GET reads a flash entry (the test hook after
+ * I_i), then, before it reads the record, compaction copies the record on, swings the entry and
+ * frees the page, and the page is written again with other records. The GET finds no such record
+ * where its entry pointed; it must not take that for a miss (nor take the entry out as an
+ * eviction): the entry it read is not there any more, so it reads the key again and answers its
+ * value from the copy. */
+struct race {
+    struct nessie_ctx *reader, *compactor;
+    uint32_t at; /* the position of the key's flash entry */
+    bool armed, compacted;
+    uint64_t old, moved_to; /* its entry before, and after compaction */
+    uint64_t pos;
+};
+static struct race race;
+
+static void race_hook(struct nessie_ctx *ctx, enum nessie_hook_point point, uint32_t arg,
+                      void *user)
+{
+    (void)user;
+    if (point != NESSIE_HOOK_GET_ITE_READ || ctx != race.reader || !race.armed || arg != race.at)
+        return;
+    race.armed = false;
+    struct nessie_node *nd = C.node[0];
+    race.compacted = demote_compact(race.compactor, 100);
+    uint64_t slots = nd->cfg.index_slots;
+    uint64_t *index = fab_local_base(nessie_node_fabric(C.node[race.pos / slots]),
+                                     FAB_REGION_INDEX);
+    race.moved_to = __atomic_load_n(&index[race.pos % slots], __ATOMIC_ACQUIRE);
+    /* The freed page written again: other records, nobody's, until no page is left free and
+     * the freed one took a new life. */
+    char v[1000];
+    memset(v, 'z', sizeof(v));
+    struct flash_meta m = {0};
+    uint64_t loc;
+    for (int i = 0; i < 5000 && flash_pages_free(nd->flash) > 0; i++)
+        assert_int_equal(flash_append(nd->flash, "filler", 6, v, sizeof(v), &m, &loc), FLASH_OK);
+    assert_int_equal(flash_append(nd->flash, "filler", 6, v, sizeof(v), &m, &loc), FLASH_OK);
+}
+
+static void test_flash_compaction_race(void **state)
+{
+    (void)state;
+    flash_on(1 << 20); /* sixteen 64 KiB pages */
+    cluster_open(true);
+    struct nessie_node *nd = C.node[0];
+    /* Fill node 0 until a few items are demoted, then seal the page being filled: every
+     * record is in a full page, and nothing moves until the GET below. */
+    struct evictor e = {0};
+    assert_int_equal(nessie_ctx_create(nd, &e.ctx), NESSIE_OK);
+    assert_int_equal(pthread_create(&e.thread, NULL, evictor_main, &e), 0);
+    evictor_running = &e;
+    char k[32], v[1024];
+    struct nessie_counters c0 = {0};
+    int n = 0;
+    for (; n < 5000 && c0.flash_demoted < 8; n++) {
+        flash_kv(n, k, sizeof(k), v, 1000);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, 1000, 0, 0, 0, NULL),
+                         NESSIE_OK);
+        nessie_node_counters(nd, &c0);
+    }
+    evictor_stop();
+    assert_int_equal(flash_seal(nd->flash), FLASH_OK);
+    /* The page compaction will pick, and a key on flash in it, with where its entry is. */
+    uint64_t life;
+    int64_t page = flash_sparsest_page(nd->flash, 100, &life);
+    assert_true(page >= 0);
+    int key = -1;
+    uint64_t slots = nd->cfg.index_slots;
+    for (int i = 0; i < n && key < 0; i++) {
+        flash_kv(i, k, sizeof(k), v, 1000);
+        uint64_t pos[NESSIE_PLAN_MAX];
+        uint32_t np = nessie_key_plan_positions(nd, k, strlen(k), pos);
+        for (uint32_t j = 0; j < np; j++) {
+            uint64_t *index = fab_local_base(nessie_node_fabric(C.node[pos[j] / slots]),
+                                             FAB_REGION_INDEX);
+            uint64_t w = __atomic_load_n(&index[pos[j] % slots], __ATOMIC_ACQUIRE);
+            if (!ite_empty(w) && ite_is_flash(w) && ite_node(w) == 0 &&
+                /* cluster_open's pages: 64 KiB */
+                flash_loc_offset(ite_flash_loc(w)) / (64 << 10) == (uint64_t)page) {
+                key = i;
+                race.at = j;
+                race.pos = pos[j];
+                race.old = w;
+                break;
+            }
+        }
+    }
+    assert_true(key >= 0);
+    race.reader = C.ctx[0];
+    assert_int_equal(nessie_ctx_create(nd, &race.compactor), NESSIE_OK);
+    nessie_ctx_set_mode(C.ctx[0], NESSIE_MODE_CD);
+    race.armed = true;
+    nessie_set_test_hook(race_hook, NULL);
+    struct nessie_flash_stats before;
+    assert_int_equal(nessie_flash_stats(nd, &before), NESSIE_OK);
+    nessie_node_counters(nd, &c0);
+    uint64_t dropped = c0.flash_dropped;
+    bool found = flash_check(C.ctx[0], key, 1000);
+    nessie_set_test_hook(NULL, NULL);
+    nessie_ctx_destroy(race.compactor);
+    assert_false(race.armed);      /* the hook ran ... */
+    assert_true(race.compacted);   /* ... compaction freed the key's page ... */
+    assert_true(ite_is_flash(race.moved_to)); /* ... the key's entry swung to its copy ... */
+    assert_true(race.moved_to != race.old);
+    struct nessie_flash_stats fs;
+    assert_int_equal(nessie_flash_stats(nd, &fs), NESSIE_OK);
+    assert_true(fs.misses > before.misses); /* ... and the GET's read of the old place missed */
+    assert_true(found);
+    nessie_node_counters(nd, &c0);
+    assert_int_equal(c0.flash_dropped, dropped);
+    assert_true(flash_check(C.ctx[1], key, 1000));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1175,6 +1342,8 @@ int main(void)
         cmocka_unit_test_teardown(test_flash_demotes_and_reads_back, teardown),
         cmocka_unit_test_teardown(test_flash_full_log_drops_oldest, teardown),
         cmocka_unit_test_teardown(test_flash_owner_unreachable_evicts, teardown),
+        cmocka_unit_test_teardown(test_flash_compaction_frees_sparse_pages, teardown),
+        cmocka_unit_test_teardown(test_flash_compaction_race, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
