@@ -90,8 +90,12 @@ static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int
         return A_RETRY;
     }
     bool ok, clean;
-    if ((*status = proto_ite_cas_resolve(op, op->pos[at], from, to, &ok, &clean)) != NESSIE_OK)
+    if ((*status = proto_ite_cas_resolve(op, op->pos[at], from, to, &ok, &clean)) != NESSIE_OK) {
+        /* Not even the entry could be read again: the CAS may have run. Unknown, never "no
+         * effect" (the checkers would take a removal that happened for none). */
+        *status = NESSIE_TIMEOUT;
         return A_DONE;
+    }
     /* A lost answer and the word read back as `to`: a flash entry is unique, so a swing to one
      * ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on, a
      * DELETE): unknown. */

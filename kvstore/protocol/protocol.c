@@ -470,14 +470,19 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
         if (w == src)
             return NESSIE_OK;
     }
-    if (ite_is_flash(src)) {
+    if (ite_is_flash(src) || op->node->flash) {
         /* A flash source (its node's own item being moved into memory) has no state word to
          * tell a source its MIGRATE emptied (commit the copy) from one a drop of its page
          * emptied, an eviction (undo it): a drop takes the entry out by CAS without unlinking
          * the record first, and committing then brought a removed item back (nessie-stress
-         * flash, stalls past the grace: two evictions of a key with no write between). So the
-         * copy is undone; if the source is out of the index, that may lose the item, told to
-         * the checkers as an eviction of unknown effect. */
+         * flash, stalls past the grace: two evictions of a key with no write between). Where
+         * the flash tier is on, a memory source's state cannot tell it either: its node's
+         * evictor takes it out of the index by demoting it (a swing to a flash entry, which may
+         * be dropped next) and marks it recycled only later, and committing the copy then
+         * brought a demoted and dropped item back (nessie-stress flash-compact: an eviction,
+         * then a cas on the evicted version succeeded). So the copy is undone; if the source
+         * is out of the index, that may lose the item, told to the checkers as an eviction of
+         * unknown effect. */
         if (nessie_evict_hook) {
             nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, false, 0);
             nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, true, NESSIE_TIMEOUT);

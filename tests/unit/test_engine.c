@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/fabric.h"
+#include "memory/demote.h" /* demote_item: a demotion at a chosen moment */
 #include "memory/memory.h" /* nessie_recycle: a late mark, as the recycler would make it */
 #include "memory/upcall.h" /* nessie_evict_entry: an eviction at a chosen moment */
 #include "protocol/nessie_test.h"
@@ -1486,6 +1488,74 @@ static void delete_victim_then_orphan_copy(void)
     script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, wait_past_grace_then_get_victim);
 }
 
+/* With the flash tier on: the victim's node demotes it (its entry swung to a flash entry, its
+ * DTE only staged for recycling) and drops it (the flash entry swung to nothing, an eviction)
+ * between the MIGRATE's read of it and the link of its copy; then the migration stalls past the
+ * grace period. Only nodes 1 and 2 publish their clocks, so node 0 has not marked the victim's
+ * DTE recycled yet, as its recycler had not in nessie-stress flash-compact. */
+static char flash_tmp[64];
+static int drop_rc;
+static void flash_cfg(struct nessie_config *c)
+{
+    fast_grace(c);
+    c->flash_path = flash_tmp;
+    c->flash_bytes = 256 << 10;
+    c->flash_page_bytes = 64 << 10;
+    c->background_recycle = true; /* as the daemon and nessie-stress: marks come later */
+}
+
+static void get_victim_past_grace_unmarked(void)
+{
+    sleep_past_grace();
+    nessie_recycle_run(C.ctx2[1], 0);
+    nessie_recycle_run(C.ctx2[2], 0);
+    get_victim();
+}
+
+static void demote_and_drop_victim(void)
+{
+    struct nessie_node *nd = C.node[0];
+    uint64_t zp[8];
+    nessie_key_positions(nd, "z", 1, zp);
+    uint64_t m = ite_at(zp[0], 64);
+    assert_int_equal(ite_node(m), 0);
+    struct dte_hdr h;
+    assert_int_equal(fab_local_read(nessie_node_fabric(nd), FAB_REGION_DATA, ite_offset(m), &h,
+                                    sizeof(h)),
+                     FAB_OK);
+    struct key_plan kp;
+    key_plan_make(&kp, nd, g_victim, strlen(g_victim));
+    assert_int_equal(demote_item(C.ctx2[0], &kp, m, ite_offset(m), &h), NESSIE_OK);
+    uint64_t f = ite_at(zp[0], 64);
+    assert_true(ite_is_flash(f));
+    drop_rc = nessie_swing_entry(C.ctx2[0], &kp, f, 0);
+    script(C.ctx[1], NESSIE_HOOK_MIGRATE_AFTER_DST, -1, get_victim_past_grace_unmarked);
+}
+
+/* The orphaned copy's source is out of the index and unmarked, as if its migration had emptied
+ * it; but its node demoted it, and the item was then dropped: committing the copy brought an
+ * evicted item back (nessie-stress flash-compact: an eviction, then a cas on the evicted version
+ * succeeded). The takeover must undo it. */
+static void test_orphan_copy_of_demoted_source_undone(void **state)
+{
+    (void)state;
+    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
+    assert_non_null(mkdtemp(flash_tmp));
+    int z_rc = migrate_past_deleted_victim(flash_cfg, demote_and_drop_victim);
+    char f[160];
+    for (uint32_t n = 0; n < 3; n++) {
+        snprintf(f, sizeof(f), "%s/%s.node%u.flash", flash_tmp, C.name, n);
+        unlink(f);
+    }
+    rmdir(flash_tmp);
+    assert_int_equal(drop_rc, NESSIE_OK); /* the victim was evicted ... */
+    assert_true(seen_rc == NESSIE_NOT_FOUND || seen_rc == NESSIE_TIMEOUT); /* ... and stays so */
+    check_value(C.ctx[0], g_victim, NULL);
+    check_value(C.ctx[2], g_victim, NULL);
+    if (z_rc == NESSIE_OK)
+        check_value(C.ctx[0], "z", "zzz");
+}
+
 /* The same migration stalls past the grace period with its copy linked: the GET that meets the
  * orphaned copy takes it over, and must undo it (its source was deleted), not commit it: that
  * would bring the deleted item back for good. */
@@ -2273,8 +2343,6 @@ static void test_get_into_remote_uncached(void **state)
 
 /* --- faults: fabric errors and stalls (issue 14) ------------------------------------------ */
 
-#include "fabric/fabric.h"
-
 static void faults_cfg(struct nessie_config *c)
 {
     c->expiration_ms = 10;
@@ -2855,6 +2923,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_get_during_migrate, teardown),
         cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
+        cmocka_unit_test_teardown(test_orphan_copy_of_demoted_source_undone, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_lost_source_undone, teardown),
         cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
