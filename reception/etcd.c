@@ -19,12 +19,12 @@
 /* A unary request (grant, keep-alive, range, txn) that takes longer than this is a failure and
  * the next endpoint is tried: far below a lease, so a dead endpoint costs the lease little. */
 #define ETCD_REQUEST_MS 500
-/* When every endpoint let ETCD_REQUEST_MS pass without answering (none refused: they are up,
- * and slow), each such one is asked once more with this much patience: an etcd on a loaded
- * host (a member fsyncing its log, a CPU shared with the daemons, the 1-vCPU guests of
- * `make test-rxe`) answers in a second or two, and failing its keep-alives there lost leases
- * and joins that a wait would have kept. Still well under the lease's third that a keep-alive
- * beat leaves. */
+/* An endpoint that took the request (connected) and let ETCD_REQUEST_MS pass without answering
+ * is up and slow: once the others were tried, it is asked once more with this much patience, at
+ * most half the daemon's lease (etcd_set_lease): an etcd on a loaded host (a member fsyncing
+ * its log, a CPU shared with the daemons, the 1-vCPU guests of `make test-rxe`) answers in a
+ * second or two, and failing at 500 ms there lost joins and leases that a wait would have kept;
+ * a keep-alive that waits half a lease still renews it before it lapses. */
 #define ETCD_PATIENT_MS 2000
 
 /* The endpoints: file-static because a daemon speaks to one etcd cluster, from its membership's
@@ -33,7 +33,14 @@ static struct {
     char **endpoints; /* NULL-terminated, from [membership] endpoints */
     guint nendpoints;
     atomic_uint endpoint; /* the one that answered last: tried first */
+    long patient_ms;      /* the second wait (ETCD_PATIENT_MS, or half the lease) */
 } gw;
+
+void etcd_set_lease(uint32_t lease_s)
+{
+    long half = (long)lease_s * 1000 / 2;
+    gw.patient_ms = half < ETCD_PATIENT_MS ? half : ETCD_PATIENT_MS;
+}
 
 int etcd_open(const char *csv)
 {
@@ -49,6 +56,7 @@ int etcd_open(const char *csv)
     gw.endpoints[n] = NULL;
     gw.nendpoints = n;
     atomic_init(&gw.endpoint, 0);
+    gw.patient_ms = ETCD_PATIENT_MS;
     if (n == 0) {
         etcd_close();
         return -1;
@@ -94,7 +102,7 @@ char *etcd_prefix_end(const char *prefix)
 
 /* One request to endpoint i, waiting at most timeout_ms for its answer. Returns the parsed
  * answer, or NULL with what went wrong appended to errs and *timed_out set when the endpoint
- * let the time pass (connected, or still connecting, and silent). */
+ * took the request (connected) and let the time pass without answering. */
 static JsonParser *ask(CURL *curl, guint i, const char *path, const char *body, long timeout_ms,
                        GString *resp, GString *errs, bool *timed_out)
 {
@@ -110,9 +118,11 @@ static JsonParser *ask(CURL *curl, guint i, const char *path, const char *body, 
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     CURLcode rc = curl_easy_perform(curl);
     long http = 0;
+    curl_off_t connected_us = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connected_us);
     g_free(url);
-    *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+    *timed_out = rc == CURLE_OPERATION_TIMEDOUT && connected_us > 0;
     if (rc != CURLE_OK || http != 200) {
         g_string_append_printf(errs, "%s%s: %s", errs->len ? "; " : "", gw.endpoints[i],
                                rc != CURLE_OK ? curl_easy_strerror(rc) : resp->str);
@@ -155,7 +165,7 @@ JsonParser *etcd_call(CURL *curl, const char *path, const char *body,
         bool timed_out;
         i = (first + k) % gw.nendpoints;
         if (slow >> k & 1)
-            p = ask(curl, i, path, body, ETCD_PATIENT_MS, resp, errs, &timed_out);
+            p = ask(curl, i, path, body, gw.patient_ms, resp, errs, &timed_out);
     }
     if (p)
         atomic_store(&gw.endpoint, i);

@@ -22,6 +22,9 @@
 int etcd_open(const char *csv);
 void etcd_close(void);
 
+/* The daemon's lease (seconds): a slow endpoint's second wait is at most half of it. */
+void etcd_set_lease(uint32_t lease_s);
+
 /* The endpoint to try first (*i: its index), and the report that it failed (the next one is
  * tried first from then on, unless another thread moved on already): for the watcher, which
  * holds a stream rather than calling etcd_call. */

@@ -714,6 +714,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     memset(members.fenced, 0, sizeof(members.fenced));
     members.incarnation = nessie_node_incarnation(node);
     int n = etcd_open(cfg->etcd_endpoints);
+    etcd_set_lease(cfg->lease_s);
     atomic_init(&members.stopping, false);
     members.members_prefix = g_strdup_printf("/nessie/%s/members/", cfg->cluster);
     members.view_key = g_strdup_printf("/nessie/%s/view", cfg->cluster);

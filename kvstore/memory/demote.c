@@ -30,10 +30,10 @@
  *   copies cost at most half a page's writes per page freed, a write amplification of at most
  *   2 for the items that outlive their neighbours (memcached's extstore compacts at a
  *   comparable threshold); a page fuller than that is dropped when it is the oldest;
- * - DEMOTE_COMPACT_IDLE_NS: after a search that found no page sparse enough, the next waits
- *   this long: a search reads the whole page table under the log's mutex (a 1 TiB log of 2 MiB
- *   pages has half a million), and pages thin out only as their items are rewritten, which a
- *   millisecond of demotions barely changes. */
+ * - DEMOTE_COMPACT_IDLE_NS: after a compaction that freed nothing (no page sparse enough, no
+ *   room for its copies), the next waits this long: a search reads the whole page table under
+ *   the log's mutex (a 1 TiB log of 2 MiB pages has half a million), and pages thin out only as
+ *   their items are rewritten, which a millisecond of demotions barely changes. */
 #define DEMOTE_COMPACT_RESERVE 2
 #define DEMOTE_COMPACT_LIVE_PCT 50
 #define DEMOTE_COMPACT_IDLE_NS 1000000ULL
@@ -128,11 +128,14 @@ static bool compact_record(void *user, uint64_t loc, const void *key, uint32_t k
     }
     /* Unknown (TIMEOUT, a lost answer): the entry names one record or the other, and both
      * stay live. Changed (NOT_FOUND, EXISTS: rewritten, deleted, dropped since the page was
-     * read): nothing names the copy. Another error (the view's lease ran out): nothing
-     * changed, and the entry may still name the record. */
+     * read): nothing names the copy, nor the record (unlinked here too: a take-out by another
+     * node never unlinks it). Another error (the view's lease ran out): nothing changed, and
+     * the entry may still name the record. */
     if (rc != NESSIE_TIMEOUT)
         (void)flash_unlink(nd->flash, nloc);
-    if (rc != NESSIE_NOT_FOUND && rc != NESSIE_EXISTS)
+    if (rc == NESSIE_NOT_FOUND || rc == NESSIE_EXISTS)
+        (void)flash_unlink(nd->flash, loc);
+    else
         r->kept = true;
     return true;
 }
@@ -147,19 +150,25 @@ bool demote_compact(struct nessie_ctx *ctx, uint32_t max_live_pct)
     bool freed = false;
     uint64_t life;
     int64_t page = flash_sparsest_page(nd->flash, max_live_pct, &life);
-    if (page < 0) {
-        atomic_store_explicit(&nd->flash_compact_idle_ns, nessie_mono_ns(), memory_order_relaxed);
-    } else {
+    if (page >= 0) {
         struct compact_run r = {.ctx = ctx};
         int erc = flash_page_each(nd->flash, page, life, compact_record, &r, NULL);
         CTR_ADD(ctx->ctr.flash_rescued, r.rescued);
         /* A page that could not be read is left to the oldest page's drop, which frees it
-         * (its entries then read as gone); MISS: dropped by another thread meanwhile. */
+         * (its entries then read as gone); MISS: dropped by another thread meanwhile. The
+         * copies may still be in the page being filled: a daemon that dies before it is
+         * written loses them, as it loses the items it demoted there (sealing it now would
+         * leave it half empty, and compaction would gain no page). */
         if (erc == FLASH_OK && !r.kept && flash_page_free(nd->flash, page, life) == FLASH_OK) {
             CTR_ADD(ctx->ctr.flash_compacted, 1);
             freed = true;
         }
     }
+    /* Nothing freed (none sparse enough, no room for the copies, a page kept): the next
+     * search waits DEMOTE_COMPACT_IDLE_NS, rather than each demotion scanning and copying
+     * again. */
+    if (!freed)
+        atomic_store_explicit(&nd->flash_compact_idle_ns, nessie_mono_ns(), memory_order_relaxed);
     atomic_store_explicit(&nd->flash_compacting, false, memory_order_release);
     return freed;
 }

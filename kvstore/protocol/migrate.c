@@ -96,6 +96,13 @@ static enum attempt swing_attempt(struct op *op, uint64_t from, uint64_t to, int
         *status = NESSIE_TIMEOUT;
         return A_DONE;
     }
+    /* A lost answer and the word read back unchanged: the CAS did not run, and nothing else
+     * changed the entry: try again (reporting "changed" would have a compaction free a page
+     * whose record the entry still names). */
+    if (!ok && !clean) {
+        count_abort(op, NESSIE_ABORT_CAS_FAILED);
+        return A_RETRY;
+    }
     /* A lost answer and the word read back as `to`: a flash entry is unique, so a swing to one
      * ran; an empty word says nothing of who emptied it (a MIGRATE moving the key on, a
      * DELETE): unknown. */
@@ -358,10 +365,10 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     }
     if (*status != NESSIE_OK) {
         /* Whether the source is empty is unknown: the copy stays as it is, uncommitted. A
-         * takeover commits it after the grace period, which completes the move if the source
-         * was emptied and otherwise leaves a second committed entry of the same item, which
-         * the key's next write clears (A.1.3 step 4). The source stays: readers of the copy
-         * read it as its previous version meanwhile. */
+         * takeover undoes it after the grace period (protocol.c, copy_undo): the move did not
+         * happen if the source is still linked, and the item is lost, as to an eviction told
+         * to the checkers, if it is not. Readers of the copy read the source as its previous
+         * version meanwhile. */
         result = A_DONE;
         goto out;
     }
@@ -401,9 +408,9 @@ enum attempt proto_migrate(struct op *op, uint64_t src, const uint64_t *key_pos,
     /* Step 8: the copy is valid. Step 9: the source's DTE is recycled. */
     bool committed;
     if ((*status = proto_commit_own(op, copy, &committed)) != NESSIE_OK) {
-        /* The source is out of the index, so the copy must be committed; a takeover does it
-         * after the grace period. The source is its previous version until then (the leak
-         * sweep recycles it after). */
+        /* The source is out of the index and the copy not committed: a takeover undoes the
+         * copy after the grace period, an eviction it tells the checkers of (copy_undo). The
+         * source is its previous version until then (the leak sweep recycles it after). */
         result = A_DONE;
         goto out;
     }

@@ -440,13 +440,19 @@ bool proto_is_orphan(struct op *op, uint64_t ite, const struct dte_hdr *h)
  */
 /*
  * An orphaned migration's copy (v, uncommitted): is it the item now, or should it be undone?
- * It is the item only if its migration emptied the source: the source is out of the index and
- * still in its life, unrecycled. If the source is still linked, the item is there (the copy is a
- * move that never happened); if it was recycled, something else took it out (a DELETE or a write
- * that ran before the copy was linked), and committing the copy would bring a removed item back.
- * A source whose value was on a node lost from the view (issue 28) cannot be asked: its value is
- * lost, as every value of that node's is, and the copy is undone. Sets *undo. Returns NESSIE_OK
- * or NESSIE_FABRIC_ERROR.
+ * Always undone. If the source is still linked, the item is there (the copy is a move that never
+ * happened); if it was recycled, something else took it out (a DELETE or a write that ran before
+ * the copy was linked), and committing the copy would bring a removed item back. A source out of
+ * the index and not recycled may have been emptied by its migration, but nothing in its state
+ * word says so: a recycle mark comes later where recycling runs in the background, a flash
+ * source has no state word, and a node's evictor takes a source out of the index without a mark
+ * when it demotes it to flash (then its page may be dropped: an eviction). Committing the copy
+ * then brought evicted items back (nessie-stress flash, flash-compact: an eviction, then a cas on
+ * the evicted version succeeded; test_engine test_orphan_copy_of_demoted_source_undone). So
+ * that copy is undone too: the item may be lost, as to an eviction, and the checkers hear of an
+ * eviction of unknown effect. A source whose value was on a node lost from the view (issue 28)
+ * cannot be asked: its value is lost, as every value of that node's is. Sets *undo (always
+ * true). Returns NESSIE_OK or NESSIE_FABRIC_ERROR.
  */
 static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
 {
@@ -470,27 +476,11 @@ static int copy_undo(struct op *op, const struct dte_view *v, bool *undo)
         if (w == src)
             return NESSIE_OK;
     }
-    if (ite_is_flash(src) || op->node->flash) {
-        /* A flash source (its node's own item being moved into memory) has no state word to
-         * tell a source its MIGRATE emptied (commit the copy) from one a drop of its page
-         * emptied, an eviction (undo it): a drop takes the entry out by CAS without unlinking
-         * the record first, and committing then brought a removed item back (nessie-stress
-         * flash, stalls past the grace: two evictions of a key with no write between). Where
-         * the flash tier is on, a memory source's state cannot tell it either: its node's
-         * evictor takes it out of the index by demoting it (a swing to a flash entry, which may
-         * be dropped next) and marks it recycled only later, and committing the copy then
-         * brought a demoted and dropped item back (nessie-stress flash-compact: an eviction,
-         * then a cas on the evicted version succeeded). So the copy is undone; if the source
-         * is out of the index, that may lose the item, told to the checkers as an eviction of
-         * unknown effect. */
-        if (nessie_evict_hook) {
-            nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, false, 0);
-            nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, true, NESSIE_TIMEOUT);
-        }
-        CTR_ADD(op->ctx->ctr.moves_undone, 1);
-        return NESSIE_OK;
+    if (nessie_evict_hook) {
+        nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, false, 0);
+        nessie_evict_hook(nessie_evict_hook_user, v->key, v->h.key_len, true, NESSIE_TIMEOUT);
     }
-    *undo = false;
+    CTR_ADD(op->ctx->ctr.moves_undone, 1);
     return NESSIE_OK;
 }
 
