@@ -2029,19 +2029,22 @@ int main(int argc, char **argv)
      * that cannot go to a flash item's node takes its entry out) is in the history too. */
     struct recycler *fservers = opt_flash ? calloc((size_t)all_nodes, sizeof(*fservers)) : NULL;
     pthread_t *fthreads = opt_flash ? calloc((size_t)all_nodes, sizeof(*fthreads)) : NULL;
+    /* The hooks are plain pointers the server threads read: set before they start, cleared
+     * after they are joined (tsan saw the store race with a server's eviction). */
+    if (opt_flash) {
+        nessie_set_evict_hook(stress_evict_hook, NULL);
+        nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
+    }
     for (int n = 0; fservers && fthreads && n < all_nodes; n++) {
         fservers[n].node = nodes[n];
         fservers[n].id = (uint32_t)n;
         if (nodes[n] && pthread_create(&fthreads[n], NULL, server_main, &fservers[n]) != 0)
             fservers[n].node = NULL;
     }
-    if (opt_flash)
-        nessie_set_evict_hook(stress_evict_hook, NULL);
     struct nessie_node *any = NULL;
     for (int n = 0; n < all_nodes && !any; n++)
         any = nodes[n];
     if (opt_flash && any) {
-        nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
         key_ways = nessie_node_config(any)->ways;
         key_filter = calloc((size_t)opt_keys, sizeof(*key_filter));
         key_pos = calloc((size_t)opt_keys, sizeof(*key_pos));
@@ -2056,14 +2059,14 @@ int main(int argc, char **argv)
         }
     }
     uint64_t stuck = final_reads(nodes, extra);
-    nessie_set_evict_hook(NULL, NULL);
-    nessie_set_evict_anon_hook(NULL, NULL);
     for (int n = 0; fservers && fthreads && n < all_nodes; n++) {
         if (!fservers[n].node)
             continue;
         atomic_store_explicit(&fservers[n].stop, 1, memory_order_release);
         pthread_join(fthreads[n], NULL);
     }
+    nessie_set_evict_hook(NULL, NULL);
+    nessie_set_evict_anon_hook(NULL, NULL);
     free(fservers);
     free(fthreads);
     uint64_t swept = 0;
