@@ -9,7 +9,8 @@
 #                           if all hold
 #   model/run.sh --quick    scenarios 1 and 2 and the views model's design only (about 1 min)
 #   model/run.sh --holes    also show that each refinement of the new design is needed: the new
-#                           design with one refinement switched off must fail (about 1 min more)
+#                           design with one refinement switched off must fail (about 1 min more),
+#                           and search scenario 3 on the old design (information only)
 #   model/run.sh --keep     keep the work directory (trails: spin -t <defines> <model> there)
 #
 # Installs nothing: needs spin (Debian package "spin") and a C compiler. Works in a temporary
@@ -117,8 +118,13 @@ queue() {
 if [ $quick = 1 ]; then scen="1 2"; else scen="1 2 3 4 5"; fi
 for s in $scen; do queue "new-scen$s" pass "-DSCEN=$s"; done
 for s in $scen; do
-    # scenario 3 has no fault and one epoch: none of the old holes fits in it (information only)
-    if [ $s = 3 ]; then queue "old-scen$s" info "-DSCEN=$s -DOLD_DESIGN"; else queue "old-scen$s" fail "-DSCEN=$s -DOLD_DESIGN"; fi
+    # scenario 3 has no fault and one epoch: none of the old holes fits in it (information only,
+    # a 24-million-state search: with --holes only)
+    if [ $s = 3 ]; then
+        [ $holes = 0 ] || queue "old-scen$s" info "-DSCEN=$s -DOLD_DESIGN"
+    else
+        queue "old-scen$s" fail "-DSCEN=$s -DOLD_DESIGN"
+    fi
 done
 [ $quick = 1 ] || queue "old-hunt-c" fail "-DSCEN=6 -DOLD_DESIGN -DHUNT_C" hunt_c.never
 if [ $quick = 0 ]; then
