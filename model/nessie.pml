@@ -585,10 +585,12 @@ inline free_unpublished(w)
 /* (the CAS the writer's last step also makes); a TOMBSTONE is then unlinked. Uses the view.  */
 /* flt = a fabric error.                                                                      */
 /* ---------------------------------------------------------------------------------------- */
-/* protocol.c copy_undo: an orphaned migration's copy is undone (abandoned, then unlinked) unless
- * its migration emptied the source: the source still in its life, not recycled, and linked at
- * none of the key's positions. Reads the source's state word and the key's ITEs (cu); sets
- * undo, and flt on a fabric error. */
+/* protocol.c copy_undo: an orphaned migration's copy is always undone (abandoned, then
+ * unlinked). If its source is still in its life, not recycled, and linked at none of the key's
+ * positions, its migration (or a demotion, in C) may have emptied it: the item may be lost, told
+ * to the checker as an eviction of unknown effect (R_TMO: placed anywhere after the report, or
+ * not at all). Reads the source's state word and the key's ITEs (cu); sets undo, and flt on a
+ * fabric error. */
 #ifdef HAVE_COPY
 inline copy_undo()
 {
@@ -605,7 +607,7 @@ inline copy_undo()
                 :: d[s_].gen != WGEN(vprev) || d[s_].st == 0 || d[s_].rec -> cu = 1
                 :: else -> cu = 0
                 fi;
-                WHO; printf("COPY_UNDO: source "); showw(vprev); printf(" gone or recycled (1: undo the copy): %d\n", cu)
+                WHO; printf("COPY_UNDO: source "); showw(vprev); printf(" gone or recycled: %d\n", cu)
             fi;
             s_ = 0
         }
@@ -621,7 +623,17 @@ inline copy_undo()
                 if
                 :: flt -> skip
                 :: !flt && cu == vprev -> skip
-                :: else -> undo = 0
+                :: else ->
+                    /* the source is out of the index: undoing the copy may lose the item */
+                    atomic {
+                        WHO; printf("COPY_UNDO: source out of the index: an eviction of unknown effect\n");
+                        if
+                        :: !hinv[EVOP] ->
+                            hkind[EVOP] = K_EVICT; hkey[EVOP] = vkey; hinv[EVOP] = 1; hprec[EVOP] = hdone;
+                            hres[EVOP] = R_TMO; hdone = hdone | (1 << EVOP)
+                        :: else
+                        fi
+                    }
                 fi
             fi
         fi;
