@@ -96,7 +96,7 @@ STRESS_LIB_SRC := $(filter-out tests/stress/stress.c,$(wildcard tests/stress/*.c
 STRESS_LIB_OBJ := $(STRESS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 STRESS_BIN     := $(BUILD)/nessie-stress
 
-.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover bench-capacity bench-tcp rxe-selftest \
+.PHONY: all test check asan tsan install uninstall clean deps demo config bench bench-quick bench-modes bench-failover bench-capacity bench-flash bench-tcp rxe-selftest \
 	test-rxe test-rxe-one test-rxe-two test-rxe-asan test-rxe-tsan model
 .DEFAULT_GOAL := all
 # Keep objects that are only intermediates of test binaries, so rebuilds stay incremental.
@@ -272,6 +272,11 @@ bench-failover: deps
 bench-capacity: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/capacity.sh
+
+# bench-flash: the flash tier against memcached's extstore (issue 31), about 6 minutes.
+bench-flash: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/flash.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all

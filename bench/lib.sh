@@ -113,12 +113,13 @@ bench_cleanup() {
     nessie_stop
 }
 
-# memcached, the baseline, on a free loopback port with its default 4 threads.
+# memcached, the baseline, on a free loopback port with its default 4 threads; MC_EXTRA: more
+# options (bench/flash.sh: -o ext_path=...).
 mc_start() {
     MC_PORT=$(( 20000 + $$ % 10000 ))
     user=$(id -un)
     memcached -u "$user" -l 127.0.0.1 -p "$MC_PORT" -U 0 -m "$BENCH_MC_MB" -I 2m \
-        ${MC_THREADS:+-t $MC_THREADS} >"$OUT/memcached.log" 2>&1 &
+        ${MC_THREADS:+-t $MC_THREADS} ${MC_EXTRA:-} >"$OUT/memcached.log" 2>&1 &
     MC_PID=$!
     mc_wait "$MC_PORT" "$OUT/memcached.log"
 }
