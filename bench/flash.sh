@@ -201,7 +201,7 @@ echo "write_amplification $wa"
 plot flash <<EOF2
 set multiplot layout 1,2 title 'Working set ${FACTOR}x memory ($MEM_MB MiB): Nessie with flash vs memcached with extstore; 4 KiB values, 95% GETs, set on miss'
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1
-set xtics rotate by -20
+set xtics rotate by -20; set key outside bottom center horizontal
 set title 'GET hit ratio'; set yrange [0:1.05]
 plot for [s in "nessie-flash memcached-ext nessie-memory memcached-memory"] '< grep "^'.s.'," $SUMMARY' using 3:xtic(2) title s
 set title 'GET p99 (us)'; set yrange [0:*]
