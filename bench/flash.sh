@@ -50,10 +50,10 @@ FLASH_MB=$(( (KEYS * (64 + KEY + VALUE) * 2 / NODES + 1048575) / 1048576 ))
 # The all-memory systems: everything fits, twice over.
 BIG_BYTES=$((8 * BENCH_DATA_BYTES))
 FLASH_DIR=$(mktemp -d "${BENCH_FLASH_DIR:-/var/tmp}/nessie-flash-bench.XXXXXX")
+BENCH_SECONDS=$SECONDS_EACH
 bench_begin flash "3-node Nessie (shim, shm, $BENCH_DATA_BYTES data bytes and $FLASH_MB MiB of flash per node) vs memcached -m $MEM_MB -o ext_path=$FLASH_DIR/memcached.ext:$((NODES * FLASH_MB))m; all-memory references at 8x the memory; $VALUE B values, $KEY B keys, $KEYS keys ($FACTOR x the ~$CAPACITY items memory holds); 95% GETs, set on miss, $SECONDS_EACH s per load"
 trap 'bench_cleanup; rm -rf "$FLASH_DIR"' EXIT
 COLS_HEADER="system,load"
-BENCH_SECONDS=$SECONDS_EACH
 LG="-v $VALUE -k $KEY -n $KEYS -g 0.95 --set-on-miss"
 SUMMARY=$OUT/flash-summary.csv
 echo "system,load,hit_ratio,ops_per_s,get_p50_us,get_p99_us,flash_share" >"$SUMMARY"
