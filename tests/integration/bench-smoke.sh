@@ -5,7 +5,8 @@
 # checked is that each script finishes, that every loadgen run it made read back only the values
 # it wrote (loadgen exits non-zero on a wrong value, and the scripts stop on that), that the CSV
 # files have data rows, that the plots were drawn, and that bench/quick.sh ends with its
-# `ratio NAME VALUE` lines, as do bench/modes.sh, bench/eviction.sh and bench/capacity.sh, and
+# `ratio NAME VALUE` lines, as do bench/modes.sh, bench/eviction.sh, bench/capacity.sh and
+# bench/flash.sh (whose Nessie must have read from its flash logs), and
 # that the scripts of the paper's comparisons drew the server-driven mode beside the
 # client-driven one (the home node's share of the traffic included), and that bench/failover.sh
 # ends with its goal and ratio lines (skipped without etcd).
@@ -94,6 +95,19 @@ check capacity capacity.csv capacity.png capacity-items.csv
 for r in items_held zipf_hit; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/capacity.out" || { echo "bench-smoke: capacity: no 'ratio $r' line"; fail=1; }
 done
+# flash: 4 MiB a node and 0.5 s a load (memcached's extstore writes nothing at that size, too
+# little for its write buffers; every system and load must still run), its files in $out.
+run flash BENCH_FLASH_DATA_BYTES=4194304 BENCH_FLASH_SECONDS=0.5 BENCH_FLASH_DIR="$out"
+check flash flash.csv flash.png flash-summary.csv
+for r in flash_hit_vs_extstore flash_hit_vs_all_memory get_p99_extstore_vs_flash uniform_get_p99_extstore_vs_flash; do
+    grep -Eq "^ratio $r [0-9.]+$" "$out/flash.out" || { echo "bench-smoke: flash: no 'ratio $r' line"; fail=1; }
+done
+for l in flash_ram_per_item write_amplification; do
+    grep -Eq "^$l [0-9.]+$" "$out/flash.out" || { echo "bench-smoke: flash: no '$l' line"; fail=1; }
+done
+# Nessie's uniform load read from its logs (the flash column: GETs served from flash).
+awk -F, '$1 == "nessie-flash" && $2 == "uniform" && $7 > 0 { ok = 1 } END { exit !ok }' \
+    "$out/flash/flash-summary.csv" 2>/dev/null || { echo "bench-smoke: flash: Nessie read nothing from flash"; fail=1; }
 # failover: node 2 killed 0.3 s in, down 4 s (longer than Nessie's detection, ~3 s, so the
 # restarted node finds itself fenced, as in the full run), no libmemcached-defaults run. It
 # needs etcd for Nessie's views: without one it is skipped, as members.sh is.
