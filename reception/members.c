@@ -1,7 +1,11 @@
 /*
  * members.c - the cluster's view agreed through etcd (members.h says what and which keys).
  *
- * Two threads: the agent keeps the lease alive (every third of its TTL) and reconciles: it reads
+ * Three threads. The keeper keeps the lease alive (every third of its TTL, and within a second
+ * again after a beat that failed), on a thread of its own so that nothing else this daemon asks
+ * etcd can delay it: a reconcile is several requests, each of which may wait seconds for a loaded
+ * etcd, and a keep-alive queued behind them once let a live daemon's lease lapse (the 1-vCPU
+ * guests of `make test-rxe` on a slower machine). The agent reconciles: it reads
  * the members and the view, writes a new view when the member set differs from the view's (a
  * transaction that compares the view key's mod_revision, so of several daemons that see the same
  * change exactly one writes epoch+1 and the others read it), and installs the view it read. The
@@ -9,8 +13,8 @@
  * message per line for as long as the connection lasts) on the cluster's prefix and wakes the
  * agent on any event. Streaming rather than polling: a change is seen within a round trip, and
  * an idle cluster sends nothing. The watcher does not parse the events: any of them only means
- * "read again", so a missed or garbled message costs nothing, and the agent also reconciles at
- * every keep-alive, which bounds how long a lost watch could hide a change. About once a second
+ * "read again", so a missed or garbled message costs nothing, and the agent also reconciles
+ * every MEMBERS_REFRESH_MS, which bounds how long a lost watch could hide a change. About once a second
  * the agent also asks etcd how long ago each member's lease was renewed, for the stats
  * (members_lease_ages), which read its last answers and never wait for etcd.
  */
@@ -51,6 +55,10 @@
  * a figure for people and tools, so once a second is plenty. It costs one request per registered
  * member: a cluster of N nodes asks etcd N x N times a second. */
 #define MEMBERS_AGES_MS 1000
+/* How soon the keeper tries again after a keep-alive that no endpoint answered: well within the
+ * TTL (whose third is the normal beat), so a few seconds of etcd trouble cost no lease, and not
+ * so often that an etcd down for minutes fills the log (each failure is one warning). */
+#define MEMBERS_KEEPALIVE_RETRY_MS 1000
 
 /*
  * The daemon's membership: file-static because a daemon plays one node of one cluster and has
@@ -70,7 +78,10 @@ static struct {
     char *cluster_prefix;      /* /nessie/<name>/ : what the watcher watches */
     char *scrubbed_prefix;     /* /nessie/<name>/scrubbed/ : each member's scrub, done for */
     uint64_t acked_epoch;      /* what this daemon wrote there last (agent thread only) */
-    int64_t lease;             /* this daemon's lease ID (agent thread only after start) */
+    /* This daemon's lease ID: written by the agent (register_self), read by the keeper; and the
+     * ID the keeper found expired, for the agent to register again (0: none). Relaxed: each is
+     * one word on its own, and a keep-alive of an ID just replaced only finds it expired. */
+    _Atomic int64_t lease, lapsed;
     /* Incarnations of members seen in earlier views, so a member that left is shown as gone
      * with the incarnation it had (agent thread only after start). */
     uint64_t last_inc[NESSIE_NODES_MAX];
@@ -88,9 +99,10 @@ static struct {
      * etcd about. */
     int64_t reg_lease[NESSIE_NODES_MAX];
     bool reg_read;
-    pthread_t agent, watcher;
+    pthread_t agent, watcher, keeper;
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond;       /* wakes the agent */
+    pthread_cond_t keeper_cond; /* wakes the keeper (only to stop) */
     bool stop, dirty;          /* under lock */
     atomic_bool stopping;      /* the watcher's curl progress callback reads it without the lock */
 } members;
@@ -125,7 +137,7 @@ static int register_self(CURL *curl, enum nessie_log_level level)
     snprintf(val, sizeof(val), "%" PRIu64, members.incarnation);
     if (etcd_put(curl, key, val, id, level) != 0)
         return -1;
-    members.lease = id;
+    atomic_store_explicit(&members.lease, id, memory_order_relaxed);
     members.acked_epoch = 0; /* the old lease's ack went with it */
     changes_lease_changed();   /* ... and the change's */
     log_info("members: node %u registered as incarnation %" PRIu64 " under lease %" PRIx64
@@ -133,28 +145,36 @@ static int register_self(CURL *curl, enum nessie_log_level level)
     return 0;
 }
 
-/* Renew the lease; a lease that expired meanwhile (the daemon stalled past its TTL) is replaced
- * by a new one and the node registers again, but the view that removed it fenced it in this
- * incarnation: it stays out, and serves nothing, until it is started again (it then comes back
- * on new tables and rejoins: members_start). */
-static void keep_alive(CURL *curl)
+/* Renew the lease (the keeper's thread). Returns false when no endpoint answered (logged). A
+ * lease that expired meanwhile (the daemon stalled past its TTL) is handed to the agent, which
+ * registers again (register_self) under a new one; but the view that removed this node fenced it
+ * in this incarnation: it stays out, and serves nothing, until it is started again (it then comes
+ * back on new tables and rejoins: members_start). */
+static bool keep_alive(CURL *curl)
 {
-    char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", members.lease);
+    int64_t lease = atomic_load_explicit(&members.lease, memory_order_relaxed);
+    char *body = g_strdup_printf("{\"ID\": \"%" PRId64 "\"}", lease);
     JsonParser *p = etcd_call(curl, "/v3/lease/keepalive", body, NESSIE_LOG_WARN);
     g_free(body);
     if (!p)
-        return; /* no endpoint answered: try again at the next beat, within the TTL */
+        return false;
     JsonObject *o = etcd_root(p);
     JsonObject *res = json_object_has_member(o, "result") ? json_object_get_object_member(o, "result")
                                                           : o;
     int64_t ttl = etcd_jint(res, "TTL");
     g_object_unref(p);
-    if (ttl <= 0) {
+    int64_t none = 0;
+    if (ttl <= 0 &&
+        atomic_compare_exchange_strong_explicit(&members.lapsed, &none, lease, memory_order_relaxed,
+                                                memory_order_relaxed)) {
         log_warn("members: lease %" PRIx64 " expired (this daemon was removed from the view); "
-                 "registering again (it stays fenced until it is started again)",
-                 (uint64_t)members.lease);
-        register_self(curl, NESSIE_LOG_WARN);
+                 "registering again (it stays fenced until it is started again)", (uint64_t)lease);
+        pthread_mutex_lock(&members.lock);
+        members.dirty = true;
+        pthread_cond_signal(&members.cond);
+        pthread_mutex_unlock(&members.lock);
     }
+    return true;
 }
 
 /* --- views -------------------------------------------------------------------------------- */
@@ -509,36 +529,49 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Keep-alive every third of the lease (two beats may fail before it lapses), and reconcile on
- * every beat and every event the watcher reports; after a reconcile, the members' lease ages
- * when they are due (every MEMBERS_AGES_MS). */
+/* Wait on cond under members.lock until deadline_ms (now_ms's clock) or a signal. */
+static void wait_until(pthread_cond_t *cond, uint64_t deadline_ms)
+{
+    uint64_t now = now_ms();
+    if (now >= deadline_ms)
+        return;
+    uint64_t wait = deadline_ms - now;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(wait / 1000);
+    ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cond, &members.lock, &ts);
+}
+
+/* Reconcile on every event the watcher reports and every MEMBERS_REFRESH_MS; register again when
+ * the keeper found the lease expired (at most once a beat while etcd refuses); after a reconcile,
+ * the members' lease ages when they are due (every MEMBERS_AGES_MS). */
 static void *agent_main(void *arg)
 {
     (void)arg;
     CURL *curl = curl_easy_init();
-    uint64_t beat_ms = members.lease_s * 1000ULL / 3, next = now_ms() + beat_ms;
+    uint64_t beat_ms = members.lease_s * 1000ULL / 3, register_due = 0;
     uint64_t refresh = now_ms() + MEMBERS_REFRESH_MS, ages_due = now_ms() + MEMBERS_AGES_MS;
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
-        uint64_t due = next < refresh ? next : refresh;
-        if (!members.dirty && now_ms() < due) {
-            uint64_t wait = due - now_ms();
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += (time_t)(wait / 1000);
-            ts.tv_nsec += (long)(wait % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&members.cond, &members.lock, &ts);
+        if (!members.dirty && now_ms() < refresh) {
+            wait_until(&members.cond, refresh);
             continue;
         }
         members.dirty = false;
         pthread_mutex_unlock(&members.lock);
-        if (now_ms() >= next) {
-            keep_alive(curl);
-            next = now_ms() + beat_ms;
+        int64_t lapsed = atomic_load_explicit(&members.lapsed, memory_order_relaxed);
+        if (lapsed && now_ms() >= register_due) {
+            /* Only the lease the keeper found expired is replaced: one registered since is not. */
+            if (lapsed != atomic_load_explicit(&members.lease, memory_order_relaxed) ||
+                register_self(curl, NESSIE_LOG_WARN) == 0)
+                atomic_store_explicit(&members.lapsed, 0, memory_order_relaxed);
+            else
+                register_due = now_ms() + beat_ms;
         }
         reconcile(curl);
         refresh = now_ms() + MEMBERS_REFRESH_MS;
@@ -550,6 +583,33 @@ static void *agent_main(void *arg)
     }
     pthread_mutex_unlock(&members.lock);
     curl_easy_cleanup(curl);
+    return NULL;
+}
+
+/* Keep-alive every third of the lease (two beats may fail before it lapses), and again
+ * MEMBERS_KEEPALIVE_RETRY_MS after one that no endpoint answered; never behind another request
+ * of this daemon's (the head of this file says why). */
+static void *keeper_main(void *arg)
+{
+    (void)arg;
+    CURL *curl = curl_easy_init();
+    uint64_t beat_ms = members.lease_s * 1000ULL / 3;
+    uint64_t retry_ms = beat_ms < MEMBERS_KEEPALIVE_RETRY_MS ? beat_ms : MEMBERS_KEEPALIVE_RETRY_MS;
+    uint64_t next = now_ms() + beat_ms;
+    pthread_mutex_lock(&members.lock);
+    while (!members.stop) {
+        if (now_ms() < next) {
+            wait_until(&members.keeper_cond, next);
+            continue;
+        }
+        pthread_mutex_unlock(&members.lock);
+        bool answered = curl && keep_alive(curl);
+        next = now_ms() + (answered ? beat_ms : retry_ms);
+        pthread_mutex_lock(&members.lock);
+    }
+    pthread_mutex_unlock(&members.lock);
+    if (curl)
+        curl_easy_cleanup(curl);
     return NULL;
 }
 
@@ -716,6 +776,8 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     int n = etcd_open(cfg->etcd_endpoints);
     etcd_set_lease(cfg->lease_s);
     atomic_init(&members.stopping, false);
+    atomic_init(&members.lease, 0);
+    atomic_init(&members.lapsed, 0);
     members.members_prefix = g_strdup_printf("/nessie/%s/members/", cfg->cluster);
     members.view_key = g_strdup_printf("/nessie/%s/view", cfg->cluster);
     members.cluster_prefix = g_strdup_printf("/nessie/%s/", cfg->cluster);
@@ -730,64 +792,77 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
         members_free();
         return -1;
     }
+    pthread_mutex_init(&members.lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the threads' deadlines are monotonic */
+    pthread_cond_init(&members.cond, &ca);
+    pthread_cond_init(&members.keeper_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    members.stop = members.dirty = false;
+    bool keeper = false, agent = false;
+    int rc = 0;
     CURL *curl = curl_easy_init();
     /* Lost from the view earlier: back under a newer incarnation, with new tables (rejoin). */
     int gone = curl ? gone_before(curl) : -1;
     if (gone == 1 && nessie_node_incarnation(node) != 1) {
         log_warn("members: node %u was lost from the view and its tables were kept: they are "
                  "removed and made anew before it rejoins", members.self);
-        curl_easy_cleanup(curl);
-        curl_global_cleanup();
-        members_free();
-        return MEMBERS_NEW_TABLES;
+        rc = MEMBERS_NEW_TABLES;
+        goto fail;
     }
     /* At start every failure is an error: a daemon that cannot register must not serve as if
-     * it were a member. etcd_call has logged each endpoint and what it said. */
+     * it were a member. etcd_call has logged each endpoint and what it said. The keeper starts
+     * as soon as the lease is granted: the first reconcile, through a slow etcd, may take
+     * longer than the lease's TTL. */
     if (gone < 0 || changes_open(node, members.cluster_prefix, members.self,
                                  members.view_lease_ms) != 0 ||
-        register_self(curl, NESSIE_LOG_ERROR) != 0 ||
-        reconcile(curl) != 0) {
-        log_error("members: cannot join the cluster's view through etcd at %s",
-                  cfg->etcd_endpoints);
-        if (curl)
-            curl_easy_cleanup(curl);
-        curl_global_cleanup();
-        members_free();
-        return -1;
-    }
+        register_self(curl, NESSIE_LOG_ERROR) != 0)
+        goto refused;
+    if ((rc = pthread_create(&members.keeper, NULL, keeper_main, NULL)) != 0)
+        goto no_thread;
+    keeper = true;
+    if (reconcile(curl) != 0)
+        goto refused;
     ages_refresh(curl); /* so the stats show ages from the start */
     curl_easy_cleanup(curl);
-    pthread_mutex_init(&members.lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the agent's deadlines are monotonic */
-    pthread_cond_init(&members.cond, &ca);
-    pthread_condattr_destroy(&ca);
-    members.stop = members.dirty = false;
-    int rc = pthread_create(&members.agent, NULL, agent_main, NULL);
-    if (rc == 0) {
-        rc = pthread_create(&members.watcher, NULL, watcher_main, NULL);
-        if (rc != 0) {
-            pthread_mutex_lock(&members.lock);
-            members.stop = true;
-            pthread_cond_signal(&members.cond);
-            pthread_mutex_unlock(&members.lock);
-            pthread_join(members.agent, NULL);
-        }
-    }
-    if (rc != 0) {
-        log_error("members: pthread_create: %s", strerror(rc));
-        pthread_mutex_lock(&ages.lock);
-        ages.n = 0;
-        pthread_mutex_unlock(&ages.lock);
-        pthread_cond_destroy(&members.cond);
-        pthread_mutex_destroy(&members.lock);
-        curl_global_cleanup();
-        members_free();
-        return -1;
-    }
+    curl = NULL;
+    if ((rc = pthread_create(&members.agent, NULL, agent_main, NULL)) != 0)
+        goto no_thread;
+    agent = true;
+    if ((rc = pthread_create(&members.watcher, NULL, watcher_main, NULL)) != 0)
+        goto no_thread;
     members.running = true;
     return 0;
+
+no_thread:
+    log_error("members: pthread_create: %s", strerror(rc));
+    rc = -1;
+    goto fail;
+refused:
+    log_error("members: cannot join the cluster's view through etcd at %s", cfg->etcd_endpoints);
+    rc = -1;
+fail:
+    pthread_mutex_lock(&members.lock);
+    members.stop = true;
+    pthread_cond_signal(&members.cond);
+    pthread_cond_signal(&members.keeper_cond);
+    pthread_mutex_unlock(&members.lock);
+    if (agent)
+        pthread_join(members.agent, NULL);
+    if (keeper)
+        pthread_join(members.keeper, NULL);
+    if (curl)
+        curl_easy_cleanup(curl);
+    pthread_mutex_lock(&ages.lock);
+    ages.n = 0;
+    pthread_mutex_unlock(&ages.lock);
+    pthread_cond_destroy(&members.keeper_cond);
+    pthread_cond_destroy(&members.cond);
+    pthread_mutex_destroy(&members.lock);
+    curl_global_cleanup();
+    members_free();
+    return rc;
 }
 
 void members_stop(void)
@@ -798,9 +873,11 @@ void members_stop(void)
     pthread_mutex_lock(&members.lock);
     members.stop = true;
     pthread_cond_signal(&members.cond);
+    pthread_cond_signal(&members.keeper_cond);
     pthread_mutex_unlock(&members.lock);
     pthread_join(members.agent, NULL);
     pthread_join(members.watcher, NULL);
+    pthread_join(members.keeper, NULL);
     pthread_mutex_lock(&ages.lock);
     ages.n = 0;
     pthread_mutex_unlock(&ages.lock);
@@ -811,6 +888,7 @@ void members_stop(void)
      * is written. A node that leaves alone is removed when its lease lapses, as a dead one. */
     log_info("members: node %u leaves; its lease lapses within %u s", members.self,
              members.lease_s);
+    pthread_cond_destroy(&members.keeper_cond);
     pthread_cond_destroy(&members.cond);
     pthread_mutex_destroy(&members.lock);
     curl_global_cleanup();
