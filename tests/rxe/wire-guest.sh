@@ -48,12 +48,21 @@ store() { # store PREFIX SOCKETS...: 20 keys, round-robin over the sockets
     done
 }
 check() { # check PREFIX FROM SOCKET: the 20 keys another guest stored, read through SOCKET
+    keys=""
+    want=""
     i=0
     while [ $i -lt 20 ]; do
-        got=$(wire-client -s "$3" get "$1$i")
-        [ "$got" = "value-of-$1$i-from-$2" ] || fail "get $1$i through $3: '$got'"
+        keys="$keys $1$i"
+        want="$want$1$i value-of-$1$i-from-$2
+"
         i=$((i + 1))
     done
+    # One process for all 20 (wire-client's get of several keys): a process start costs seconds
+    # in a TCG guest on a loaded host.
+    # shellcheck disable=SC2086  # the key list is meant to be split
+    got=$(wire-client -s "$3" get $keys 2>&1)
+    [ "$got
+" = "$want" ] || fail "get through $3: $(printf '%s\n' "$got" | grep -v -- '-from-' | head -n 3)"
     [ $rc = 0 ] && echo "wire ($ROLE): the 20 keys guest $2 stored read back through $3"
 }
 load() { # load SOCKET...: checked load through each at once (tests/rxe/checked-load)
@@ -110,9 +119,10 @@ mkdir -p $d2
 ./reception --print-config --set cluster.name=wire2 --set cluster.nodes=3 --set cluster.node_ids=4 \
     --set cluster.fabric=verbs --set cluster.index_slots=4096 --set cluster.data_bytes=16777216 \
     --set cluster.max_item_size=65536 --set cluster.evict=false --set cluster.expiration_ms=1000 \
+    --set cluster.op_timeout_ms=15000 \
     --set "cluster.addresses=$A:7480, $A:7481, $B:7482, $B:7483" --set reception.workers=1 \
     --set membership.mode=etcd --set "membership.endpoints=http://$A:2379" \
-    --set membership.lease_s=6 >$d2/nessie.conf
+    --set membership.lease_s=10 >$d2/nessie.conf
 load2() { # load2 ID SOCKET: a checked load of 30 s in the background (its pid in SOCKET.lpid)
     wire-client -s "$2" load --id "$1" --keys 32 --ops 100000000 --seconds 30 --max-value 512 \
         --seed 7 >"$2.load" 2>&1 &
@@ -133,6 +143,7 @@ a)
         --initial-advertise-peer-urls http://127.0.0.1:2380 \
         --initial-cluster wire2=http://127.0.0.1:2380 >$d2/etcd.log 2>&1 &
     etcdpid=$!
+    renice -n -10 -p $etcdpid >/dev/null 2>&1 || true # ahead of the daemons: nessie-cluster says why
     i=0
     until ETCDCTL_API=3 etcdctl --endpoints="http://$A:2379" endpoint health >/dev/null 2>&1; do
         i=$((i + 1))
@@ -187,6 +198,8 @@ b)
 esac
 echo "wire ($ROLE): eth0 sent $(cat /sys/class/net/eth0/statistics/tx_bytes) bytes," \
     "received $(cat /sys/class/net/eth0/statistics/rx_bytes)"
-[ $rc = 0 ] || grep -h -E "warn|error" $d/node*.log $d2/node*.log 2>/dev/null | head -20
+# What the daemons warned of: part two's last (its failures come later), part one's first.
+[ $rc = 0 ] || { grep -h -E "warn|error" $d2/node*.log 2>/dev/null | tail -n 30
+    grep -h -E "warn|error" $d/node*.log 2>/dev/null | head -n 10; }
 [ $rc = 0 ] && echo "wire ($ROLE): PASS"
 exit $rc
