@@ -204,6 +204,8 @@ int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_ev
         free(r);
         return -1;
     }
+    /* Before the threads: recycler 0's moves write, and a write that finds no room kicks. */
+    nessie_node_on_pressure(node, kick, r);
     for (uint32_t i = 0; i < n; i++) {
         struct recycler_thread *t = &r->t[i];
         t->r = r;
@@ -223,7 +225,6 @@ int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_ev
         }
         t->started = true;
     }
-    nessie_node_on_pressure(node, kick, r);
     *out = r;
     return 0;
 }
@@ -232,7 +233,6 @@ void recep_recycler_stop(struct recep_recycler *r)
 {
     if (!r)
         return;
-    nessie_node_on_pressure(r->node, NULL, NULL); /* workers are stopped by now: no caller left */
     pthread_mutex_lock(&r->lock);
     r->stop = true;
     pthread_cond_broadcast(&r->cond);
@@ -243,6 +243,9 @@ void recep_recycler_stop(struct recep_recycler *r)
         if (r->t[i].ctx)
             nessie_ctx_destroy(r->t[i].ctx);
     }
+    /* After the joins: recycler 0 is a writer too (its moves), and may kick until it ends; the
+     * workers and sd servers are stopped by now. */
+    nessie_node_on_pressure(r->node, NULL, NULL);
     free(r->t);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);

@@ -629,7 +629,8 @@ size_t nessie_evict_run(struct nessie_ctx *ctx, size_t max_victims);
  * Called on a writer's thread when a write finds no room in this node's region (eviction on),
  * at most once per 50 us: the thread that runs nessie_evict_run should wake now rather than at
  * the end of its nap, since the writer waits for it. fn must only wake a thread (it runs on the
- * critical path). Install it before writers start; NULL removes it.
+ * critical path). Install it before writers start, the node's own background threads included
+ * (a recycler's moves write); NULL removes it, once they have stopped.
  */
 typedef void (*nessie_pressure_fn)(void *arg);
 void nessie_node_on_pressure(struct nessie_node *node, nessie_pressure_fn fn, void *arg);

@@ -75,16 +75,25 @@
  * nap, and each wake-up is a syscall on the writer's critical path. */
 #define EVICT_PRESSURE_EVERY_NS 50000ULL
 
+/* Removing it (fn NULL) clears fn first, so no reader pairs the old fn with a NULL arg. A reader
+ * may still call the old fn once after this returns: remove it only once what it wakes can take
+ * that (nessie.h: install before writers start, remove after they stopped). */
 void nessie_node_on_pressure(struct nessie_node *nd, nessie_pressure_fn fn, void *arg)
 {
-    nd->pressure_arg = arg;
-    nd->pressure_fn = fn;
+    if (!fn) {
+        atomic_store_explicit(&nd->pressure_fn, NULL, memory_order_release);
+        atomic_store_explicit(&nd->pressure_arg, NULL, memory_order_relaxed);
+        return;
+    }
+    atomic_store_explicit(&nd->pressure_arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&nd->pressure_fn, fn, memory_order_release);
 }
 
 void nessie_pressure(struct nessie_node *nd)
 {
-    if (nd->pressure_fn && nessie_every(&nd->pressure_last_ns, EVICT_PRESSURE_EVERY_NS))
-        nd->pressure_fn(nd->pressure_arg);
+    nessie_pressure_fn fn = atomic_load_explicit(&nd->pressure_fn, memory_order_acquire);
+    if (fn && nessie_every(&nd->pressure_last_ns, EVICT_PRESSURE_EVERY_NS))
+        fn(atomic_load_explicit(&nd->pressure_arg, memory_order_relaxed));
 }
 
 uint32_t nessie_acc_tick(void)

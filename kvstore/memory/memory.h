@@ -111,9 +111,12 @@ struct nessie_node {
     pthread_mutex_t evict_pool_lock;
     struct evict_pool *evict_pool;
     /* Who to wake when a writer finds no room (nessie_node_on_pressure), and when it was last
-     * woken: writers that keep waiting would otherwise wake it once per back-off step each. */
-    nessie_pressure_fn pressure_fn;
-    void *pressure_arg;
+     * woken: writers that keep waiting would otherwise wake it once per back-off step each.
+     * Atomic: a daemon's own recycler writes (a move's copies) while the callback is installed
+     * and removed; arg is stored before fn with release, and fn loaded with acquire before arg,
+     * so a reader that finds fn set finds the arg that went with it (evict.c). */
+    _Atomic(nessie_pressure_fn) pressure_fn;
+    _Atomic(void *) pressure_arg;
     _Atomic uint64_t pressure_last_ns;
     /* The scrub (protocol/scrub.c): its cursor over this node's index (slots looked at, ever),
      * where the pass it owes ends, the fence change that pass is for (the view's fence_changes

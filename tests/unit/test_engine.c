@@ -626,6 +626,63 @@ static void test_full_node_evicts(void **state)
     assert_int_equal(c.op[NESSIE_OPK_PUT].outcomes[NESSIE_NO_MEMORY], 0);
 }
 
+/* The pressure callback (nessie_node_on_pressure) installed and removed while a writer on a
+ * full node calls it: the daemon's recycler writes (its moves) while the daemon installs and
+ * removes it. Every call the writer makes gets the arg that went with the fn, never NULL; under
+ * make tsan, the plain fields it had before were a data race (found by reading). */
+struct pressure_run {
+    struct nessie_ctx *ctx;
+    atomic_int stop, failed;
+};
+
+static atomic_int pressure_kicks, pressure_bad;
+static int pressure_cookie;
+
+static void pressure_kick(void *arg)
+{
+    if (arg == &pressure_cookie)
+        atomic_fetch_add(&pressure_kicks, 1);
+    else
+        atomic_fetch_add(&pressure_bad, 1);
+}
+
+static void *pressure_writer(void *arg)
+{
+    struct pressure_run *w = arg;
+    char v[1000], k[32];
+    for (int i = 0; !atomic_load(&w->stop); i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        evict_value(v, sizeof(v), i);
+        if (nessie_store(w->ctx, NESSIE_SET, k, strlen(k), v, sizeof(v), 0, 0, 0, NULL) != NESSIE_OK)
+            atomic_fetch_add(&w->failed, 1);
+    }
+    return NULL;
+}
+
+static void test_pressure_callback_changes_under_writers(void **state)
+{
+    (void)state;
+    cluster_open(1, 1 << 14, 1 << 20, evict_cfg);
+    atomic_store(&pressure_kicks, 0);
+    atomic_store(&pressure_bad, 0);
+    struct bg_evictor b;
+    bg_evictor_start(&b, 0);
+    struct pressure_run w = {.ctx = C.ctx2[0]};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pressure_writer, &w), 0);
+    for (int i = 0; i < 400; i++) {
+        nessie_node_on_pressure(C.node[0], pressure_kick, &pressure_cookie);
+        sleep_ms(1);
+        nessie_node_on_pressure(C.node[0], NULL, NULL);
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(t, NULL);
+    bg_evictor_stop(&b);
+    assert_int_equal(atomic_load(&w.failed), 0);
+    assert_int_equal(atomic_load(&pressure_bad), 0);
+    assert_true(atomic_load(&pressure_kicks) > 0); /* the writer did find the node full */
+}
+
 /* memcached's cache_memlimit (nessie_mem_limit): refused past the region or below the pages in
  * use; a lower limit is honoured: a node filled many times over assigns no page past it, evicts
  * instead, and every SET still succeeds. */
@@ -2903,6 +2960,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
         cmocka_unit_test_teardown(test_out_of_memory_is_clean, teardown),
         cmocka_unit_test_teardown(test_full_node_evicts, teardown),
+        cmocka_unit_test_teardown(test_pressure_callback_changes_under_writers, teardown),
         cmocka_unit_test_teardown(test_mem_limit_bounds_the_pages, teardown),
         cmocka_unit_test_teardown(test_new_item_outlives_old_read_ones, teardown),
         cmocka_unit_test_teardown(test_get_of_an_item_being_evicted, teardown),
