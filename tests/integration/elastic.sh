@@ -16,8 +16,15 @@
 # fail, and one whose reads show no view, stop at their timeout, the change in progress; one
 # whose watches fail carries it on, reading again.
 #
-# Environment: BUILD (build dir, default build), KEEP (keep the run directories).
+# Environment: BUILD (build dir, default build), KEEP (keep the run directories), SAN (skipped
+# under sanitizers: 170 s under asan and 240 s under tsan, which CI's 90 minutes could not hold
+# on a slower machine; the engine's side of a change of membership runs sanitized in
+# test_elastic and in nessie-stress's add and remove lines).
 set -eu
+if [ -n "${SAN:-}" ]; then
+    echo "elastic: skipped under sanitizers"
+    exit 0
+fi
 here=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD="$here/$BUILD" ;; esac
