@@ -32,4 +32,19 @@ static inline uint64_t nessie_real_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* The time ms milliseconds after now on clock, as the absolute deadline pthread_cond_timedwait
+ * takes (the clock the condition variable was made for). */
+static inline struct timespec nessie_deadline_after_ms(clockid_t clock, uint64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 #endif

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "changes.h"
+#include "clock.h"
 #include "etcd.h"
 #include "log.h"
 #include "views.h"
@@ -535,15 +536,7 @@ static void wait_until(pthread_cond_t *cond, uint64_t deadline_ms)
     uint64_t now = now_ms();
     if (now >= deadline_ms)
         return;
-    uint64_t wait = deadline_ms - now;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(wait / 1000);
-    ts.tv_nsec += (long)(wait % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = nessie_deadline_after_ms(CLOCK_MONOTONIC, deadline_ms - now);
     pthread_cond_timedwait(cond, &members.lock, &ts);
 }
 

@@ -75,14 +75,7 @@ static bool nap(struct recep_recycler *r, uint64_t ms)
         pthread_mutex_unlock(&r->lock);
         return stop;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = nessie_deadline_after_ms(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&r->lock);
     while (!r->stop && !r->kicked && pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
         ;
