@@ -288,13 +288,6 @@ static bool install(uint64_t epoch, const struct live *lv)
     return rc == NESSIE_OK || rc == NESSIE_EXISTS;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * Act on the view of epoch over lv, read from etcd by a request sent at read_ns (CLOCK_MONOTONIC):
  * install it, and renew the engine's view lease to read_ns + V, since the view was current then
@@ -345,7 +338,7 @@ static void adopt(uint64_t epoch, const struct live *lv, uint64_t read_ns, const
                      (uint64_t)(delay_ns / 1000000ULL),
                      swept ? "" : ", and every live member's scrub has passed the last rejoin");
         }
-        if (mono_ns() < members.pending_since_ns + delay_ns || !swept) {
+        if (nessie_mono_ns() < members.pending_since_ns + delay_ns || !swept) {
             if (!lv->gone[members.self])
                 nessie_view_renew(members.node, read_ns + v_ns); /* for calls clear of it */
             return;
@@ -409,7 +402,7 @@ static int reconcile(CURL *curl)
         memset(reg, 0, sizeof(*reg));
         g_free(vr.value);
         vr = (struct view_read){0};
-        uint64_t read_ns = mono_ns(); /* before the requests: the view is current after it */
+        uint64_t read_ns = nessie_mono_ns(); /* before the requests: the view is current after it */
         if (etcd_range(curl, members.members_prefix, end, on_member, reg) != 0)
             goto out;
         memcpy(members.reg_lease, reg->lease, sizeof(members.reg_lease));
@@ -523,17 +516,10 @@ static void ages_refresh(CURL *curl)
 
 /* --- the threads -------------------------------------------------------------------------- */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Wait on cond under members.lock until deadline_ms (now_ms's clock) or a signal. */
+/* Wait on cond under members.lock until deadline_ms (CLOCK_MONOTONIC) or a signal. */
 static void wait_until(pthread_cond_t *cond, uint64_t deadline_ms)
 {
-    uint64_t now = now_ms();
+    uint64_t now = nessie_mono_ms();
     if (now >= deadline_ms)
         return;
     struct timespec ts = nessie_deadline_after_ms(CLOCK_MONOTONIC, deadline_ms - now);
@@ -548,29 +534,29 @@ static void *agent_main(void *arg)
     (void)arg;
     CURL *curl = curl_easy_init();
     uint64_t beat_ms = members.lease_s * 1000ULL / 3, register_due = 0;
-    uint64_t refresh = now_ms() + MEMBERS_REFRESH_MS, ages_due = now_ms() + MEMBERS_AGES_MS;
+    uint64_t refresh = nessie_mono_ms() + MEMBERS_REFRESH_MS, ages_due = nessie_mono_ms() + MEMBERS_AGES_MS;
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
-        if (!members.dirty && now_ms() < refresh) {
+        if (!members.dirty && nessie_mono_ms() < refresh) {
             wait_until(&members.cond, refresh);
             continue;
         }
         members.dirty = false;
         pthread_mutex_unlock(&members.lock);
         int64_t lapsed = atomic_load_explicit(&members.lapsed, memory_order_relaxed);
-        if (lapsed && now_ms() >= register_due) {
+        if (lapsed && nessie_mono_ms() >= register_due) {
             /* Only the lease the keeper found expired is replaced: one registered since is not. */
             if (lapsed != atomic_load_explicit(&members.lease, memory_order_relaxed) ||
                 register_self(curl, NESSIE_LOG_WARN) == 0)
                 atomic_store_explicit(&members.lapsed, 0, memory_order_relaxed);
             else
-                register_due = now_ms() + beat_ms;
+                register_due = nessie_mono_ms() + beat_ms;
         }
         reconcile(curl);
-        refresh = now_ms() + MEMBERS_REFRESH_MS;
-        if (now_ms() >= ages_due) {
+        refresh = nessie_mono_ms() + MEMBERS_REFRESH_MS;
+        if (nessie_mono_ms() >= ages_due) {
             ages_refresh(curl);
-            ages_due = now_ms() + MEMBERS_AGES_MS;
+            ages_due = nessie_mono_ms() + MEMBERS_AGES_MS;
         }
         pthread_mutex_lock(&members.lock);
     }
@@ -588,16 +574,16 @@ static void *keeper_main(void *arg)
     CURL *curl = curl_easy_init();
     uint64_t beat_ms = members.lease_s * 1000ULL / 3;
     uint64_t retry_ms = beat_ms < MEMBERS_KEEPALIVE_RETRY_MS ? beat_ms : MEMBERS_KEEPALIVE_RETRY_MS;
-    uint64_t next = now_ms() + beat_ms;
+    uint64_t next = nessie_mono_ms() + beat_ms;
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
-        if (now_ms() < next) {
+        if (nessie_mono_ms() < next) {
             wait_until(&members.keeper_cond, next);
             continue;
         }
         pthread_mutex_unlock(&members.lock);
         bool answered = curl && keep_alive(curl);
-        next = now_ms() + (answered ? beat_ms : retry_ms);
+        next = nessie_mono_ms() + (answered ? beat_ms : retry_ms);
         pthread_mutex_lock(&members.lock);
     }
     pthread_mutex_unlock(&members.lock);
