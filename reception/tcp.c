@@ -451,7 +451,8 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
         }
         if (c->in_len == c->in_cap)
             return false; /* no request can be this long: its protocol would have said so */
-        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        size_t room = c->in_cap - c->in_len;
+        ssize_t r = recv(c->fd, c->in + c->in_len, room, 0);
         if (r == 0) {
             /* The requests it sent are answered all the same (a client that shuts its side
              * after its last request still reads the replies). */
@@ -476,6 +477,11 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
             c->in_cap = IN_START;
             c->in = g_malloc(c->in_cap);
         }
+        /* A read that did not fill the room took all the socket had: another would find
+         * nothing, a syscall per request for an EAGAIN (memcached reads again only after a full
+         * read too). Epoll is level-triggered: whatever arrives next wakes the thread. */
+        if ((size_t)r < room)
+            return true;
     }
     return true; /* its turn is over; epoll comes back to what is left */
 }
