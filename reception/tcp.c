@@ -489,11 +489,15 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
     return true; /* its turn is over; epoll comes back to what is left */
 }
 
-static void sweep(struct tcp_thread *th, uint64_t now)
+static void sweep(struct tcp_thread *th)
 {
     struct recep_tcp *t = th->tcp;
     const struct recep_tcp_config *cfg = &t->cfg;
     adopt_incoming(th); /* in case a wake-up was lost */
+    /* A fresh clock, read after the adoption: a connection another thread accepted was stamped
+     * on that thread's clock, later than this thread's now_ns, and must not look a lifetime idle
+     * (the stamps are compared as "not after now" too, for one accepted meanwhile). */
+    uint64_t now = nessie_mono_ns();
     if (th->accept_paused) {
         struct epoll_event el = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &t->lfd};
         if (epoll_ctl(th->epfd, EPOLL_CTL_ADD, t->lfd, &el) == 0)
@@ -502,9 +506,12 @@ static void sweep(struct tcp_thread *th, uint64_t now)
     uint64_t partial = (uint64_t)cfg->partial_s * 1000000000u;
     for (guint i = th->conns->len; i-- > 0;) {
         struct tconn *c = g_ptr_array_index(th->conns, i);
-        bool idle = cfg->idle_s && now - c->active_ns > (uint64_t)cfg->idle_s * 1000000000u;
-        bool stuck = partial && c->partial_ns && now - c->partial_ns > partial;
-        bool unread = partial && c->stalled_ns && now - c->stalled_ns > partial;
+        bool idle = cfg->idle_s && c->active_ns < now &&
+                    now - c->active_ns > (uint64_t)cfg->idle_s * 1000000000u;
+        bool stuck = partial && c->partial_ns && c->partial_ns < now &&
+                     now - c->partial_ns > partial;
+        bool unread = partial && c->stalled_ns && c->stalled_ns < now &&
+                      now - c->stalled_ns > partial;
         if (idle || stuck || unread)
             conn_close(th, c);
     }
@@ -557,11 +564,8 @@ static void *tcp_thread_main(void *arg)
         if (stop)
             break;
         if (th->now_ns >= next_sweep) {
-            /* A fresh clock: a connection another thread accepted was stamped after this
-             * thread's now_ns, and must not look a lifetime idle. */
-            uint64_t now = nessie_mono_ns();
-            sweep(th, now);
-            next_sweep = now + SWEEP_MS * 1000000ull;
+            sweep(th);
+            next_sweep = th->now_ns + SWEEP_MS * 1000000ull;
         }
     }
     while (th->conns->len > 0)
