@@ -21,7 +21,7 @@ static const char *const ch_phase_name[] = {"none", "announce", "move", "commit"
 /*
  * The daemon's change: file-static because a daemon plays one node in one cluster, and at most
  * one change is in progress (the engine refuses a second). Written by the agent thread only
- * (changes_read, changes_install, changes_ack), but for mover_from_ns, which the recycler reads.
+ * (changes_read_*, changes_install, changes_ack), but for mover_from_ns, which the recycler reads.
  */
 static struct {
     bool open;
@@ -36,7 +36,7 @@ static struct {
     uint64_t phase_ns;       /* when that phase was installed (CLOCK_MONOTONIC) */
     enum ch_phase acked;     /* the last phase acknowledged in etcd */
     bool failed;             /* the engine refused the change: said once, nothing more done */
-    /* What the last changes_read found: the change key's value and the placed key's (NULL: no
+    /* What the last round's read found: the change key's value and the placed key's (NULL: no
      * such key), for changes_install. */
     char *change_value, *placed_value;
     uint64_t placed_n;       /* the placed record last applied (its change number) */
@@ -75,20 +75,6 @@ void changes_close(void)
     memset(&ch, 0, sizeof(ch));
 }
 
-struct value_read {
-    bool found;
-    char *value;
-};
-
-static void on_value(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
-{
-    (void)k, (void)mod, (void)lease;
-    struct value_read *r = arg;
-    r->found = true;
-    g_free(r->value);
-    r->value = g_strdup(v);
-}
-
 /* "<N> <ID> <ID> ...": *n and placed[] for the ids named (all below the capacity, at least one).
  * Returns 0, or -1 for anything else. */
 static int placed_parse(const char *s, uint64_t *n, bool *placed, uint32_t cap)
@@ -124,22 +110,27 @@ static void warn_bad(const char *key, const char *value, const char *what)
     log_warn("changes: %s = \"%s\" is not %s: ignored", key, value, what);
 }
 
-int changes_read(CURL *curl)
+void changes_read_begin(void)
 {
     if (!ch.open)
-        return 0;
-    struct value_read c = {0}, p = {0};
-    if (etcd_range(curl, ch.change_key, NULL, on_value, &c) != 0 ||
-        etcd_range(curl, ch.placed_key, NULL, on_value, &p) != 0) {
-        g_free(c.value);
-        g_free(p.value);
-        return -1;
-    }
+        return;
     g_free(ch.change_value);
     g_free(ch.placed_value);
-    ch.change_value = c.value; /* NULL when not found */
-    ch.placed_value = p.value;
-    return 0;
+    ch.change_value = ch.placed_value = NULL;
+}
+
+bool changes_read_key(const char *key, const char *value)
+{
+    if (!ch.open)
+        return false;
+    char **slot = strcmp(key, ch.change_key) == 0   ? &ch.change_value
+                  : strcmp(key, ch.placed_key) == 0 ? &ch.placed_value
+                                                    : NULL;
+    if (!slot)
+        return false;
+    g_free(*slot);
+    *slot = g_strdup(value);
+    return true;
 }
 
 /* Apply the placed record read last, if it is newer than the one applied and no change is in

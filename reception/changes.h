@@ -44,12 +44,16 @@ int changes_open(struct nessie_node *node, const char *cluster_prefix, uint32_t 
                  uint64_t view_lease_ms);
 void changes_close(void);
 
-/* Read the change in progress and the placed record (etcd.h: two ranges), keeping them for
- * changes_install. Returns 0, or -1 when etcd could not be read (logged): then nothing read
- * here may be vouched for by a view lease renewal. Agent thread only. */
-int changes_read(CURL *curl);
+/* The change in progress and the placed record are read with the view, in the same range
+ * read of the cluster's keys (members.c, reconcile): changes_read_begin forgets the last round's
+ * values, and the reader hands every key it got to changes_read_key, which keeps the change's and
+ * the placed record's values (copied) for changes_install and returns whether the key was one of
+ * them. A key absent from the read is absent (NULL) for changes_install. Agent thread only; a
+ * read that failed is never installed (the next round begins again). */
+void changes_read_begin(void);
+bool changes_read_key(const char *key, const char *value);
 
-/* Act on what changes_read read, before the view lease that read renews is renewed: install the
+/* Act on what the round's read found (changes_read_key), before the view lease that read renews is renewed: install the
  * change's phases in order (never skipping one), and apply the placed record when it is newer
  * than the last applied and no change is in progress (a daemon's start; a commit it saw late).
  * Touches no etcd. Returns 0, or -1 when strict (at start: the node must not serve on a

@@ -380,8 +380,37 @@ static void ack_scrub(CURL *curl)
     }
 }
 
+/* What one range read of the cluster's keys (its prefix) gives a reconcile round: the
+ * registrations, the view, the scrubs' epochs, and the change and placed record (changes.h). */
+struct round_read {
+    struct regs *reg;
+    struct view_read *vr;
+    uint64_t *acked;
+};
+
+static bool has_prefix(const char *k, const char *prefix)
+{
+    return strncmp(k, prefix, strlen(prefix)) == 0;
+}
+
+static void on_cluster_key(void *arg, const char *k, const char *v, int64_t mod, int64_t lease)
+{
+    struct round_read *rr = arg;
+    if (has_prefix(k, members.members_prefix))
+        on_member(rr->reg, k, v, mod, lease);
+    else if (strcmp(k, members.view_key) == 0)
+        on_view(rr->vr, k, v, mod, lease);
+    else if (has_prefix(k, members.scrubbed_prefix))
+        on_scrubbed(rr->acked, k, v, mod, lease);
+    else
+        changes_read_key(k, v); /* the change and the placed record; the acks are nessie-cluster's */
+}
+
 /*
- * Read the members and the view; when the view's member set is not the one it should have
+ * Read the members, the view and the change in progress, all in one range read of the cluster's
+ * prefix (one request a round: every member reconciles ten times a second, and with a request a
+ * key a TCG guest's etcd spent more CPU answering them than the daemons did serving; one read
+ * also gives one revision's snapshot of them all); when the view's member set is not the one it should have
  * (view_want: the registered members, less the fenced ones), write view epoch+1 with a
  * transaction on the view key's mod_revision (of the daemons racing to write it,
  * one wins; the others' comparisons fail and they read the winner's); install what etcd holds.
@@ -393,8 +422,7 @@ static int reconcile(CURL *curl)
     struct live *now = &reg->lv, *inview = g_new0(struct live, 1);
     struct live *want = g_new0(struct live, 1);
     struct view_read vr = {0};
-    char *end = etcd_prefix_end(members.members_prefix);
-    char *send = etcd_prefix_end(members.scrubbed_prefix);
+    char *end = etcd_prefix_end(members.cluster_prefix);
     uint64_t *acked = g_new0(uint64_t, NESSIE_NODES_MAX);
     int rc = -1;
     members.reg_read = false;
@@ -402,20 +430,17 @@ static int reconcile(CURL *curl)
         memset(reg, 0, sizeof(*reg));
         g_free(vr.value);
         vr = (struct view_read){0};
-        uint64_t read_ns = nessie_mono_ns(); /* before the requests: the view is current after it */
-        if (etcd_range(curl, members.members_prefix, end, on_member, reg) != 0)
+        uint64_t read_ns = nessie_mono_ns(); /* before the request: the view is current after it */
+        memset(acked, 0, NESSIE_NODES_MAX * sizeof(*acked));
+        /* The change of membership in progress is read in the same range: its phase is
+         * installed before the view lease this round's start vouches for is renewed
+         * (changes.h). */
+        changes_read_begin();
+        struct round_read rr = {.reg = reg, .vr = &vr, .acked = acked};
+        if (etcd_range(curl, members.cluster_prefix, end, on_cluster_key, &rr) != 0)
             goto out;
         memcpy(members.reg_lease, reg->lease, sizeof(members.reg_lease));
         members.reg_read = true;
-        if (etcd_range(curl, members.view_key, NULL, on_view, &vr) != 0)
-            goto out;
-        memset(acked, 0, NESSIE_NODES_MAX * sizeof(*acked));
-        if (etcd_range(curl, members.scrubbed_prefix, send, on_scrubbed, acked) != 0)
-            goto out;
-        /* The change of membership in progress, in the same round: its phase is installed
-         * before the view lease this round's start vouches for is renewed (changes.h). */
-        if (changes_read(curl) != 0)
-            goto out;
         uint64_t epoch = 0;
         if (vr.found && view_parse(vr.value, &epoch, inview) != 0) {
             log_warn("members: %s = \"%s\" is not a view; writing a new one", members.view_key,
@@ -459,7 +484,6 @@ static int reconcile(CURL *curl)
 out:
     g_free(vr.value);
     g_free(end);
-    g_free(send);
     g_free(acked);
     g_free(reg);
     g_free(inview);

@@ -129,6 +129,15 @@ elastic() {
         { echo "elastic: the retire moved nothing"; return 1; }
 }
 
+# cpu_by_process: the guest's busiest processes, by CPU time (their own, and their reaped
+# children's, in ticks): the guest has one emulated CPU, and a step that runs slow usually has
+# one process eating it (etcd, once: the daemons' reads of the view).
+cpu_by_process() {
+    echo "cluster: CPU ticks by process (own, children's, name):"
+    for pp in /proc/[0-9]*; do awk '{print $14+$15, $16+$17, $2}' $pp/stat 2>/dev/null; done |
+        sort -n | tail -n 8 | sed 's/^/cluster:   /'
+}
+
 # cluster: the daemons' side of issue 30 over verbs, as an operator runs it on one host.
 cluster() {
     export NESSIE_RECEPTION=$PWD/reception
@@ -145,6 +154,7 @@ cluster() {
     # The daemons' last warnings (the first are their peers' connections while they start).
     fail() {
         echo "cluster: FAIL: $*"
+        cpu_by_process
         grep -h -E "warn|error" $d/node*.log | sort | tail -n 30
         for f in $d/node*.log; do echo "-- the end of $f:"; tail -n 6 "$f"; done
         ./nessie-cluster stop --dir $d >/dev/null 2>&1
@@ -222,6 +232,7 @@ cluster() {
     done
     [ "$moved" -gt 0 ] || { fail "nothing moved"; return 1; }
     ./nessie-cluster status --dir $d | sed 's/^/cluster: /'
+    cpu_by_process
     ./nessie-cluster stop --dir $d >/dev/null
     echo "cluster: node 3 added and node 1 retired over verbs under checked load; $KEYS keys read back through every member; $moved entries moved"
 }
