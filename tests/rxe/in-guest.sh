@@ -57,6 +57,8 @@ step() {
     rc=$?
     kill "$watchdog" 2>/dev/null
     t=$(( $(date +%s) - t0 ))
+    # At once, not only in the summary: a run cut short by its own bound still tells its steps.
+    if [ $rc = 0 ]; then echo "== rxe step $name: PASS ($t s)"; else echo "== rxe step $name: FAIL (exit $rc, $t s)"; fi
     if [ $rc = 0 ]; then
         summary="$summary
 PASS $name ($t s)"

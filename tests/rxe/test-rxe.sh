@@ -89,7 +89,7 @@ if echo "$parts" | grep -q one; then
     part "one guest" "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/one" \
         --mem 1024 --timeout 2100 --log "$work/one.log"
     summary="$summary
-$(tr -d '\r' <"$work/one.log" | sed -n -e 's/^\(PASS\|FAIL\) /    &/p' -e 's/^dead-node: /    &/p')"
+$(tr -d '\r' <"$work/one.log" | sed -n -e 's/^== rxe step \([a-z]*\): \(PASS\|FAIL\) \(.*\)/    \2 \1 \3/p' -e 's/^== rxe step .*killed.*/    &/p' -e 's/^dead-node: /    &/p')"
 fi
 if echo "$parts" | grep -q two; then
     part "two guests" env BUILD="$BUILD" WORK="$work" "$here/tests/rxe/two-guests.sh"
