@@ -53,9 +53,10 @@ void changes_close(void);
 void changes_read_begin(void);
 bool changes_read_key(const char *key, const char *value);
 
-/* Act on what the round's read found (changes_read_key), before the view lease that read renews is renewed: install the
- * change's phases in order (never skipping one), and apply the placed record when it is newer
- * than the last applied and no change is in progress (a daemon's start; a commit it saw late).
+/* Act on what the round's read found (changes_read_key), before the view lease that read renews
+ * is renewed: install the change's phases in order (never skipping one), and apply the placed
+ * record when it is newer than the last applied and no change is in progress (a daemon's start;
+ * a commit it saw late).
  * Touches no etcd. Returns 0, or -1 when strict (at start: the node must not serve on a
  * placement it cannot read) and the placed record is malformed or refused (logged once). */
 int changes_install(bool strict);

@@ -14,9 +14,10 @@
  * agent on any event. Streaming rather than polling: a change is seen within a round trip, and
  * an idle cluster sends nothing. The watcher does not parse the events: any of them only means
  * "read again", so a missed or garbled message costs nothing, and the agent also reconciles
- * every MEMBERS_REFRESH_MS, which bounds how long a lost watch could hide a change. About once a second
- * the agent also asks etcd how long ago each member's lease was renewed, for the stats
- * (members_lease_ages), which read its last answers and never wait for etcd.
+ * every MEMBERS_REFRESH_MS, which bounds how long a lost watch could hide a change. About once a
+ * second while the stats read them (every ten seconds otherwise) the agent also asks etcd how long
+ * ago each member's lease was renewed, for the stats (members_lease_ages), which read its last
+ * answers and never wait for etcd.
  */
 #include "members.h"
 
@@ -46,19 +47,22 @@
 /* How often the agent reads the view even with no event (membership.h, "Acting on a view"):
  * each read that finds no newer view renews the engine's view lease, so this bounds how long a
  * node's calls pause when a view fences a node (from the last read before the new view was
- * written to the first after) and how stale a view a node can act on. Two small range reads
- * per node per period cost etcd nothing that matters. */
+ * written to the first after) and how stale a view a node can act on. It costs etcd one range
+ * read (of a few small keys) per node per period: little for an etcd on a server, but in the
+ * one-vCPU TCG guest of make test-rxe each request costs it milliseconds (reconcile). */
 #define MEMBERS_REFRESH_MS 100
 /* etcd removes an expired lease at its next check (the lessor's, every 500 ms) and then the
  * watch and a reconcile see it: what the lease's lapse costs on top of its TTL, at most. */
 #define MEMBERS_EXPIRY_SLOP_MS 1000
 /* How often the agent asks etcd how long ago each member's lease was renewed (members_lease_ages):
  * a figure for people and tools, so once a second is plenty. It costs one request per registered
- * member, so a cluster of N nodes whose stats were all being read would ask etcd N x N times a
- * second: the agent asks only while this node's stats are read (within MEMBERS_AGES_WANTED_MS of
- * the last read). Asked always, 4 daemons' 16 requests a second were a quarter of what etcd
- * answered in make test-rxe's guest, where each costs it milliseconds of its one emulated CPU. */
+ * member, so a cluster of N nodes asks etcd N x N times a period: once a second only while this
+ * node's stats are read (within MEMBERS_AGES_WANTED_MS of the last read), else every
+ * MEMBERS_AGES_IDLE_MS, so that a scrape now and then still finds ages, at most that old. Asked
+ * every second always, 4 daemons' 16 requests a second were a quarter of what etcd answered in
+ * make test-rxe's guest, where each costs it milliseconds of its one emulated CPU. */
 #define MEMBERS_AGES_MS 1000
+#define MEMBERS_AGES_IDLE_MS 10000
 #define MEMBERS_AGES_WANTED_MS 30000
 /* How soon the keeper tries again after a keep-alive that no endpoint answered: well within the
  * TTL (whose third is the normal beat), so a few seconds of etcd trouble cost no lease, and not
@@ -120,19 +124,16 @@ static struct {
     uint32_t n;
     int32_t age[NESSIE_NODES_MAX]; /* seconds, or MEMBERS_AGE_NONE / MEMBERS_AGE_UNKNOWN */
     uint64_t asked_ms;             /* the last members_lease_ages (CLOCK_MONOTONIC), 0: never */
-    bool current;                  /* age[] asked of etcd while they were wanted, not stale */
 } ages = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Whether the stats read the ages lately (the agent asks etcd only then); when not, the ones
- * published are marked stale, so that the first read after a quiet spell shows them unknown
- * rather than as old as the spell. */
-static bool ages_wanted(void)
+/* How often the agent asks etcd for the ages now: every MEMBERS_AGES_MS while the stats read
+ * them, else every MEMBERS_AGES_IDLE_MS. */
+static uint64_t ages_period_ms(void)
 {
     pthread_mutex_lock(&ages.lock);
     bool wanted = ages.asked_ms && nessie_mono_ms() - ages.asked_ms < MEMBERS_AGES_WANTED_MS;
-    ages.current = ages.current && wanted;
     pthread_mutex_unlock(&ages.lock);
-    return wanted;
+    return wanted ? MEMBERS_AGES_MS : MEMBERS_AGES_IDLE_MS;
 }
 
 /* --- the lease and the registration ------------------------------------------------------- */
@@ -428,8 +429,8 @@ static void on_cluster_key(void *arg, const char *k, const char *v, int64_t mod,
  * Read the members, the view and the change in progress, all in one range read of the cluster's
  * prefix (one request a round: every member reconciles ten times a second, and with a request a
  * key a TCG guest's etcd spent more CPU answering them than the daemons did serving; one read
- * also gives one revision's snapshot of them all); when the view's member set is not the one it should have
- * (view_want: the registered members, less the fenced ones), write view epoch+1 with a
+ * also gives one revision's snapshot of them all); when the view's member set is not the one
+ * it should have (view_want: the registered members, less the fenced ones), write view epoch+1 with a
  * transaction on the view key's mod_revision (of the daemons racing to write it,
  * one wins; the others' comparisons fail and they read the winner's); install what etcd holds.
  * Returns 0, or -1 when etcd could not be read (logged; the next beat tries again).
@@ -552,7 +553,6 @@ static void ages_refresh(CURL *curl)
     pthread_mutex_lock(&ages.lock);
     memcpy(ages.age, age, members.nodes * sizeof(*age));
     ages.n = members.nodes;
-    ages.current = true;
     pthread_mutex_unlock(&ages.lock);
     g_free(age);
 }
@@ -571,13 +571,14 @@ static void wait_until(pthread_cond_t *cond, uint64_t deadline_ms)
 
 /* Reconcile on every event the watcher reports and every MEMBERS_REFRESH_MS; register again when
  * the keeper found the lease expired (at most once a beat while etcd refuses); after a reconcile,
- * the members' lease ages when they are due (every MEMBERS_AGES_MS). */
+ * the members' lease ages when they are due (every MEMBERS_AGES_MS while the stats read them,
+ * else every MEMBERS_AGES_IDLE_MS). */
 static void *agent_main(void *arg)
 {
     (void)arg;
     CURL *curl = curl_easy_init();
     uint64_t beat_ms = members.lease_s * 1000ULL / 3, register_due = 0;
-    uint64_t refresh = nessie_mono_ms() + MEMBERS_REFRESH_MS, ages_due = nessie_mono_ms() + MEMBERS_AGES_MS;
+    uint64_t refresh = nessie_mono_ms() + MEMBERS_REFRESH_MS, ages_at = nessie_mono_ms();
     pthread_mutex_lock(&members.lock);
     while (!members.stop) {
         if (!members.dirty && nessie_mono_ms() < refresh) {
@@ -597,9 +598,9 @@ static void *agent_main(void *arg)
         }
         reconcile(curl);
         refresh = nessie_mono_ms() + MEMBERS_REFRESH_MS;
-        if (nessie_mono_ms() >= ages_due && ages_wanted()) {
+        if (nessie_mono_ms() - ages_at >= ages_period_ms()) {
             ages_refresh(curl);
-            ages_due = nessie_mono_ms() + MEMBERS_AGES_MS;
+            ages_at = nessie_mono_ms();
         }
         pthread_mutex_lock(&members.lock);
     }
@@ -741,7 +742,7 @@ uint32_t members_lease_ages(int32_t *age, uint32_t cap)
     pthread_mutex_lock(&ages.lock);
     uint32_t n = ages.n;
     for (uint32_t i = 0; i < n && i < cap; i++)
-        age[i] = ages.current ? ages.age[i] : MEMBERS_AGE_UNKNOWN;
+        age[i] = ages.age[i];
     ages.asked_ms = nessie_mono_ms();
     pthread_mutex_unlock(&ages.lock);
     return n;
@@ -848,7 +849,7 @@ int members_start(const struct recep_config *cfg, struct nessie_node *node)
     keeper = true;
     if (reconcile(curl) != 0)
         goto refused;
-    /* So the stats show ages from the start: as if read now, they are asked for 30 s. */
+    /* So the stats show ages from the start, and as if read now: asked every second for 30 s. */
     pthread_mutex_lock(&ages.lock);
     ages.asked_ms = nessie_mono_ms();
     pthread_mutex_unlock(&ages.lock);

@@ -58,9 +58,10 @@ int members_config_check(const struct recep_config *cfg, const char *where);
 
 /*
  * How long ago each node's etcd lease was last renewed (issue 28: shown with the view), as the
- * agent thread last asked etcd, about once a second while they are read (a call here within the
- * last 30 s; after a quieter spell the first call gives MEMBERS_AGE_UNKNOWN for all and has the
- * agent ask again): age[i] for node i, in seconds, or MEMBERS_AGE_NONE or MEMBERS_AGE_UNKNOWN. etcd tells a lease's remaining TTL in whole seconds,
+ * agent thread last asked etcd: about once a second while they are read (a call here within
+ * the last 30 s), else every ten seconds, so the first read after a quiet spell may give ages
+ * up to ten seconds old. age[i] for node i, in seconds, or MEMBERS_AGE_NONE or
+ * MEMBERS_AGE_UNKNOWN. etcd tells a lease's remaining TTL in whole seconds,
  * rounded down, so an age is whole seconds rounded up: renewed at most that long before the
  * agent asked. Writes at most cap entries; returns the cluster's node count, or 0 with mode =
  * static (and before members_start, after members_stop). Never waits for etcd: copies what the

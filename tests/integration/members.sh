@@ -87,7 +87,7 @@ leases_are() {
     done
 }
 # Wait until each node of $1 shows the lease ages leases_are $2 $3 checks (they are asked of etcd
-# about once a second).
+# about once a second while the stats are read, as here).
 leases_become() {
     lb_t=0
     for lb_n in $1; do
