@@ -66,11 +66,15 @@ for i in $(seq 1 50); do port_free "$mcport" || break; sleep 0.1; done
 
 # One outcome per test: "NODEID OUTCOME", sorted. The sdist's setup.cfg asks for coverage
 # plugins the suite does not need: -c /dev/null reads no configuration.
-run_suite() { # OUT-FILE PORT
-    (cd "$src" && timeout 600 $py -m pytest pymemcache/test/test_integration.py -c /dev/null \
+run_suite() { # OUT-FILE PORT [TEST-ID...]: the whole suite, or the tests named
+    out=$1 port=$2
+    shift 2
+    [ $# -gt 0 ] || set -- pymemcache/test/test_integration.py
+    (cd "$src" && timeout 600 $py -m pytest "$@" -c /dev/null \
         --rootdir . -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning -q -rA \
         -m integration --deselect pymemcache/test/test_integration.py::test_tls \
-        --server=127.0.0.1 --port="$2" >"$1.log" 2>&1) || true
+        --server=127.0.0.1 --port="$port" >"$out.log" 2>&1) || true
+    set -- "$out"
     sed -n 's/^\(PASSED\|FAILED\|ERROR\|SKIPPED\|XFAIL\|XPASS\) \([^ ]*\).*/\2 \1/p' "$1.log" |
         sort -u >"$1"
     [ -s "$1" ] || { echo "pymemcache-suite: no test outcome in $1.log:"; tail -n 20 "$1.log"; exit 1; }
@@ -79,6 +83,29 @@ run_suite "$dir/memcached" "$mcport"
 run_suite "$dir/nessie" "$((base + 1))"
 
 join -a1 -a2 -e missing -o 0,1.2,2.2 "$dir/memcached" "$dir/nessie" >"$dir/both"
+
+# A test that passed on one server and failed on the other is run again, on both: some upstream
+# tests race the clock (test_touch sets a key for 1 s, then touches it: on either server the key
+# lives 0-1 s, as memcached's seconds tick, so a slow run, a sanitized daemon's, may see it
+# expire first). A difference that does not come back is said, not counted; one that does is.
+again=$(awk '($2 == "PASSED" && $3 == "FAILED") || ($2 == "FAILED" && $3 == "PASSED") { print $1 }' "$dir/both")
+if [ -n "$again" ]; then
+    # shellcheck disable=SC2086  # one test id per word
+    run_suite "$dir/memcached.again" "$mcport" $again
+    # shellcheck disable=SC2086
+    run_suite "$dir/nessie.again" "$((base + 1))" $again
+    for id in $again; do
+        m=$(awk -v id="$id" '$1 == id { print $2 }' "$dir/memcached.again")
+        x=$(awk -v id="$id" '$1 == id { print $2 }' "$dir/nessie.again")
+        if [ -n "$m" ] && [ "$m" = "$x" ]; then
+            echo "  run again: $id: $m on both (the first run's difference did not come back)"
+            awk -v id="$id" -v o="$m" '$1 == id { $2 = o; $3 = o } { print }' "$dir/both" >"$dir/both.new"
+            mv "$dir/both.new" "$dir/both"
+        else
+            echo "  run again: $id: memcached ${m:-missing}, Nessie ${x:-missing}: the difference stands"
+        fi
+    done
+fi
 n=$(wc -l <"$dir/both")
 same=$(awk '$2 == $3 && $2 != "SKIPPED"' "$dir/both" | wc -l)
 echo "pymemcache $ver upstream integration suite: $n tests (test_tls left out), $same with the same outcome against memcached and a Nessie port"
@@ -89,7 +116,7 @@ if [ "$n" -lt "$min_tests" ]; then
     tail -n 20 "$dir/memcached.log"
     fail=1
 fi
-if awk '$2 != "PASSED" { print "  NOT PASSED against memcached: " $1 " " $2; bad = 1 } END { exit !bad }' "$dir/memcached"; then
+if awk '$2 != "PASSED" { print "  NOT PASSED against memcached: " $1 " " $2; bad = 1 } END { exit !bad }' "$dir/both"; then
     echo "pymemcache-suite: the reference run must pass every test (is memcached up? see above)"
     fail=1
 fi
