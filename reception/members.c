@@ -430,9 +430,9 @@ static void on_cluster_key(void *arg, const char *k, const char *v, int64_t mod,
  * prefix (one request a round: every member reconciles ten times a second, and with a request a
  * key a TCG guest's etcd spent more CPU answering them than the daemons did serving; one read
  * also gives one revision's snapshot of them all); when the view's member set is not the one
- * it should have (view_want: the registered members, less the fenced ones), write view epoch+1 with a
- * transaction on the view key's mod_revision (of the daemons racing to write it,
- * one wins; the others' comparisons fail and they read the winner's); install what etcd holds.
+ * it should have (view_want: the registered members, less the fenced ones), write view epoch+1
+ * with a transaction on the view key's mod_revision (of the daemons racing to write it, one
+ * wins; the others' comparisons fail and they read the winner's); install what etcd holds.
  * Returns 0, or -1 when etcd could not be read (logged; the next beat tries again).
  */
 static int reconcile(CURL *curl)
@@ -741,8 +741,7 @@ uint32_t members_lease_ages(int32_t *age, uint32_t cap)
 {
     pthread_mutex_lock(&ages.lock);
     uint32_t n = ages.n;
-    for (uint32_t i = 0; i < n && i < cap; i++)
-        age[i] = ages.age[i];
+    memcpy(age, ages.age, (n < cap ? n : cap) * sizeof(*age));
     ages.asked_ms = nessie_mono_ms();
     pthread_mutex_unlock(&ages.lock);
     return n;
