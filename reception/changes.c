@@ -119,18 +119,17 @@ void changes_read_begin(void)
     ch.change_value = ch.placed_value = NULL;
 }
 
-bool changes_read_key(const char *key, const char *value)
+void changes_read_key(const char *key, const char *value)
 {
     if (!ch.open)
-        return false;
+        return;
     char **slot = strcmp(key, ch.change_key) == 0   ? &ch.change_value
                   : strcmp(key, ch.placed_key) == 0 ? &ch.placed_value
                                                     : NULL;
-    if (!slot)
-        return false;
-    g_free(*slot);
-    *slot = g_strdup(value);
-    return true;
+    if (slot) {
+        g_free(*slot);
+        *slot = g_strdup(value);
+    }
 }
 
 /* Apply the placed record read last, if it is newer than the one applied and no change is in

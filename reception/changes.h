@@ -47,11 +47,10 @@ void changes_close(void);
 /* The change in progress and the placed record are read with the view, in the same range
  * read of the cluster's keys (members.c, reconcile): changes_read_begin forgets the last round's
  * values, and the reader hands every key it got to changes_read_key, which keeps the change's and
- * the placed record's values (copied) for changes_install and returns whether the key was one of
- * them. A key absent from the read is absent (NULL) for changes_install. Agent thread only; a
+ * the placed record's values (copied) for changes_install and ignores the others. A key absent from the read is absent (NULL) for changes_install. Agent thread only; a
  * read that failed is never installed (the next round begins again). */
 void changes_read_begin(void);
-bool changes_read_key(const char *key, const char *value);
+void changes_read_key(const char *key, const char *value);
 
 /* Act on what the round's read found (changes_read_key), before the view lease that read renews
  * is renewed: install the change's phases in order (never skipping one), and apply the placed

@@ -57,16 +57,11 @@ step() {
     rc=$?
     kill "$watchdog" 2>/dev/null
     t=$(( $(date +%s) - t0 ))
+    if [ $rc = 0 ]; then verdict="PASS ($t s)"; else verdict="FAIL (exit $rc, $t s)"; failed=1; fi
     # At once, not only in the summary: a run cut short by its own bound still tells its steps.
-    if [ $rc = 0 ]; then echo "== rxe step $name: PASS ($t s)"; else echo "== rxe step $name: FAIL (exit $rc, $t s)"; fi
-    if [ $rc = 0 ]; then
-        summary="$summary
-PASS $name ($t s)"
-    else
-        summary="$summary
-FAIL $name (exit $rc, $t s)"
-        failed=1
-    fi
+    echo "== rxe step $name: $verdict"
+    summary="$summary
+${verdict%% *} $name ${verdict#* }"
 }
 
 fabric() {
