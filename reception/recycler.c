@@ -40,6 +40,17 @@
  * slots a run, thousands of runs a second, a third of both cores (perf, bench/eviction.sh).
  * The scan takes the allocator's lock 64 slots at a time, so a long run blocks no writer. */
 #define SCAN_PASSES_PER_PERIOD 2
+/* ... but only while memory is short: a writer waited for room (a kick), or the evictor removed
+ * items, within the last SCAN_SHORT_HOLD_MS (or expiration period, if longer: evictions come in
+ * runs with naps between, and the pace holds across them). Otherwise what the scan would find sooner is memory
+ * nobody needs yet, and it visits at most SCAN_IDLE_SLOTS_PER_MS slots a ms (a pass over the
+ * region as the crawl makes one, or SCAN_PASSES_PER_PERIOD per period if that is slower): a
+ * pass at full pace costs about 180 ns a slot, so a node holding 200k 1 KiB items burned 38 %
+ * of a core doing nothing (and 1 GiB of them would take all of it). The statistics the scan
+ * counts (curr_items, bytes) then lag by up to two of those slower passes; a writer that finds
+ * no room kicks the recycler back to full pace at once. */
+#define SCAN_IDLE_SLOTS_PER_MS 64
+#define SCAN_SHORT_HOLD_MS 1000
 
 struct recycler_thread {
     struct recep_recycler *r;
@@ -64,22 +75,19 @@ struct recep_recycler {
     struct recycler_thread *t;
 };
 
-/* Sleep ms unless stopped or kicked first. Returns true if stopping. */
-static bool nap(struct recep_recycler *r, uint64_t ms)
+/* Sleep ms unless stopped or kicked first (a kick made before the call counts: it is consumed
+ * here, and *kicked says whether there was one). Returns true if stopping. */
+static bool nap(struct recep_recycler *r, uint64_t ms, bool *kicked)
 {
-    if (ms == 0) {
-        /* No sleep, but a kick is consumed: it asked for this run. */
-        pthread_mutex_lock(&r->lock);
-        r->kicked = false;
-        bool stop = r->stop;
-        pthread_mutex_unlock(&r->lock);
-        return stop;
-    }
-    struct timespec ts = nessie_deadline_after_ms(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&r->lock);
-    while (!r->stop && !r->kicked && pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
-        ;
+    if (ms > 0) {
+        struct timespec ts = nessie_deadline_after_ms(CLOCK_REALTIME, ms);
+        while (!r->stop && !r->kicked &&
+               pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+            ;
+    }
     bool stop = r->stop;
+    *kicked = r->kicked;
     r->kicked = false;
     pthread_mutex_unlock(&r->lock);
     return stop;
@@ -110,11 +118,17 @@ static void *recycler_main(void *arg)
     uint64_t next_sweep = t->index == 0 ? nessie_mono_ms() : UINT64_MAX;
     int sweeps = 0;
     uint64_t last_scan_ms = nessie_mono_ms(), slots = 0, slots_ms = 0;
+    /* When memory was last short (SCAN_IDLE_SLOTS_PER_MS): 0, never since the start. */
+    uint64_t short_ms = 0;
+    bool kicked = false;
     for (;;) {
         /* The scan's budget: slots in the region (looked up now and then: pages move between
          * classes but their number only grows) x the time since the last scan / the time a
-         * pass may take; at least a slot per ms, at most a pass per run. */
+         * pass may take, shared by the recyclers (they move one cursor); at least a slot per
+         * ms, at most a pass per run. */
         uint64_t now = nessie_mono_ms();
+        if (kicked)
+            short_ms = now;
         if (now - slots_ms >= 100 || slots == 0) {
             struct nessie_class_usage u[64];
             uint32_t nc = nessie_class_usage(r->node, u, 64);
@@ -126,7 +140,11 @@ static void *recycler_main(void *arg)
         uint64_t pass_ms = r->expiration_ms / SCAN_PASSES_PER_PERIOD;
         if (pass_ms == 0)
             pass_ms = 1;
-        uint64_t budget = slots * (now - last_scan_ms) / pass_ms;
+        bool memory_short = short_ms != 0 && (now - short_ms < SCAN_SHORT_HOLD_MS ||
+                                              now - short_ms < r->expiration_ms);
+        if (!memory_short && slots / SCAN_IDLE_SLOTS_PER_MS > pass_ms)
+            pass_ms = slots / SCAN_IDLE_SLOTS_PER_MS;
+        uint64_t budget = slots * (now - last_scan_ms) / pass_ms / r->n;
         if (budget < now - last_scan_ms)
             budget = now - last_scan_ms;
         if (budget > slots)
@@ -153,6 +171,8 @@ static void *recycler_main(void *arg)
          * a nap would cap evictions at a few per nap while the writers wait for them. */
         size_t evicted = nessie_evict_run(t->ctx, EVICT_PER_RUN);
         done += evicted;
+        if (evicted > 0)
+            short_ms = nessie_mono_ms();
         if (t->index == 0 && nessie_mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;
@@ -172,7 +192,7 @@ static void *recycler_main(void *arg)
         } else {
             ms = nap_ms = nap_ms * 2 > max_nap ? max_nap : nap_ms * 2;
         }
-        if (nap(r, ms))
+        if (nap(r, ms, &kicked))
             break;
     }
     return NULL;

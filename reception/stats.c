@@ -430,6 +430,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_recycle_marked", c.marked);
     STAT_U("nessie_recycle_freed", c.freed);
     STAT_U("nessie_recycle_swept", c.swept);
+    STAT_U("nessie_recycle_scanned", c.scanned);
     STAT_U("nessie_recycle_backlog", c.staged > c.marked ? c.staged - c.marked : 0);
     struct nessie_class_usage cu[64];
     uint32_t ncls = nessie_class_usage(st->node, cu, 64);

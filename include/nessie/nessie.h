@@ -199,6 +199,8 @@ struct nessie_counters {
                                      eviction off): evicted instead (issue 30) */
     uint64_t staged, marked, freed; /* recycling pipeline */
     uint64_t swept;               /* leaked DTEs found by the sweep and recycled */
+    uint64_t scanned;             /* slots the recycle scan visited (the node's, in
+                                     nessie_node_counters only; allocations' own scans too) */
     /* Eviction and reclamation, with memcached's meanings (stats): */
     uint64_t evictions;           /* live items removed to make room */
     uint64_t evicted_unfetched;   /* ... that nobody had read since they were written */

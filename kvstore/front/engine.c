@@ -570,6 +570,9 @@ void nessie_node_counters(struct nessie_node *nd, struct nessie_counters *out)
     for (struct nessie_ctx *c = nd->ctxs; c; c = c->next)
         counters_add(out, &c->ctr);
     pthread_mutex_unlock(&nd->ctx_lock);
+    pthread_mutex_lock(&nd->slab.lock);
+    out->scanned = nd->slab.scanned;
+    pthread_mutex_unlock(&nd->slab.lock);
 }
 
 uint64_t nessie_index_used(struct nessie_node *nd)

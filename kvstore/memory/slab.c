@@ -506,6 +506,7 @@ static size_t scan_locked(struct slab *s, size_t max_slots, uint64_t now_ms, int
         uint64_t off;
         if (!scan_step(s, &c, &off))
             break;
+        s->scanned++;
         if (reclaim_if_expired(s, c, off, now_ms)) {
             freed++;
             if (want_cls >= 0 && (int)c == want_cls)

@@ -64,6 +64,8 @@ struct slab {
     pthread_mutex_t lock;
     uint64_t next_page;   /* pages below this are assigned (assignment goes in page order) */
     uint64_t scan_page, scan_slot; /* cursor of the incremental recycle scan */
+    uint64_t scanned;              /* slots it visited since the start (allocations' own scans
+                                    * included): what the recycler's pace costs */
     uint32_t *page_free;  /* per page: its slots on a free list (process memory, rebuilt) */
     /* Per page: when a slot of it last came back to a free list (nessie_mono_ms; the open's time
      * after a re-attach). A page is divided anew only late_ms after that: a peer's WRITE that
