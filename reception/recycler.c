@@ -40,15 +40,17 @@
  * slots a run, thousands of runs a second, a third of both cores (perf, bench/eviction.sh).
  * The scan takes the allocator's lock 64 slots at a time, so a long run blocks no writer. */
 #define SCAN_PASSES_PER_PERIOD 2
-/* ... but only while memory is short: a writer waited for room (a kick), or the evictor removed
+/* ... but only while it has something to find soon: peers' marks seen and not yet freed (the
+ * evictor counts them as memory on its way back, within a period), or memory short: a writer
+ * waited for room (it kicks the recycler, with eviction on or off), or the evictor removed
  * items, within the last SCAN_SHORT_HOLD_MS (or expiration period, if longer: evictions come in
- * runs with naps between, and the pace holds across them). Otherwise what the scan would find sooner is memory
- * nobody needs yet, and it visits at most SCAN_IDLE_SLOTS_PER_MS slots a ms (a pass over the
- * region as the crawl makes one, or SCAN_PASSES_PER_PERIOD per period if that is slower): a
- * pass at full pace costs about 180 ns a slot, so a node holding 200k 1 KiB items burned 38 %
- * of a core doing nothing (and 1 GiB of them would take all of it). The statistics the scan
- * counts (curr_items, bytes) then lag by up to two of those slower passes; a writer that finds
- * no room kicks the recycler back to full pace at once. */
+ * runs with naps between, and the pace holds across them), or the daemon started as long ago (a
+ * region attached again holds marks that only the scan finds). Otherwise it visits at most
+ * SCAN_IDLE_SLOTS_PER_MS slots a ms (or SCAN_PASSES_PER_PERIOD passes per period, if that is
+ * slower): a pass at full pace costs about 180 ns a slot, so a node holding 200k 1 KiB items
+ * burned 38 % of a core doing nothing (and 1 GiB of them would take all of it). At the idle
+ * pace, a peer's first mark is seen up to a pass later, and the statistics the scan counts
+ * (curr_items, bytes) lag by up to two passes. */
 #define SCAN_IDLE_SLOTS_PER_MS 64
 #define SCAN_SHORT_HOLD_MS 1000
 
@@ -72,12 +74,16 @@ struct recep_recycler {
     pthread_cond_t cond;
     bool stop;
     bool kicked; /* a writer found no room (nessie_node_on_pressure): end the naps now */
+    /* When memory was last short (SCAN_IDLE_SLOTS_PER_MS), on nessie_mono_ms: set by kick() and
+     * by any recycler that evicted, read by all (they share the scan's cursor, and its pace).
+     * Relaxed: a time, read as a hint. */
+    uint64_t short_ms;
     struct recycler_thread *t;
 };
 
 /* Sleep ms unless stopped or kicked first (a kick made before the call counts: it is consumed
- * here, and *kicked says whether there was one). Returns true if stopping. */
-static bool nap(struct recep_recycler *r, uint64_t ms, bool *kicked)
+ * here). Returns true if stopping. */
+static bool nap(struct recep_recycler *r, uint64_t ms)
 {
     pthread_mutex_lock(&r->lock);
     if (ms > 0) {
@@ -87,7 +93,6 @@ static bool nap(struct recep_recycler *r, uint64_t ms, bool *kicked)
             ;
     }
     bool stop = r->stop;
-    *kicked = r->kicked;
     r->kicked = false;
     pthread_mutex_unlock(&r->lock);
     return stop;
@@ -97,6 +102,7 @@ static bool nap(struct recep_recycler *r, uint64_t ms, bool *kicked)
 static void kick(void *arg)
 {
     struct recep_recycler *r = arg;
+    __atomic_store_n(&r->short_ms, nessie_mono_ms(), __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->lock);
     r->kicked = true;
     pthread_cond_broadcast(&r->cond);
@@ -118,31 +124,30 @@ static void *recycler_main(void *arg)
     uint64_t next_sweep = t->index == 0 ? nessie_mono_ms() : UINT64_MAX;
     int sweeps = 0;
     uint64_t last_scan_ms = nessie_mono_ms(), slots = 0, slots_ms = 0;
-    /* When memory was last short (SCAN_IDLE_SLOTS_PER_MS): 0, never since the start. */
-    uint64_t short_ms = 0;
-    bool kicked = false;
+    uint64_t peer_marks = 0; /* peers' marks the scan has seen and not freed */
     for (;;) {
         /* The scan's budget: slots in the region (looked up now and then: pages move between
          * classes but their number only grows) x the time since the last scan / the time a
          * pass may take, shared by the recyclers (they move one cursor); at least a slot per
          * ms, at most a pass per run. */
         uint64_t now = nessie_mono_ms();
-        if (kicked)
-            short_ms = now;
         if (now - slots_ms >= 100 || slots == 0) {
             struct nessie_class_usage u[64];
             uint32_t nc = nessie_class_usage(r->node, u, 64);
-            slots = 0;
-            for (uint32_t c = 0; c < nc; c++)
+            slots = peer_marks = 0;
+            for (uint32_t c = 0; c < nc; c++) {
                 slots += u[c].slots;
+                peer_marks += u[c].peer_recycled;
+            }
             slots_ms = now;
         }
         uint64_t pass_ms = r->expiration_ms / SCAN_PASSES_PER_PERIOD;
         if (pass_ms == 0)
             pass_ms = 1;
-        bool memory_short = short_ms != 0 && (now - short_ms < SCAN_SHORT_HOLD_MS ||
-                                              now - short_ms < r->expiration_ms);
-        if (!memory_short && slots / SCAN_IDLE_SLOTS_PER_MS > pass_ms)
+        uint64_t short_ms = __atomic_load_n(&r->short_ms, __ATOMIC_RELAXED);
+        bool memory_short = short_ms >= now || now - short_ms < SCAN_SHORT_HOLD_MS ||
+                            now - short_ms < r->expiration_ms;
+        if (!memory_short && peer_marks == 0 && slots / SCAN_IDLE_SLOTS_PER_MS > pass_ms)
             pass_ms = slots / SCAN_IDLE_SLOTS_PER_MS;
         uint64_t budget = slots * (now - last_scan_ms) / pass_ms / r->n;
         if (budget < now - last_scan_ms)
@@ -172,7 +177,7 @@ static void *recycler_main(void *arg)
         size_t evicted = nessie_evict_run(t->ctx, EVICT_PER_RUN);
         done += evicted;
         if (evicted > 0)
-            short_ms = nessie_mono_ms();
+            __atomic_store_n(&r->short_ms, nessie_mono_ms(), __ATOMIC_RELAXED);
         if (t->index == 0 && nessie_mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
             sweeps++;
@@ -192,7 +197,7 @@ static void *recycler_main(void *arg)
         } else {
             ms = nap_ms = nap_ms * 2 > max_nap ? max_nap : nap_ms * 2;
         }
-        if (nap(r, ms, &kicked))
+        if (nap(r, ms))
             break;
     }
     return NULL;
@@ -210,6 +215,8 @@ int recep_recycler_start(struct nessie_node *node, uint32_t n, uint32_t sweep_ev
     const struct nessie_config *c = nessie_node_config(node);
     r->expiration_ms = c->expiration_ms;
     r->grace_ms = nessie_node_grace_ms(node);
+    r->short_ms = nessie_mono_ms(); /* a full pace to begin with: marks of a region attached
+                                     * again are the scan's to find */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->cond, NULL);
     r->t = calloc(n, sizeof(*r->t));

@@ -724,6 +724,8 @@ struct nessie_class_usage {
     uint64_t free;        /* on the free list */
     uint64_t recycled;    /* marked recycled, waiting for their expiry (as of the last full
                              pass of the recycle scan) */
+    uint64_t peer_recycled; /* of those, marked by peers: the larger of the last pass's count
+                               and the current pass's so far (the scan alone finds them) */
     uint64_t pages;       /* pages assigned to the class */
     uint64_t slots_per_page;
     uint64_t used;        /* holding items (and tombstones on their way out), their bytes */
