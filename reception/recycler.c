@@ -42,8 +42,9 @@
 #define SCAN_PASSES_PER_PERIOD 2
 /* ... but only while it has something to find soon: peers' marks seen and not yet freed (the
  * evictor counts them as memory on its way back, within a period), or memory short: a writer
- * waited for room (it kicks the recycler, with eviction on or off), or the evictor removed
- * items, within the last SCAN_SHORT_HOLD_MS (or expiration period, if longer: evictions come in
+ * waited for room (it kicks the recycler, with eviction on), an allocation was refused (the
+ * class usage's count, looked up every SCAN_USAGE_MS: with eviction off, writers that wait do
+ * not kick), or the evictor removed items, within the last SCAN_SHORT_HOLD_MS (or expiration period, if longer: evictions come in
  * runs with naps between, and the pace holds across them), or the daemon started as long ago (a
  * region attached again holds marks that only the scan finds). Otherwise it visits at most
  * SCAN_IDLE_SLOTS_PER_MS slots a ms (or SCAN_PASSES_PER_PERIOD passes per period, if that is
@@ -53,6 +54,7 @@
  * (curr_items, bytes) lag by up to two passes. */
 #define SCAN_IDLE_SLOTS_PER_MS 64
 #define SCAN_SHORT_HOLD_MS 1000
+#define SCAN_USAGE_MS 100
 
 struct recycler_thread {
     struct recep_recycler *r;
@@ -125,19 +127,26 @@ static void *recycler_main(void *arg)
     int sweeps = 0;
     uint64_t last_scan_ms = nessie_mono_ms(), slots = 0, slots_ms = 0;
     uint64_t peer_marks = 0; /* peers' marks the scan has seen and not freed */
+    uint64_t refused = 0;    /* allocations refused so far, as last looked up */
     for (;;) {
         /* The scan's budget: slots in the region (looked up now and then: pages move between
          * classes but their number only grows) x the time since the last scan / the time a
          * pass may take, shared by the recyclers (they move one cursor); at least a slot per
          * ms, at most a pass per run. */
         uint64_t now = nessie_mono_ms();
-        if (now - slots_ms >= 100 || slots == 0) {
+        if (now - slots_ms >= SCAN_USAGE_MS || slots == 0) {
             struct nessie_class_usage u[64];
             uint32_t nc = nessie_class_usage(r->node, u, 64);
+            uint64_t failed = 0;
             slots = peer_marks = 0;
             for (uint32_t c = 0; c < nc; c++) {
                 slots += u[c].slots;
                 peer_marks += u[c].peer_recycled;
+                failed += u[c].failed;
+            }
+            if (failed != refused) {
+                refused = failed;
+                __atomic_store_n(&r->short_ms, now, __ATOMIC_RELAXED);
             }
             slots_ms = now;
         }

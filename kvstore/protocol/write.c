@@ -74,7 +74,7 @@ static bool memory_pending(struct op *op, uint32_t key_len, uint32_t value_len)
  * class's); freed slots come back one expiration period after they are unlinked, so the call
  * waits, and may wait that long beyond its own budget: a SET is not refused for lack of memory
  * while eviction is on. With eviction off, the call waits only for replaced entries already
- * waiting out their period (writers are paced by recycling), and wakes the recycler too. Returns true if the caller should
+ * waiting out their period (writers are paced by recycling). Returns true if the caller should
  * retry (the wait is counted), false if the write fails for lack of memory. */
 bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len)
 {
@@ -88,10 +88,6 @@ bool proto_memory_short(struct op *op, uint32_t key_len, uint32_t value_len)
             op->deadline += nd->bound.memory_wait_ns;
     } else if (!memory_pending(op, key_len, value_len)) {
         return false;
-    } else {
-        /* Waiting for recycled slots: the recycler's scan finds peers' marks at its full pace
-         * only while told that memory is short (reception/recycler.c). */
-        nessie_pressure(nd);
     }
     if (!op->memory_wait) {
         op->memory_wait_ns = nessie_mono_ns();
