@@ -376,13 +376,16 @@ static bool reclaim_if_expired(struct slab *s, uint32_t cls, uint64_t off, uint6
     if (q == 0) {
         /* First sight of the mark: the period starts at the mark if this owner made it (its
          * time is in the state word, set by the marking CAS itself), else now, on this owner's
-         * clock. Either is after the unlink, so every reader that read the ITE before the unlink
+         * clock, read here after the state's acquire load: not the caller's now_ms, read before
+         * its run, since when a peer may have unlinked and marked the slot (a run of the
+         * background scan releases the lock every SCAN_CHUNK slots and can take milliseconds).
+         * Either is after the unlink, so every reader that read the ITE before the unlink
          * started its attempt earlier still, and times out first (rates of monotonic clocks
          * agree; their values are never compared). Only this scan writes the word, under the
          * lock, before it frees the slot: a late writer could otherwise stamp a later life.
          * Modulo 2^32 ms (49 days), compared as a difference: quarantines last seconds. */
         uint64_t marked = dte_marked_ms(st);
-        q = (uint32_t)((marked ? marked - 1 : now_ms) + s->quarantine_ms);
+        q = (uint32_t)((marked ? marked - 1 : nessie_mono_ms()) + s->quarantine_ms);
         if (q == 0)
             q = 1; /* 0 means none */
         atomic_store_explicit(quarantine, q, memory_order_relaxed);

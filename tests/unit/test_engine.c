@@ -995,6 +995,38 @@ static void expiry_5ms(struct nessie_config *c)
     c->background_recycle = false;
 }
 
+/* A peer's mark on a slot starts its quarantine when the owner's scan first sees it, on a clock
+ * read then: the background scan's caller reads now_ms once before a run of many chunks, and a
+ * peer may unlink and mark a slot after that read and before the cursor reaches it. Timed by the
+ * stale read, the period started before the unlink and the slot was freed up to a run early,
+ * while a reader that read the ITE just before the unlink could still read it. Here the mark is
+ * seen by a scan whose now_ms is half a period stale; a scan a quarter period before the real
+ * end must keep the slot, one after the end frees it. */
+static void test_peer_mark_timed_when_seen(void **state)
+{
+    (void)state;
+    cluster_open(1, 1024, 1 << 20, NULL);
+    struct slab *sl = &C.node[0]->slab;
+    uint64_t q = sl->quarantine_ms, stale = q / 2;
+    assert_true(stale >= 8);
+    int cls = slab_class_for(sl, dte_size(1, 100));
+    assert_true(cls >= 0);
+    uint64_t off;
+    uint32_t got;
+    assert_int_equal(slab_alloc(sl, (uint32_t)cls, SLAB_FOR_VALUE, &off, &got), 0);
+    _Atomic uint64_t *st = (_Atomic uint64_t *)(sl->base + off + DTE_OFF_STATE);
+    uint32_t gen = dte_gen(atomic_load(st)) + 1;
+    /* A committed item a peer has unlinked and marked (no mark time: not the owner's mark). */
+    atomic_store(st, dte_state(gen, DTE_BUSY | DTE_COMMITTED | DTE_RECYCLED));
+    uint64_t seen = nessie_mono_ms();
+    size_t all = 1 << 16;
+    assert_int_equal(slab_scan(sl, all, seen - stale), 0);
+    assert_int_equal(slab_scan(sl, all, seen + q - stale / 2), 0);
+    assert_true(atomic_load(st) & DTE_RECYCLED);
+    assert_int_equal(slab_scan(sl, all, nessie_mono_ms() + q + 1), 1);
+    assert_int_equal(atomic_load(st), dte_state(gen, 0));
+}
+
 /* Issue 26, finding 4: an access hint is a WRITE nobody waits for, which may land as late as the
  * fabric's request bound after its post (0 on shm, seconds on verbs). A page given to another
  * class before then could take a hint meant for an old slot inside a new item; and the page's
@@ -2972,6 +3004,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_index_full_and_migrations, teardown),
         cmocka_unit_test_teardown(test_full_of_recycled_entries_waits, teardown),
         cmocka_unit_test_teardown(test_pages_move_to_the_size_in_demand, teardown),
+        cmocka_unit_test_teardown(test_peer_mark_timed_when_seen, teardown),
         cmocka_unit_test_teardown(test_page_divided_anew_after_late_writes, teardown),
         cmocka_unit_test_teardown(test_recycling_reuses_entries, teardown),
         cmocka_unit_test_teardown(test_costs_at_load_factor_04, teardown),
