@@ -239,6 +239,10 @@ static const struct cfg_key schema[] = {
     {"flash", "item_min", CFG_U32, 0, 1U << 30, NULL, NULL, NULL, F(engine.flash_item_min),
      "Evicted values smaller than this are dropped, not demoted, as memcached's ext_item_size:\n"
      "a small value saves little memory and costs a flash read."},
+    {"flash", "promote_ms", CFG_U32, 0, 3600000, NULL, NULL, NULL, F(engine.flash_promote_ms),
+     "An item read from the log twice within this many ms is brought back into memory (as\n"
+     "memcached's extstore recaches an item read again), so a hot key, once demoted, is not read\n"
+     "from flash on every GET; 0: never (every read of a flash item goes to the device)."},
 };
 #define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
 

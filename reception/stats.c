@@ -271,6 +271,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         STAT_U("nessie_flash_demoted", c.flash_demoted);
         STAT_U("nessie_flash_dropped", c.flash_dropped);
         STAT_U("nessie_flash_shipped", c.flash_shipped);
+        STAT_U("recache_from_extstore", c.flash_promoted); /* promoted: read again, in memory */
         /* Compaction: records copied out of sparse pages (memcached's name), their bytes,
          * and the pages it freed. */
         STAT_U("extstore_compact_rescues", fs.objects_rewritten);

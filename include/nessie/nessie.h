@@ -130,11 +130,15 @@ struct nessie_config {
      * number of pages, at most 1 TiB); its page size (a power of two, 64 KiB..2 MiB; default
      * 1 MiB), the unit of its writes and of its compaction; and the smallest value demoted to it
      * (default 512, as memcached's ext_item_size: a smaller value costs little memory, and a
-     * flash read costs it more than it saves). Only the daemon that owns the node opens it. */
+     * flash read costs it more than it saves). Only the daemon that owns the node opens it.
+     * flash_promote_ms: an item read from the log twice within this many ms is brought back
+     * into memory (promoted, as memcached's extstore recaches what is read again; default
+     * 10000; 0: never), so a hot key, once demoted, is not read from flash on every GET. */
     const char *flash_path;
     uint64_t flash_bytes;
     uint32_t flash_page_bytes;
     uint32_t flash_item_min;
+    uint32_t flash_promote_ms;
 };
 
 /* Fill cfg with the defaults above (cluster, nodes, self and sizes still to be set). */
@@ -234,6 +238,7 @@ struct nessie_counters {
     uint64_t flash_shipped;       /* calls sent to the node whose flash item they met */
     uint64_t flash_compacted;     /* sparse pages compaction emptied and freed */
     uint64_t flash_rescued;       /* flash items it moved to another page (their entry swung) */
+    uint64_t flash_promoted;      /* flash items a GET brought back into memory (promotion) */
     /* The fabric traffic of the calls this node ran for its peers, per call as ops_hist and
      * bytes_hist (those count only this node's own clients' calls, a shipped one as the
      * request's WRITE and the reply's): what server-driven execution costs on the home node. */

@@ -66,6 +66,7 @@ void nessie_config_defaults(struct nessie_config *cfg)
     cfg->sd_slots = 4;
     cfg->flash_page_bytes = 1u << 20;
     cfg->flash_item_min = 512;
+    cfg->flash_promote_ms = 10000;
 }
 
 static int check_config(const struct nessie_config *c)

@@ -37,6 +37,11 @@
 #define DEMOTE_COMPACT_RESERVE 2
 #define DEMOTE_COMPACT_LIVE_PCT 50
 #define DEMOTE_COMPACT_IDLE_NS 1000000ULL
+/* - DEMOTE_SEEN_TICK_SHIFT: the table of recent flash reads (memory.h, flash_seen) keeps a
+ *   read's time in 2^4 = 16 ms ticks, in the 24 bits beside the 40-bit location: a window of up
+ *   to 74 hours, judged to a tick (promote_ms is a rate of reuse, not a deadline). */
+#define DEMOTE_SEEN_TICK_SHIFT 4
+#define DEMOTE_SEEN_TICK_BITS 24
 
 /* A record just linked whose page was dropped between its append and the swing that linked it
  * (this thread held up, others filling the log): the drop could not find the entry yet. The
@@ -215,4 +220,27 @@ int demote_item(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite,
     CTR_ADD(ctx->ctr.flash_demoted, 1);
     take_if_dropped(ctx, kp, loc);
     return NESSIE_OK;
+}
+
+/* Promotion's rule (memcached's extstore recaches an item read again, to a rate): a second read
+ * of the same record within promote_ms. A record is read twice in a row only if its entry still
+ * names it, so two reads are one item's, and a rewritten item is a new record that starts over. */
+bool demote_promote_wanted(struct nessie_node *nd, uint64_t ite)
+{
+    uint64_t window = nd->cfg.flash_promote_ms;
+    if (window == 0 || nd->cfg.no_evict)
+        return false;
+    const uint64_t mask = (1ULL << DEMOTE_SEEN_TICK_BITS) - 1;
+    uint64_t loc = ite_flash_loc(ite);
+    uint64_t tick = (nessie_mono_ms() >> DEMOTE_SEEN_TICK_SHIFT) & mask;
+    /* Fibonacci hashing: locations are page-aligned runs, their low bits alike. */
+    uint64_t slot = (loc * 0x9E3779B97F4A7C15ULL) >> 52;
+    _Static_assert(NESSIE_FLASH_SEEN_SLOTS == 1 << 12, "the hash keeps 12 bits");
+    uint64_t was = atomic_exchange_explicit(&nd->flash_seen[slot],
+                                            loc << DEMOTE_SEEN_TICK_BITS | tick,
+                                            memory_order_relaxed);
+    if (was >> DEMOTE_SEEN_TICK_BITS != loc || was == 0)
+        return false;
+    uint64_t ago = (tick - (was & mask)) & mask;
+    return ago <= (window >> DEMOTE_SEEN_TICK_SHIFT) + 1;
 }

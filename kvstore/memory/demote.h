@@ -30,4 +30,11 @@ int demote_item(struct nessie_ctx *ctx, const struct key_plan *kp, uint64_t ite,
  * moved records stay moved, and the next compaction picks it up again. */
 bool demote_compact(struct nessie_ctx *ctx, uint32_t max_live_pct);
 
+/* A GET read the flash item of ITE ite (this node's log) and will answer with it: whether the
+ * item should be brought back into memory now (promoted: protocol/get.c), because the same
+ * record was read before within [flash] promote_ms. Records this read either way. Never fails;
+ * false when promotion is off (promote_ms 0) or eviction is (a promotion would take a writer's
+ * room for good). */
+bool demote_promote_wanted(struct nessie_node *nd, uint64_t ite);
+
 #endif

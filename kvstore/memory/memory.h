@@ -28,6 +28,11 @@
 struct flash_log;
 #include <nessie/nessie.h>
 
+/* Slots of the table of recent flash reads (struct nessie_node, flash_seen): 32 KiB a node, and
+ * a hot set of a few thousand flash items (more than that many hot items belong in memory, and
+ * are promoted as they collide less) is recognised at its second read. */
+#define NESSIE_FLASH_SEEN_SLOTS 4096
+
 #define NESSIE_MAX_WAYS NESSIE_WAYS_MAX
 /* The public limits (nessie.h) are the entry layouts' (layout.h), and the fabric's backends are
  * the engine's in the same order (front/engine.c passes one for the other). */
@@ -78,6 +83,11 @@ struct nessie_node {
      * the losers' copies would only be unlinked again. */
     atomic_bool flash_compacting;
     _Atomic uint64_t flash_compact_idle_ns; /* the last search that found no page to compact */
+    /* The flash records read lately, for promotion's "read twice" (demote.c,
+     * demote_promote_wanted): a record's location and the time of its last read, in a slot
+     * its location hashes to. A table, not a list: it must cost a read of a flash item one
+     * exchange, and a collision only forgets a first read (the item waits for its next two). */
+    _Atomic uint64_t flash_seen[NESSIE_FLASH_SEEN_SLOTS];
 
     /* DTEs whose operations finished and that wait to be marked recycled (background_recycle):
      * ITE words, drained by nessie_recycle_run(). A mutex, because workers push and recyclers

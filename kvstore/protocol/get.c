@@ -7,6 +7,7 @@
  * The machinery every operation shares (a call's state, the counted fabric accesses, fetching an
  * entry, orphans and their takeover, a call's end) is in protocol.c, through protocol_int.h.
  */
+#include "memory/demote.h"
 #include "memory/memory.h"
 #include "protocol.h"
 
@@ -35,6 +36,48 @@ static void item_out(const struct dte_view *v, struct nessie_item *out)
     out->version = v->h.version;
     out->access = v->h.access;
     out->meta = (v->h.flags8 & DTE_F_META) >> DTE_F_META_SHIFT;
+}
+
+/*
+ * Promotion (issue 31): the flash item of entry fite, met at I_i and read whole into v by a GET
+ * that answers with it, is brought back into memory: a copy in this node's data, committed before
+ * it is linked, swung in by CAS on the exact word read (a retire's relocation, move.c, with a
+ * flash record as its source). A reader meets the flash entry or the copy, the same value and
+ * version; a writer that read the flash entry loses its CAS and starts again; a reader whose
+ * record is unlinked and its page freed later finds it gone and reads the key again (demote.c).
+ * The record is unlinked only when the swing is known to have happened: a writer that swung the
+ * entry out owns its unlink (and one that abandons its write links the flash entry back). Best
+ * effort, and never waits: no room, a retire, a lost race, a late attempt leave the item on
+ * flash, and the GET's answer is the same either way (it was linearized at its read).
+ */
+static void promote(struct op *op, uint32_t i, uint64_t fite, const struct dte_view *v)
+{
+    struct dte_hdr tmpl = v->h;
+    tmpl.prev_ite = 0;
+    tmpl.flags8 = v->h.flags8 & ~DTE_F_COPY; /* committed at once: never a copy to undo */
+    uint64_t copy;
+    if (proto_dte_write_new(op, &tmpl, op->id, v->key, v->value, v->h.value_len, NULL, 0,
+                            ite_filter(fite), &copy) != NESSIE_OK)
+        return;
+    bool committed = false;
+    if (proto_commit_own(op, copy, &committed) != NESSIE_OK || !committed)
+        return; /* linked nowhere: the leak sweep takes it */
+    HOOK(op, NESSIE_HOOK_PROMOTE_BEFORE_CAS, i);
+    if (attempt_expired(op)) { /* Step 0, before a CAS */
+        proto_dte_free_unpublished(op, copy);
+        return;
+    }
+    bool ok = false, clean = true;
+    int rc = proto_ite_cas_resolve(op, op->pos[i], fite, copy, &ok, &clean);
+    if (rc == NESSIE_OK && ok) {
+        nessie_recycle(op->ctx, fite); /* the record: unlinked by us */
+        CTR_ADD(op->ctx->ctr.flash_promoted, 1);
+    } else if (rc == NESSIE_OK && clean) {
+        proto_dte_free_unpublished(op, copy); /* never visible */
+    }
+    /* Else unknown whether the copy is linked: it is committed, so either way is right; if it
+     * is not, the leak sweep takes it, and the record, left live, is unlinked by whoever swings
+     * the entry next (compaction finds the entry changed and unlinks its own copy). */
 }
 
 static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)
@@ -76,8 +119,11 @@ static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *sta
             } else {
                 item_out(&v, out);
                 nessie_access_record(op->ctx, ite, v.h.access, v.cached);
-                if (ite_is_flash(ite))
+                if (ite_is_flash(ite)) {
                     CTR_ADD(op->ctx->ctr.flash_hits, 1);
+                    if (demote_promote_wanted(nd, ite))
+                        promote(op, i, ite, &v);
+                }
                 *status = NESSIE_OK;
             }
             return A_DONE;

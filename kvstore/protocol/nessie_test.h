@@ -29,6 +29,8 @@ enum nessie_hook_point {
     NESSIE_HOOK_MIGRATE_START,       /* MIGRATE about to read its source (arg: depth) */
     NESSIE_HOOK_MIGRATE_BEFORE_DST,  /* MIGRATE wrote its copy, about to CAS I_dst */
     NESSIE_HOOK_MIGRATE_AFTER_DST,   /* MIGRATE's CAS on I_dst succeeded */
+    NESSIE_HOOK_PROMOTE_BEFORE_CAS,  /* GET wrote a flash item's copy in memory, about to swing
+                                        I_i (arg: i) to it (promotion, issue 31) */
 };
 typedef void (*nessie_hook_fn)(struct nessie_ctx *ctx, enum nessie_hook_point point,
                                uint32_t arg, void *user);

@@ -51,7 +51,8 @@ set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.node_ids=4 cluster.fabric=ver
     reception.memcached_addr=::1 reception.memcached_threads=3 reception.max_connections=77 \
     reception.idle_timeout_s=600 reception.partial_timeout_s=7 membership.mode=etcd \
     "membership.endpoints=http://10.1.2.3:2379, http://10.1.2.4:2379" membership.lease_s=5 \
-    flash.path=/var/lib/nessie-rt flash.bytes=2097152 flash.page_bytes=65536 flash.item_min=100
+    flash.path=/var/lib/nessie-rt flash.bytes=2097152 flash.page_bytes=65536 flash.item_min=100 \
+    flash.promote_ms=2500
 n=$#
 [ "$n" -eq "$keys" ] || bad "the round trip sets $n keys, the schema has $keys"
 printed="$dir/set.conf"

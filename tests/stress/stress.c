@@ -2217,14 +2217,15 @@ int main(int argc, char **argv)
            " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " moved=%" PRIu64
            " placed=%" PRIu64 " demoted=%" PRIu64 " flash-dropped=%" PRIu64
            " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 " flash-io-errors=%" PRIu64
-           " flash-compacted=%" PRIu64 " flash-rescued=%" PRIu64 "\n",
+           " flash-compacted=%" PRIu64 " flash-rescued=%" PRIu64 " flash-promoted=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
                sum.sd_shipped[NESSIE_OPK_DELETE],
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
            sum.view_waits, moved, sum.placed, sum.flash_demoted, sum.flash_dropped,
-           sum.flash_hits, sum.flash_shipped, flash_io, sum.flash_compacted, sum.flash_rescued);
+           sum.flash_hits, sum.flash_shipped, flash_io, sum.flash_compacted, sum.flash_rescued,
+           sum.flash_promoted);
 
     for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])

@@ -1647,6 +1647,122 @@ static void test_orphan_copy_of_demoted_source_undone(void **state)
         check_value(C.ctx[0], "z", "zzz");
 }
 
+/* Key k's entry on the one node of the cluster (its index position in *pos), demoted to the log
+ * now: returns the flash entry it was swung to. */
+static uint64_t demote_key(const char *k, uint64_t *pos)
+{
+    struct nessie_node *nd = C.node[0];
+    uint64_t p[NESSIE_PLAN_MAX], m = 0;
+    uint32_t np = nessie_key_plan_positions(nd, k, strlen(k), p);
+    for (uint32_t j = 0; j < np && !m; j++)
+        if (!ite_empty(m = ite_at(p[j], nd->cfg.index_slots)))
+            *pos = p[j];
+    assert_false(ite_empty(m));
+    struct dte_hdr h;
+    assert_int_equal(fab_local_read(nessie_node_fabric(nd), FAB_REGION_DATA, ite_offset(m), &h,
+                                    sizeof(h)),
+                     FAB_OK);
+    struct key_plan kp;
+    key_plan_make(&kp, nd, k, strlen(k));
+    assert_int_equal(demote_item(C.ctx2[0], &kp, m, ite_offset(m), &h), NESSIE_OK);
+    uint64_t f = ite_at(*pos, nd->cfg.index_slots);
+    assert_true(ite_is_flash(f));
+    return f;
+}
+
+static void check_item(struct nessie_ctx *ctx, const char *k, const char *want, uint64_t version)
+{
+    struct nessie_item it;
+    assert_int_equal(nessie_get(ctx, k, strlen(k), &it), NESSIE_OK);
+    assert_int_equal(it.value_len, strlen(want));
+    assert_memory_equal(it.value, want, it.value_len);
+    assert_int_equal(it.version, version);
+}
+
+/* Promotion (issue 31): a flash item read twice within [flash] promote_ms is brought back into
+ * memory: after the second GET its entry names node 0's memory, not the log, its record is
+ * unlinked, and the next GET reads it from memory, its value and version (the CAS token) the
+ * same. One read alone promotes nothing. */
+static void test_flash_read_twice_promotes(void **state)
+{
+    (void)state;
+    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
+    assert_non_null(mkdtemp(flash_tmp));
+    cluster_open(1, 1024, 1 << 20, flash_cfg);
+    struct nessie_node *nd = C.node[0];
+    char v[1001];
+    memset(v, 'h', 1000);
+    v[1000] = 0;
+    assert_int_equal(set(C.ctx[0], "hot", v), NESSIE_OK);
+    struct nessie_item it;
+    assert_int_equal(nessie_get(C.ctx[0], "hot", 3, &it), NESSIE_OK);
+    uint64_t version = it.version, pos;
+    uint64_t f = demote_key("hot", &pos);
+    struct nessie_flash_stats fs0, fs;
+    assert_int_equal(nessie_flash_stats(nd, &fs0), NESSIE_OK);
+    check_item(C.ctx[0], "hot", v, version);
+    assert_int_equal(ite_at(pos, nd->cfg.index_slots), f); /* one read: still on flash */
+    check_item(C.ctx[1 % C.n], "hot", v, version);
+    uint64_t w = ite_at(pos, nd->cfg.index_slots);
+    assert_false(ite_empty(w));
+    assert_false(ite_is_flash(w)); /* two: in memory */
+    assert_int_equal(ite_node(w), 0);
+    struct nessie_counters c;
+    nessie_node_counters(nd, &c);
+    assert_int_equal(c.flash_promoted, 1);
+    uint64_t hits = c.flash_hits;
+    nessie_recycle_run(C.ctx2[0], 0);
+    assert_int_equal(nessie_flash_stats(nd, &fs), NESSIE_OK);
+    assert_int_equal(fs.objects_used, fs0.objects_used - 1);
+    check_item(C.ctx[0], "hot", v, version);
+    nessie_node_counters(nd, &c);
+    assert_int_equal(c.flash_hits, hits); /* read from memory */
+    assert_int_equal(c.flash_promoted, 1);
+}
+
+static void set_hot_new(void) { assert_int_equal(set(C.ctx2[0], "hot", "new"), NESSIE_OK); }
+
+/* A promotion that loses its swing to a SET made between its copy and its CAS changes nothing:
+ * the SET's value stays, the copy is freed unpublished, and the record is unlinked once (by the
+ * SET, which swung its entry out). */
+static void test_flash_promotion_loses_to_set(void **state)
+{
+    (void)state;
+    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
+    assert_non_null(mkdtemp(flash_tmp));
+    cluster_open(1, 1024, 1 << 20, flash_cfg);
+    struct nessie_node *nd = C.node[0];
+    assert_int_equal(set(C.ctx[0], "hot", "old"), NESSIE_OK);
+    struct nessie_item it;
+    assert_int_equal(nessie_get(C.ctx[0], "hot", 3, &it), NESSIE_OK);
+    uint64_t version = it.version, pos;
+    demote_key("hot", &pos);
+    struct nessie_flash_stats fs0, fs;
+    assert_int_equal(nessie_flash_stats(nd, &fs0), NESSIE_OK);
+    check_item(C.ctx[0], "hot", "old", version);
+    script(C.ctx[0], NESSIE_HOOK_PROMOTE_BEFORE_CAS, -1, set_hot_new);
+    check_item(C.ctx[0], "hot", "old", version); /* linearized at its read, before the SET */
+    assert_true(S.fired);
+    nessie_set_test_hook(NULL, NULL);
+    struct nessie_counters c;
+    nessie_node_counters(nd, &c);
+    assert_int_equal(c.flash_promoted, 0);
+    check_value(C.ctx[0], "hot", "new");
+    uint64_t w = ite_at(pos, nd->cfg.index_slots);
+    assert_false(ite_is_flash(w));
+    sleep_past_grace();
+    nessie_recycle_run(C.ctx2[0], 0);
+    assert_int_equal(nessie_flash_stats(nd, &fs), NESSIE_OK);
+    assert_int_equal(fs.objects_used, fs0.objects_used - 1);
+    /* The copy was given back: the leak sweep finds nothing to recycle. */
+    uint64_t swept = nessie_ctx_counters(C.ctx2[0])->swept;
+    nessie_sweep_leaks(C.ctx2[0]);
+    sleep_past_grace();
+    nessie_sweep_leaks(C.ctx2[0]);
+    assert_int_equal(nessie_ctx_counters(C.ctx2[0])->swept, swept);
+    check_value(C.ctx[0], "hot", "new");
+}
+
 /* The same migration stalls past the grace period with its copy linked: the GET that meets the
  * orphaned copy takes it over, and must undo it (its source was deleted), not commit it: that
  * would bring the deleted item back for good. */
@@ -3017,6 +3133,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_get_ignores_copy_of_deleted_source, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_deleted_source_undone, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_demoted_source_undone, teardown),
+        cmocka_unit_test_teardown(test_flash_read_twice_promotes, teardown),
+        cmocka_unit_test_teardown(test_flash_promotion_loses_to_set, teardown),
         cmocka_unit_test_teardown(test_orphan_copy_of_lost_source_undone, teardown),
         cmocka_unit_test_teardown(test_migration_source_cas_lost_after_delete, teardown),
         cmocka_unit_test_teardown(test_orphan_taken_over_writer_not_duplicated, teardown),
