@@ -242,7 +242,8 @@ static const struct cfg_key schema[] = {
     {"flash", "promote_ms", CFG_U32, 0, 3600000, NULL, NULL, NULL, F(engine.flash_promote_ms),
      "An item read from the log twice within this many ms is brought back into memory (as\n"
      "memcached's extstore recaches an item read again), so a hot key, once demoted, is not read\n"
-     "from flash on every GET; 0: never (every read of a flash item goes to the device)."},
+     "from flash on every GET; 0: never (every read of a flash item goes to the device). With\n"
+     "eviction off ([cluster] evict = false) nothing is promoted: a copy would take room for good."},
 };
 #define SCHEMA_LEN (sizeof(schema) / sizeof(schema[0]))
 

@@ -132,8 +132,9 @@ struct nessie_config {
      * (default 512, as memcached's ext_item_size: a smaller value costs little memory, and a
      * flash read costs it more than it saves). Only the daemon that owns the node opens it.
      * flash_promote_ms: an item read from the log twice within this many ms is brought back
-     * into memory (promoted, as memcached's extstore recaches what is read again; default
-     * 10000; 0: never), so a hot key, once demoted, is not read from flash on every GET. */
+     * into memory (promoted, as memcached's extstore recaches what is read again, by another
+     * rule; default 10000, at most an hour; 0: never; never with no_evict either), so a hot
+     * key, once demoted, is not read from flash on every GET. */
     const char *flash_path;
     uint64_t flash_bytes;
     uint32_t flash_page_bytes;

@@ -101,6 +101,8 @@ static int check_config(const struct nessie_config *c)
         why = "view_wait_ms must be at most 600000";
     else if (c->flash_path && strlen(c->flash_path) >= NESSIE_FLASH_PATH_MAX)
         why = "flash path too long";
+    else if (c->flash_promote_ms > 3600000)
+        why = "flash promote_ms must be at most 3600000 (an hour)";
     if (why) {
         log_error("engine: bad configuration: %s", why);
         return NESSIE_INVALID;

@@ -236,11 +236,16 @@ bool demote_promote_wanted(struct nessie_node *nd, uint64_t ite)
     /* Fibonacci hashing: locations are page-aligned runs, their low bits alike. */
     uint64_t slot = (loc * 0x9E3779B97F4A7C15ULL) >> 52;
     _Static_assert(NESSIE_FLASH_SEEN_SLOTS == 1 << 12, "the hash keeps 12 bits");
-    uint64_t was = atomic_exchange_explicit(&nd->flash_seen[slot],
-                                            loc << DEMOTE_SEEN_TICK_BITS | tick,
-                                            memory_order_relaxed);
+    uint64_t mine = loc << DEMOTE_SEEN_TICK_BITS | tick;
+    uint64_t was = atomic_exchange_explicit(&nd->flash_seen[slot], mine, memory_order_relaxed);
     if (was >> DEMOTE_SEEN_TICK_BITS != loc || was == 0)
         return false;
     uint64_t ago = (tick - (was & mask)) & mask;
-    return ago <= (window >> DEMOTE_SEEN_TICK_SHIFT) + 1;
+    if (ago > (window >> DEMOTE_SEEN_TICK_SHIFT) + 1)
+        return false;
+    /* One promoter per second read: the slot is emptied by CAS on the word this read stored,
+     * so the GETs of a hot item that read it at once do not each copy it (all but one would
+     * lose the swing and give the copy back). */
+    return atomic_compare_exchange_strong_explicit(&nd->flash_seen[slot], &mine, 0,
+                                                   memory_order_relaxed, memory_order_relaxed);
 }

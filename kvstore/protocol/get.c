@@ -59,6 +59,12 @@ static void promote(struct op *op, uint32_t i, uint64_t fite, const struct dte_v
     if (proto_dte_write_new(op, &tmpl, op->id, v->key, v->value, v->h.value_len, NULL, 0,
                             ite_filter(fite), &copy) != NESSIE_OK)
         return;
+    /* Read now, and once before: the evictor must not see a new item nobody read (its version
+     * is old, so it is not young either), or the hot item it was demoted for would be its next
+     * victim. Written before the copy is visible, in this node's memory. */
+    uint32_t a = dte_acc_make(nessie_acc_tick(), NESSIE_ACC_INIT + 1, true);
+    fab_local_write(op->node->fab, FAB_REGION_DATA, ite_offset(copy) + DTE_OFF_ACCESS, &a,
+                    sizeof(a));
     bool committed = false;
     if (proto_commit_own(op, copy, &committed) != NESSIE_OK || !committed)
         return; /* linked nowhere: the leak sweep takes it */
@@ -76,8 +82,9 @@ static void promote(struct op *op, uint32_t i, uint64_t fite, const struct dte_v
         proto_dte_free_unpublished(op, copy); /* never visible */
     }
     /* Else unknown whether the copy is linked: it is committed, so either way is right; if it
-     * is not, the leak sweep takes it, and the record, left live, is unlinked by whoever swings
-     * the entry next (compaction finds the entry changed and unlinks its own copy). */
+     * is not, the leak sweep takes it. The record is left live, as a demotion's unknown swing
+     * leaves its own: it counts in extstore_objects_used until its page is compacted (which
+     * finds the entry changed) or dropped. */
 }
 
 static enum attempt get_attempt(struct op *op, struct nessie_item *out, int *status)
