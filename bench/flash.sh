@@ -166,6 +166,7 @@ mc_system() { # SYSTEM [MEMCACHED OPTIONS...]
 BENCH_MC_MB=$MEM_MB
 mc_system memcached-ext -o "ext_path=$FLASH_DIR/memcached.ext:$((NODES * FLASH_MB))m"
 mc_ext_items=$(mc_stat extstore_objects_used)
+MC_RECACHED=$(mc_stat recache_from_extstore)
 mc_stop
 rm -f "$FLASH_DIR/memcached.ext"
 
@@ -175,6 +176,7 @@ wa=$(nessie_stat_mean nessie_flash_write_amplification)
 n_flash_items=$(nessie_stat_sum extstore_objects_used)
 n_compacted=$(nessie_stat_sum nessie_flash_compacted)
 n_dropped=$(nessie_stat_sum nessie_flash_dropped)
+n_promoted=$(nessie_stat_sum recache_from_extstore)
 nessie_stop
 
 BENCH_DATA_BYTES=$BIG_BYTES
@@ -187,6 +189,7 @@ mc_stop
 printf '%-16s %-9s %9s %12s %10s %10s %7s\n' system load "hit" "ops/s" "GET p50" "GET p99" flash
 grep -v '^system' "$SUMMARY" | awk -F, '{ printf "%-16s %-9s %9.4f %12.0f %10.1f %10.1f %7.3f\n", $1, $2, $3, $4, $5, $6, $7 }'
 echo "flash items at the end: nessie $n_flash_items (pages compacted $n_compacted, dropped $n_dropped), memcached $mc_ext_items"
+echo "flash items brought back into memory (recache_from_extstore): nessie $n_promoted, memcached $MC_RECACHED"
 # shellcheck disable=SC2154  # hit_* and p99_* are set by summarize's eval
 {
     awk -v a="$hit_nessie_flash_zipf_all" -v b="$hit_memcached_ext_zipf_all" 'BEGIN { printf "ratio flash_hit_vs_extstore %.3f\n", b ? a / b : 0 }'
