@@ -44,10 +44,11 @@
  * evictor counts them as memory on its way back, within a period), or memory short: a writer
  * waited for room (it kicks the recycler, with eviction on), an allocation was refused (the
  * class usage's count, looked up every SCAN_USAGE_MS: with eviction off, writers that wait do
- * not kick), or the evictor evicted items, within the last SCAN_SHORT_HOLD_MS (or expiration
- * period, if longer: evictions come in runs with naps between, and the pace holds across them),
- * or the daemon started as long ago (a region attached again may hold marks that only the scan
- * finds; a pass longer than that goes on at the idle pace, and its marks only wait longer).
+ * not kick), or the evictor took victims (evicted or demoted), within the last
+ * SCAN_SHORT_HOLD_MS (or expiration period, if longer: evictions come in runs with naps between,
+ * and the pace holds across them), or the daemon started as long ago (a region attached again
+ * may hold marks that only the scan finds; a pass longer than that goes on at the idle pace, and
+ * its marks only wait longer).
  * Otherwise it visits at most SCAN_IDLE_SLOTS_PER_MS slots a ms (or SCAN_PASSES_PER_PERIOD passes
  * per period, if that is slower): a pass at full pace costs about 180 ns a slot, so a node
  * holding 200k 1 KiB items burned 38 % of a core doing nothing (and 1 GiB of them would take all
@@ -186,13 +187,15 @@ static void *recycler_main(void *arg)
         /* Keep room ahead of the writers (and reclaim expired and flushed items). A run that
          * evicted goes on at once: a node that needs room needs it at the writers' pace, and
          * a nap would cap evictions at a few per nap while the writers wait for them. */
-        uint64_t evictions = nessie_ctx_counters(t->ctx)->evictions;
+        const struct nessie_counters *ec = nessie_ctx_counters(t->ctx);
+        uint64_t victims = ec->evictions + ec->flash_demoted;
         size_t evicted = nessie_evict_run(t->ctx, EVICT_PER_RUN);
         done += evicted;
-        /* Evictions, not the run's count: expired and flushed items it removes are the owner's
-         * marks, queued (slab_quarantine), and say nothing of room; a node with short TTLs or
-         * after a flush_all would otherwise never reach the idle pace. */
-        if (nessie_ctx_counters(t->ctx)->evictions != evictions)
+        /* Victims (evicted, or demoted to the flash log), not the run's count: expired and
+         * flushed items it removes are the owner's marks, queued (slab_quarantine), and say
+         * nothing of room; a node with short TTLs or after a flush_all would otherwise never
+         * reach the idle pace. */
+        if (ec->evictions + ec->flash_demoted != victims)
             __atomic_store_n(&r->short_ms, nessie_mono_ms(), __ATOMIC_RELAXED);
         if (t->index == 0 && nessie_mono_ms() >= next_sweep) {
             nessie_sweep_leaks(t->ctx); /* logs what it recycles */
