@@ -1600,6 +1600,20 @@ static void flash_cfg(struct nessie_config *c)
     c->background_recycle = true; /* as the daemon and nessie-stress: marks come later */
 }
 
+/* A fresh directory for a flash test's logs (flash_tmp, removed by teardown). */
+static void flash_tmp_make(void)
+{
+    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
+    assert_non_null(mkdtemp(flash_tmp));
+}
+
+/* One node of 1 MiB of data with its flash log in a fresh directory. */
+static void flash_cluster_open(tweak_fn tweak)
+{
+    flash_tmp_make();
+    cluster_open(1, 1024, 1 << 20, tweak);
+}
+
 static void get_victim_past_grace_unmarked(void)
 {
     sleep_past_grace();
@@ -1635,8 +1649,7 @@ static void demote_and_drop_victim(void)
 static void test_orphan_copy_of_demoted_source_undone(void **state)
 {
     (void)state;
-    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
-    assert_non_null(mkdtemp(flash_tmp));
+    flash_tmp_make();
     int z_rc = migrate_past_deleted_victim(flash_cfg, demote_and_drop_victim);
     assert_int_equal(drop_rc, NESSIE_OK); /* the victim was evicted ... */
     assert_int_equal(seen_rc, NESSIE_NOT_FOUND); /* ... and stays so, ... */
@@ -1718,9 +1731,7 @@ static void check_item(struct nessie_ctx *ctx, const char *k, const char *want, 
 static void test_flash_read_twice_promotes(void **state)
 {
     (void)state;
-    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
-    assert_non_null(mkdtemp(flash_tmp));
-    cluster_open(1, 1024, 1 << 20, flash_cfg_patient);
+    flash_cluster_open(flash_cfg_patient);
     struct nessie_node *nd = C.node[0];
     char v[1001];
     uint64_t pos, version = flash_item("hot", 'h', v, &pos);
@@ -1755,9 +1766,7 @@ static void set_hot_new(void) { assert_int_equal(set(C.ctx2[0], "hot", "new"), N
 static void test_flash_promotion_loses_to_set(void **state)
 {
     (void)state;
-    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
-    assert_non_null(mkdtemp(flash_tmp));
-    cluster_open(1, 1024, 1 << 20, flash_cfg_patient);
+    flash_cluster_open(flash_cfg_patient);
     struct nessie_node *nd = C.node[0];
     char v[1001];
     uint64_t pos, version = flash_item("hot", 'o', v, &pos);
@@ -1797,9 +1806,7 @@ static void test_flash_promotion_loses_to_set(void **state)
 static void test_flash_promotion_window(void **state)
 {
     (void)state;
-    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
-    assert_non_null(mkdtemp(flash_tmp));
-    cluster_open(1, 1024, 1 << 20, flash_cfg_promote_200ms);
+    flash_cluster_open(flash_cfg_promote_200ms);
     struct nessie_node *nd = C.node[0];
     char v[1001];
     uint64_t pos, version = flash_item("warm", 'w', v, &pos);
@@ -1810,9 +1817,7 @@ static void test_flash_promotion_window(void **state)
     check_item(C.ctx[0], "warm", v, version);
     assert_false(ite_is_flash(ite_at(pos, nd->cfg.index_slots)));
     teardown(NULL);
-    snprintf(flash_tmp, sizeof(flash_tmp), "/tmp/nessie-test-engine-flash-XXXXXX");
-    assert_non_null(mkdtemp(flash_tmp));
-    cluster_open(1, 1024, 1 << 20, flash_cfg_promote_off);
+    flash_cluster_open(flash_cfg_promote_off);
     nd = C.node[0];
     version = flash_item("warm", 'w', v, &pos);
     for (int r = 0; r < 4; r++)
