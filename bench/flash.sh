@@ -14,8 +14,9 @@
 #   zipf-one:  Zipf 0.99, one client process (Nessie: on node 0);
 #   uniform:   uniform keys, a client per node: most hits then come from flash, so its GET
 #              p99 is the flash read's (the summary gives each system's share of GETs served
-#              from flash, from its own stats: Nessie's extstore_objects_read, memcached's
-#              get_extstore).
+#              from flash, from its own stats: get_extstore, GETs answered from a flash log,
+#              on both; Nessie's extstore_objects_read also counts the records a SET or a
+#              retry read).
 # Prints a table, then `ratio flash_hit_vs_extstore` (zipf-all hit ratio, Nessie / memcached),
 # `ratio flash_hit_vs_all_memory` (Nessie with flash / Nessie all in memory),
 # `ratio get_p99_extstore_vs_flash` and `ratio uniform_get_p99_extstore_vs_flash` (memcached's
@@ -96,7 +97,7 @@ mc_load() {
 nessie_load() {
     sys=$1 load=$2 on=$3
     shift 3
-    before=$(nessie_stat_sum extstore_objects_read)
+    before=$(nessie_stat_sum get_extstore)
     COLS="$sys,$load"
     i=0 pids=""
     for p in $NESSIE_PIDS; do
@@ -122,7 +123,7 @@ nessie_load() {
         p99=$(awk -v a="$p99" -v b="$(row_field "$row" get_p99_us)" 'BEGIN { print (b > a) ? b : a }')
         j=$((j + 1))
     done
-    after=$(nessie_stat_sum extstore_objects_read)
+    after=$(nessie_stat_sum get_extstore)
     summarize "$sys" "$load" "$ops" "$gets" "$hits" "$p50" "$p99" $((after - before))
 }
 
