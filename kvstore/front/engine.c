@@ -599,9 +599,7 @@ uint32_t nessie_class_usage(struct nessie_node *nd, struct nessie_class_usage *o
         out[c].slots = nd->slab.cls[c].slots;
         out[c].free = nd->slab.cls[c].nfree;
         out[c].recycled = nd->slab.cls[c].recycled;
-        out[c].peer_recycled = nd->slab.cls[c].peer_recycled > nd->slab.cls[c].peer_recycled_pass
-                                   ? nd->slab.cls[c].peer_recycled
-                                   : nd->slab.cls[c].peer_recycled_pass;
+        out[c].peer_recycled = slab_peer_marks(&nd->slab.cls[c]);
         out[c].pages = nd->slab.cls[c].npages;
         out[c].slots_per_page = slab_slots_per_page(&nd->slab, c);
         out[c].used = nd->slab.cls[c].used;

@@ -786,8 +786,7 @@ void slab_class_state(struct slab *s, uint32_t cls, uint64_t *nfree, uint64_t *p
      * (the larger of the last pass and this one so far). The scan's count of all marks would
      * lag by up to a pass, and at a high eviction rate most of what it saw is free or reused
      * by now: counted as on its way back, it stopped the evictor while writers waited. */
-    *pending = c->queued +
-               (c->peer_recycled > c->peer_recycled_pass ? c->peer_recycled : c->peer_recycled_pass);
+    *pending = c->queued + slab_peer_marks(c);
     *slots = c->slots;
     *items = c->used > c->used_pass ? c->used : c->used_pass;
     *allocs = c->allocs;

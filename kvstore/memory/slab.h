@@ -96,6 +96,13 @@ struct slab {
     size_t qhead, qlen, qcap;
 };
 
+/* Peers' marks of class c as the scan saw them: the larger of the last pass's count and the
+ * current pass's so far. Called with the lock held. */
+static inline uint64_t slab_peer_marks(const struct slab_class *c)
+{
+    return c->peer_recycled > c->peer_recycled_pass ? c->peer_recycled : c->peer_recycled_pass;
+}
+
 /* Slot geometry for a configuration: fills class sizes and page size; the largest class holds
  * the largest DTE an item of max_item bytes needs (layout.h, dte_max_size). Returns the number
  * of classes, or 0 if the configuration cannot be laid out (logged). */
