@@ -1027,6 +1027,42 @@ static void test_peer_mark_timed_when_seen(void **state)
     assert_int_equal(atomic_load(st), dte_state(gen, 0));
 }
 
+/* A class of one slot a page: its reserve grows with its slots (1 at 8), so the page that takes
+ * it to 8 slots adds none a value may take. Such a SET found no room, evicted 8 items (the
+ * write's inline eviction) and waited, with most of the region's pages unassigned. Here 40
+ * values of such a size go into a region with room for 120: every one stays, none is evicted,
+ * and a bare allocation of the class past the reserve takes a new page rather than failing. */
+static void test_one_slot_pages_grow_past_reserve(void **state)
+{
+    (void)state;
+    cluster_open(1, 1024, 128 << 20, NULL);
+    struct slab *sl = &C.node[0]->slab;
+    const uint32_t vlen = 40 * 1024; /* over half the 64 KiB page: one a page */
+    int cls = slab_class_for(sl, dte_size(8, vlen));
+    assert_true(cls >= 0);
+    assert_int_equal(slab_slots_per_page(sl, (uint32_t)cls), 1);
+    char k[16], *v = malloc(vlen);
+    assert_non_null(v);
+    for (int i = 0; i < 40; i++) {
+        memset(v, 'a' + i % 26, vlen);
+        snprintf(k, sizeof(k), "big%02d", i);
+        assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k, strlen(k), v, vlen, 0, 0, 0, NULL),
+                         NESSIE_OK);
+    }
+    struct nessie_counters c;
+    nessie_node_counters(C.node[0], &c);
+    assert_int_equal(c.evictions, 0);
+    assert_int_equal(c.op[NESSIE_OPK_PUT].aborts[NESSIE_ABORT_MEMORY], 0);
+    for (int i = 0; i < 40; i++) {
+        struct nessie_item it;
+        snprintf(k, sizeof(k), "big%02d", i);
+        assert_int_equal(nessie_get(C.ctx[0], k, strlen(k), &it), NESSIE_OK);
+        assert_int_equal(it.value_len, vlen);
+        assert_int_equal(((const char *)it.value)[vlen - 1], 'a' + i % 26);
+    }
+    free(v);
+}
+
 /* Issue 26, finding 4: an access hint is a WRITE nobody waits for, which may land as late as the
  * fabric's request bound after its post (0 on shm, seconds on verbs). A page given to another
  * class before then could take a hint meant for an old slot inside a new item; and the page's
@@ -3187,6 +3223,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_full_of_recycled_entries_waits, teardown),
         cmocka_unit_test_teardown(test_pages_move_to_the_size_in_demand, teardown),
         cmocka_unit_test_teardown(test_peer_mark_timed_when_seen, teardown),
+        cmocka_unit_test_teardown(test_one_slot_pages_grow_past_reserve, teardown),
         cmocka_unit_test_teardown(test_page_divided_anew_after_late_writes, teardown),
         cmocka_unit_test_teardown(test_recycling_reuses_entries, teardown),
         cmocka_unit_test_teardown(test_costs_at_load_factor_04, teardown),
