@@ -100,7 +100,7 @@ fail_memfd:
 /* A channel stages at most this many items' worth of values at once, over all its slots (a
  * value staged for WIRE_OP_FETCH, or a store being assembled): a client cannot make the daemon
  * hold more for it than that. Past it, the request is answered WIRE_NO_MEMORY. */
-#define STAGE_BUDGET_ITEMS 8
+#define STAGE_BUDGET_ITEMS WIRE_STAGE_ITEMS
 
 static void stage_clear(struct recep_channel *ch, struct recep_stage *st)
 {

@@ -77,7 +77,8 @@ int shim_ch_dump(struct shim_ch *ch, uint64_t cursor, uint32_t part, shim_key_fn
  * key and value into the channel (the caller's buffers are free at once) and returns a ticket in
  * *ticket; poll (1: done, *rep filled; 0: not yet) or wait (the reply's status, *rep filled)
  * for its reply, once (-EINVAL for a ticket already answered, or not posted); a get's value is then
- * taken with shim_ch_get_value (which may fetch the rest of a long value); shim_ch_release gives
+ * taken with shim_ch_get_value (which may fetch the rest of a long value, through the blocking
+ * slot's part of the arena: never call it inside a blocking call); shim_ch_release gives
  * the ticket back, whatever happened (every ticket must be released, once; one not answered yet
  * is waited for first, since its slot and arena part are the daemon's until then).
  * Posting returns -EBUSY when every async slot is taken, and -E2BIG when key and value do not fit

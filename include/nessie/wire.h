@@ -253,6 +253,13 @@ struct wire_mitem {
  * counters taken modulo WIRE_SLOTS. */
 #define WIRE_SLOTS 64
 
+/* Values a channel's daemon stages at once, in items of the cluster's largest size: a value
+ * longer than its slot's part of the arena waits in the daemon's memory for the client's
+ * WIRE_OP_FETCH, and a client cannot make the daemon hold more for it than this (past it, the
+ * request is answered WIRE_NO_MEMORY). The shim keeps fewer gets than this in flight per
+ * channel (shim/nb.c). */
+#define WIRE_STAGE_ITEMS 8
+
 struct wire_slot {
     struct wire_req req;     /* one cache line, written by the client */
     /* The futex word: enum wire_state. Written by both sides as step 3 says. With the reply in

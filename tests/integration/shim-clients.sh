@@ -153,6 +153,26 @@ for mode in "" --binary; do
     fi
 done
 
+# Long values, non-blocking: 512 KiB chunks, 32 of a block issued at once, more than the daemon
+# stages for a channel (shim/nb.c, NB_GETS_INFLIGHT; each such value waits in the daemon to be
+# fetched): none may be refused (32 of 64 igets were, as SERVER_MEMORY_ALLOCATION_FAILURE,
+# before the shim kept its gets in flight within that room). On a node of its own, empty and
+# with room for every chunk twice over (a 512 KiB item takes a 1 MiB slab page, and a replaced
+# one waits an expiration period): a cache that dropped one would fail the check.
+mkdir -p "$dir/long"
+"$BUILD/reception" --print-config --set cluster.name="shim-long-$$" --set cluster.nodes=1 \
+    --set cluster.data_bytes=268435456 >"$dir/long/nessie.conf"
+"$cluster" start --nodes 1 --dir "$dir/long" --config "$dir/long/nessie.conf" >/dev/null
+if NESSIE_RUN_DIR="$dir/long" NESSIE_STRICT=1 "$run" "$BUILD/bench/nb-overlap" --blocks 2 \
+    --chunks 32 --chunk-bytes 524288 $nowhere >"$dir/nb-long.txt" 2>&1; then
+    echo "nb-overlap 512 KiB chunks: $(sed -n 's/^  \(set\|get\): /\1 /p' "$dir/nb-long.txt" | tr '\n' ';')"
+else
+    echo "nb-overlap 512 KiB chunks: failed"
+    cat "$dir/nb-long.txt"
+    fail=1
+fi
+"$cluster" stop --dir "$dir/long" --purge >/dev/null 2>&1 || true
+
 # Channels per client: 64 non-blocking operations ride in the thread's one channel; threads that
 # exit release theirs (the daemon's curr_connections falls back).
 if NESSIE_STRICT=1 "$run" "$BUILD/tests/channels-scenario" $nowhere >"$dir/chan.txt" 2>&1; then
