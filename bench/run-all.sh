@@ -9,7 +9,7 @@ case ${1:-} in -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; e
 here=$(cd "$(dirname "$0")" && pwd)
 t0=$(date +%s)
 failed=""
-for s in limits quick vs-memcached value-size fabric-ops breakdown contention cpu-cost eviction failover tcp flash; do
+for s in limits quick vs-memcached value-size fabric-ops breakdown contention cpu-cost eviction failover tcp flash flash-seed; do
     echo "== bench/$s.sh ($(( $(date +%s) - t0 )) s elapsed)"
     "$here/$s.sh" || failed="$failed $s"
 done

@@ -6,7 +6,7 @@
 # it wrote (loadgen exits non-zero on a wrong value, and the scripts stop on that), that the CSV
 # files have data rows, that the plots were drawn, and that bench/quick.sh ends with its
 # `ratio NAME VALUE` lines, as do bench/modes.sh, bench/eviction.sh, bench/capacity.sh and
-# bench/flash.sh (whose Nessie must have read from its flash logs), and
+# bench/flash.sh (whose Nessie must have read from its flash logs) and bench/flash-seed.sh, and
 # that the scripts of the paper's comparisons drew the server-driven mode beside the
 # client-driven one (the home node's share of the traffic included), and that bench/failover.sh
 # ends with its goal and ratio lines (skipped without etcd).
@@ -108,6 +108,17 @@ done
 # Nessie's uniform load read from its logs (the flash column: GETs served from flash).
 awk -F, '$1 == "nessie-flash" && $2 == "uniform" && $7 > 0 { ok = 1 } END { exit !ok }' \
     "$out/flash/flash-summary.csv" 2>/dev/null || { echo "bench-smoke: flash: Nessie read nothing from flash"; fail=1; }
+# flash-seed: the seed paper's experiments at 4 MiB a node (its blocks, 4x that, on flash):
+# both systems, both loads, both block sizes, every ratio line.
+run flash-seed BENCH_FLASH_DATA_BYTES=4194304 BENCH_FLASH_SECONDS=0.5 BENCH_FLASH_DIR="$out"
+check flash-seed flash-seed.csv flash-seed.png seed-summary.csv seed-blocks.csv
+for r in seed_get_mean_extstore_vs_flash seed_mixed_mean_extstore_vs_flash \
+    seed_block_2m_read_extstore_vs_nb seed_block_2m_read_block_vs_nb \
+    seed_block_16m_read_extstore_vs_nb seed_block_16m_read_block_vs_nb; do
+    grep -Eq "^ratio $r [0-9.]+$" "$out/flash-seed.out" || { echo "bench-smoke: flash-seed: no 'ratio $r' line"; fail=1; }
+done
+[ "$(grep -c '^nessie-flash,' "$out/flash-seed/seed-blocks.csv" 2>/dev/null)" = 2 ] ||
+    { echo "bench-smoke: flash-seed: Nessie's block rows missing"; fail=1; }
 # failover: node 2 killed 0.3 s in, down 4 s (longer than Nessie's detection, ~3 s, so the
 # restarted node finds itself fenced, as in the full run), no libmemcached-defaults run. It
 # needs etcd for Nessie's views: without one it is skipped, as members.sh is.
