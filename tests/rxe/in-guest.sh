@@ -23,6 +23,11 @@
 #            entries of node 3's positions move to it, node 2's values are relocated and its index
 #            entries moved out over verbs, while checked calls run; its remove: line must show
 #            something moved
+#   flash    the flash tier over verbs (issue 31): nessie-stress --check --flash with data
+#            regions far smaller than the keys, so most values are demoted to each node's log
+#            (io_uring on the guest's tmpfs), a small log (compaction, oldest pages dropped) and
+#            injected log I/O errors; the calls that meet another node's flash item are shipped
+#            to it over rxe0; its summary must show items demoted and read back from flash
 #   cluster  nessie-cluster add and remove over verbs (issue 30): three reception daemons with
 #            `fabric = verbs` and a private etcd (payload's etcd, etcdctl), node-id capacity 5
 #            (addresses for every id in the config); node 3 added and then node 1 retired, each
@@ -124,6 +129,21 @@ elastic() {
     # each several times slower) may have ended its calls by then; the unsanitized one has them.
     grep -q '^remove: node 2 left: .* [1-9][0-9]* entries moved or relocated' /tmp/elastic.out ||
         { echo "elastic: the retire moved nothing"; return 1; }
+}
+
+flash() {
+    d=$(mktemp -d /tmp/flash.XXXXXX)
+    ./nessie-stress --fabric verbs --addr "$RXE_IP" --port-base 7580 --nodes 3 --threads 2 \
+        --keys 6000 --index-slots 4096 --data-bytes 131072 --ops "${FLASH_OPS:-12000}" \
+        --expiration-ms 100 --mode mixed --flash "$d" --flash-bytes 262144 --flash-errors 0.01 \
+        --check --quiet >/tmp/flash.out 2>&1
+    rc=$?
+    rm -rf "$d"
+    cat /tmp/flash.out
+    [ $rc = 0 ] || return $rc
+    # A run that demoted nothing, or read nothing back from a log, checked nothing of the tier.
+    ! grep -q -e ' demoted=0 ' -e ' flash-hits=0 ' /tmp/flash.out ||
+        { echo "flash: nothing demoted, or nothing read from flash"; return 1; }
 }
 
 # cpu_by_process: the guest's busiest processes, by CPU time (their own, and their reaped
@@ -269,7 +289,7 @@ if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
-for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd elastic cluster shim}; do
+for s in ${RXE_STEPS:-fabric stress crash dead lost evict sd elastic flash cluster shim}; do
     step "$s"
 done
 printf 'rxe summary (one guest, rxe0 on %s):%s\n' "$RXE_NETDEV" "$summary"

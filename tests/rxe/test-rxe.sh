@@ -9,8 +9,8 @@
 #   --two  two guests on a qemu socket netdev, a cluster spread over both (tests/rxe/two-guests.sh)
 # Both by default. Prints a pass/fail summary; exits non-zero if anything failed.
 # Environment: BUILD (default build), SAN (see below); for the one-guest run STRESS_OPS,
-# CRASH_OPS, DEAD_OPS, LOST_OPS, EVICT_OPS, SD_OPS, SD_CRASH_OPS, ELASTIC_OPS (nessie-stress operations),
-# RXE_STEPS (a subset of "fabric stress crash dead lost evict sd elastic cluster shim") and
+# CRASH_OPS, DEAD_OPS, LOST_OPS, EVICT_OPS, SD_OPS, SD_CRASH_OPS, ELASTIC_OPS, FLASH_OPS (nessie-stress
+# operations), RXE_STEPS (a subset of "fabric stress crash dead lost evict sd elastic flash cluster shim") and
 # STEP_LIMIT (seconds one step may take before it is killed with its processes, default 900).
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,10 +29,10 @@ if [ -n "${SAN:-}" ]; then
     if [ "$SAN" = tsan ]; then
         : "${RXE_STEPS:=fabric stress crash dead lost}"
     fi
-    : "${RXE_STEPS:=fabric stress crash dead lost evict sd elastic}" "${STRESS_OPS:=4000}" "${CRASH_OPS:=2000}"
+    : "${RXE_STEPS:=fabric stress crash dead lost evict sd elastic flash}" "${STRESS_OPS:=4000}" "${CRASH_OPS:=2000}"
     : "${DEAD_OPS:=8000}" "${LOST_OPS:=8000}" "${EVICT_OPS:=8000}" "${SD_OPS:=4000}" "${SD_CRASH_OPS:=1500}"
-    : "${ELASTIC_OPS:=8000}"
-    export RXE_STEPS STRESS_OPS CRASH_OPS DEAD_OPS LOST_OPS EVICT_OPS SD_OPS SD_CRASH_OPS ELASTIC_OPS
+    : "${ELASTIC_OPS:=8000}" "${FLASH_OPS:=4000}"
+    export RXE_STEPS STRESS_OPS CRASH_OPS DEAD_OPS LOST_OPS EVICT_OPS SD_OPS SD_CRASH_OPS ELASTIC_OPS FLASH_OPS
 fi
 case ${1:-} in
 --one) parts=one ;;
@@ -80,7 +80,7 @@ $verdict $name ($(( $(date +%s) - t0 )) s)"
 if echo "$parts" | grep -q one; then
     payload "$work/one" "$here/tests/rxe/in-guest.sh"
     [ "${SAN:-}" != tsan ] || TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
-    for v in STRESS_OPS CRASH_OPS DEAD_OPS LOST_OPS EVICT_OPS SD_OPS SD_CRASH_OPS ELASTIC_OPS RXE_STEPS STEP_LIMIT TSAN_OPTIONS; do # passed on to the guest
+    for v in STRESS_OPS CRASH_OPS DEAD_OPS LOST_OPS EVICT_OPS SD_OPS SD_CRASH_OPS ELASTIC_OPS FLASH_OPS RXE_STEPS STEP_LIMIT TSAN_OPTIONS; do # passed on to the guest
         eval "val=\${$v:-}"
         [ -z "$val" ] || sed -i "2i export $v='$val'" "$work/one/run.sh"
     done
