@@ -51,9 +51,10 @@ BLOCK_DATA=$((BLOCK_FACTOR * MEM_BYTES))
 # writes everything twice), in whole MiB; memcached's file is the three nodes' sum.
 FLASH_MB=$(( (BLOCK_DATA * 2 / NODES + 1048575) / 1048576 ))
 [ "$FLASH_MB" -ge 16 ] || FLASH_MB=16
-FLASH_DIR=$(mktemp -d "${BENCH_FLASH_DIR:-/var/tmp}/nessie-flash-seed.XXXXXX")
 BENCH_SECONDS=$SECONDS_EACH
-bench_begin flash-seed "3-node Nessie (shim, shm, $BENCH_DATA_BYTES data bytes and $FLASH_MB MiB of flash per node) vs memcached -m $MEM_MB -o ext_path=$FLASH_DIR/memcached.ext:$((NODES * FLASH_MB))m; latency: $VALUE B values, $KEY B keys, $KEYS keys ($FACTOR x memory), Zipf 0.99, one client, $SECONDS_EACH s per load; blocks: 2 MiB and 16 MiB of $CHUNK B chunks, $BLOCK_DATA bytes ($BLOCK_FACTOR x memory)"
+FLASH_PARENT=${BENCH_FLASH_DIR:-/var/tmp}
+bench_begin flash-seed "3-node Nessie (shim, shm, $BENCH_DATA_BYTES data bytes and $FLASH_MB MiB of flash per node) vs memcached -m $MEM_MB -o ext_path=$FLASH_PARENT/nessie-flash-seed.*/memcached.ext:$((NODES * FLASH_MB))m; latency: $VALUE B values, $KEY B keys, $KEYS keys ($FACTOR x memory), Zipf 0.99, one client, $SECONDS_EACH s per load; blocks: 2 MiB and 16 MiB of $CHUNK B chunks, $BLOCK_DATA bytes ($BLOCK_FACTOR x memory)"
+FLASH_DIR=$(mktemp -d "$FLASH_PARENT/nessie-flash-seed.XXXXXX")
 trap 'bench_cleanup; rm -rf "$FLASH_DIR"' EXIT
 COLS_HEADER="system,load"
 LG="-v $VALUE -k $KEY -n $KEYS -d zipf --set-on-miss"
@@ -116,10 +117,12 @@ summarize memcached-ext 50-50
 mc_stop
 rm -f "$FLASH_DIR/memcached.ext"
 # A fresh memcached for the blocks (the latency keys would crowd its memory); nb-overlap through
-# the shim with no daemon to find: the fallback passes every call to libmemcached.
+# the shim with no daemon to find (a socket path where none is; not strict): the fallback
+# passes every call to libmemcached.
 mc_start
 SERVER=127.0.0.1:$MC_PORT
-blocks memcached-ext env NESSIE_RUN_DIR="$FLASH_DIR/no-daemon" "$BENCH_ROOT/tools/nessie-run"
+blocks memcached-ext env NESSIE_SOCKET="$FLASH_DIR/no-daemon.sock" NESSIE_STRICT=0 \
+    "$BENCH_ROOT/tools/nessie-run"
 mc_stop
 rm -f "$FLASH_DIR/memcached.ext"
 

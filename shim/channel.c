@@ -504,8 +504,17 @@ static int value_of(struct shim_ch *ch, unsigned idx, const struct wire_rep *rep
     if (rep->chunk_len > rep->total_len || rep->chunk_len > plen)
         return -EPROTO;
     unsigned char *buf = alloc_value(a, (size_t)rep->total_len + 1);
-    if (!buf)
+    if (!buf) {
+        /* The daemon holds the rest for this slot until its next request (wire.h): an empty
+         * one lets it go now, or it would count against the channel's staging room (a long
+         * value of another get refused) for as long as the slot stays unused. */
+        if (rep->chunk_len < rep->total_len) {
+            struct wire_rep r2;
+            *slot_req(ch, idx) = (struct wire_req){.op = WIRE_OP_NOOP};
+            (void)roundtrip(ch, idx, &r2);
+        }
         return -ENOMEM;
+    }
     memcpy(buf, ch->arena + poff, rep->chunk_len);
     int rc;
     if (rep->chunk_len < rep->total_len &&

@@ -31,7 +31,7 @@ if [ -n "${SAN:-}" ]; then
     fi
     : "${RXE_STEPS:=fabric stress crash dead lost evict sd elastic flash}" "${STRESS_OPS:=4000}" "${CRASH_OPS:=2000}"
     : "${DEAD_OPS:=8000}" "${LOST_OPS:=8000}" "${EVICT_OPS:=8000}" "${SD_OPS:=4000}" "${SD_CRASH_OPS:=1500}"
-    : "${ELASTIC_OPS:=8000}" "${FLASH_OPS:=4000}"
+    : "${ELASTIC_OPS:=8000}" "${FLASH_OPS:=12000}" # fewer fill too little of the regions to demote
     export RXE_STEPS STRESS_OPS CRASH_OPS DEAD_OPS LOST_OPS EVICT_OPS SD_OPS SD_CRASH_OPS ELASTIC_OPS FLASH_OPS
 fi
 case ${1:-} in
