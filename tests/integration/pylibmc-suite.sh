@@ -58,7 +58,7 @@ run_suite() { # OUT-FILE PORT [nessie-run]
 
 user=""
 [ "$(id -u)" = 0 ] && user="-u root"
-mcport=$((20000 + $$ % 20000))
+mcport=$((20000 + $$ % 10000)) # below the ephemeral ports (32768 and up)
 memcached $user -p "$mcport" -l 127.0.0.1 -m 256 -U 0 &
 mcpid=$!
 stubport=$((mcport + 1))

@@ -46,9 +46,12 @@ src="$dir/pymemcache-$ver"
 [ -f "$src/pymemcache/test/test_integration.py" ] ||
     skip "pymemcache $ver's source distribution has no pymemcache/test/test_integration.py"
 
-# Free ports: a base derived from the pid, moved on while anything answers there.
-port_free() { ! $py -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$1" 2>/dev/null; }
-base=$((25000 + ($$ % 2000) * 4))
+# Free ports: a base derived from the pid, below the kernel's ephemeral range (32768 and up, where
+# a connection's own end may hold the port: CI's run of bc430bb found 32852 so taken), moved on
+# while a port cannot be bound (a listener, or a connection's end, has it).
+port_free() { $py -c 'import socket,sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
+port_answers() { $py -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$1" 2>/dev/null; }
+base=$((25000 + ($$ % 1000) * 4))
 while ! port_free $base || ! port_free $((base + 1)) || ! port_free $((base + 2)); do
     base=$((base + 4))
 done
@@ -62,7 +65,7 @@ mcpid=$!
 mkdir -p "$dir/run"
 "$here/tools/nessie-cluster" start --nodes 2 --dir "$dir/run" --memcached-port "$base" >"$dir/start.out" ||
     { cat "$dir/start.out"; echo "pymemcache-suite: FAIL: the cluster did not start"; exit 1; }
-for i in $(seq 1 50); do port_free "$mcport" || break; sleep 0.1; done
+for i in $(seq 1 50); do ! port_answers "$mcport" || break; sleep 0.1; done
 
 # One outcome per test: "NODEID OUTCOME", sorted. The sdist's setup.cfg asks for coverage
 # plugins the suite does not need: -c /dev/null reads no configuration.

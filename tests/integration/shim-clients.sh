@@ -54,7 +54,7 @@ memcached_start() { # memcached_start PORT [OPTION...]: a real memcached, once i
     done
 }
 # The baseline: a real memcached on a free port.
-port=$((20000 + $$ % 20000))
+port=$((20000 + $$ % 10000)) # below the ephemeral ports (32768 and up)
 memcached_start $port
 nowhere=127.0.0.1:1
 fail=0

@@ -33,8 +33,10 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "tcp: FAIL: $*"; tail -n 5 "$dir/node0.log" "$dir/node1.log" 2>/dev/null; exit 1; }
 
-# Free ports: a base derived from the pid, moved on while anything answers there.
-port_free() { ! python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$1" 2>/dev/null; }
+# Free ports: a base derived from the pid (below the kernel's ephemeral range, 32768 and up),
+# moved on while a port cannot be bound (a listener, or a connection's own end, has it).
+port_free() { python3 -c 'import socket,sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
+port_answers() { python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$1" 2>/dev/null; }
 base=$((21000 + ($$ % 2000) * 4))
 while ! port_free $base || ! port_free $((base + 1)) || ! port_free $((base + 2)) || ! port_free $((base + 3)); do
     base=$((base + 4))
@@ -53,7 +55,7 @@ user=""
 # shellcheck disable=SC2086
 memcached -U 0 -p "$mport" -l 127.0.0.1 -m 64 $user >"$dir/memcached.log" 2>&1 &
 mcpid=$!
-for i in $(seq 1 50); do port_free "$mport" || break; sleep 0.1; done
+for i in $(seq 1 50); do ! port_answers "$mport" || break; sleep 0.1; done
 
 for cases in tcp-transcript.cases tcp-transcript-binary.cases; do
     python3 "$here/tests/integration/tcp-transcript.py" "$here/tests/integration/$cases" \

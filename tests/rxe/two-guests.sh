@@ -31,7 +31,7 @@ for role in a b; do
         >"$work/$role/run.sh"
     chmod +x "$work/$role/run.sh"
 done
-port=$(( 30000 + $$ % 20000 ))
+port=$(( 30000 + $$ % 2700 )) # below the ephemeral ports (32768 and up)
 "$here/tools/rxe/run-guest" --image "$BUILD/rxe" --payload "$work/a" --net listen:$port \
     --ip 10.77.1.1/24 --mem 1024 --timeout 900 --log "$work/a.log" >/dev/null 2>&1 &
 apid=$!
