@@ -30,7 +30,7 @@ _Static_assert(NB_MAX_INFLIGHT <= SHIM_CH_ASYNC, "every operation in flight has 
  * (one longer than its slot's part of the arena waits there to be fetched), and the daemon
  * stages at most WIRE_STAGE_ITEMS items a channel, answering "out of memory" past that; one is
  * kept for the thread's blocking calls. A get issued past this first completes the oldest one
- * (bench/flash-seed.sh's 16 MiB blocks of 256 KiB chunks had 39 of 192 igets refused so). */
+ * (nb-overlap, 32 chunks of 512 KiB a block: 32 of 64 igets were refused so). */
 #define NB_GETS_INFLIGHT (WIRE_STAGE_ITEMS - 1)
 
 struct nb_op {
