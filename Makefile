@@ -273,7 +273,7 @@ bench-capacity: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/capacity.sh
 
-# bench-flash: the flash tier against memcached's extstore (issue 31), about 6 minutes.
+# bench-flash: the flash tier against memcached's extstore (issue 31), about 7 minutes (its logs filled to 90 % at the end).
 bench-flash: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) bench/flash.sh

@@ -24,13 +24,19 @@
 # `flash_ram_per_item B` (nessie_flash_ram_per_item: the index entry's 8 bytes per flash item
 # plus the page table's share) and `write_amplification W` (nessie_flash_write_amplification:
 # the bytes the log wrote to the device per byte demoted, compaction's rewrites included),
-# both means over the nodes at the end. Writes flash.csv (loadgen rows), flash-summary.csv and
+# both means over the nodes at the end. Then the same two figures with the logs about 90 % full
+# (the issue's bar): a fresh cluster with BENCH_FLASH_FILL_MB (2048) of flash a node, each node's
+# client storing keys of its own (loadgen --key-base) until their records take 88 % of its log:
+# `flash_fill_pct P` (record bytes in the logs / their size, mean over the nodes; a page sealed
+# before it is full counts its unused tail free), `flash_ram_per_item_full B` and
+# `write_amplification_full W` (the log's page buffers, 2 MiB a node, are a fixed cost that the
+# figure above shares among fewer items). Writes flash.csv (loadgen rows), flash-summary.csv and
 # flash.png.
 #
 # Usage: bench/flash.sh [--help]   (environment: BENCH_FLASH_SECONDS, BENCH_FLASH_DATA_BYTES,
-#   BENCH_FLASH_FACTOR, BENCH_FLASH_DIR, BENCH_WARMUP)
+#   BENCH_FLASH_FACTOR, BENCH_FLASH_FILL_MB, BENCH_FLASH_DIR, BENCH_WARMUP)
 set -eu
-case ${1:-} in -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 BENCH_DATA_BYTES=${BENCH_FLASH_DATA_BYTES:-33554432}
 BENCH_MAX_ITEM=${BENCH_MAX_ITEM:-65536}
 . "$(dirname "$0")/lib.sh"
@@ -187,6 +193,34 @@ BENCH_MC_MB=$((NODES * BIG_BYTES / 1048576))
 mc_system memcached-memory
 mc_stop
 
+# The logs about 90 % full: per node, keys of its own whose records (64-byte header, key, value,
+# to 64 bytes) take 88 % of its log (the items still in memory take the rest of the margin).
+FILL_MB=${BENCH_FLASH_FILL_MB:-2048}
+FILL_KEYS=$((FILL_MB * 1048576 / 100 * 88 / (64 + KEY + VALUE)))
+BENCH_DATA_BYTES=${BENCH_FLASH_DATA_BYTES:-33554432}
+nessie_start $NODES cluster.evict=true "cluster.index_slots=$((2 * FILL_KEYS))" \
+    "flash.path=$FLASH_DIR" "flash.bytes=$((FILL_MB * 1048576))"
+bench_log "nessie-fill: $FILL_KEYS keys a node into $FILL_MB MiB of flash each"
+i=0 pids=""
+for p in $NESSIE_PIDS; do
+    NESSIE_NODE=$i NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" \
+        "$LOADGEN" -s 127.0.0.1:9 -l fill -o 1 -w 0 -v $VALUE -k $KEY -n "$FILL_KEYS" \
+        --key-base $((i * FILL_KEYS)) >/dev/null 2>>"$OUT/loadgen.log" &
+    pids="$pids $!"
+    i=$((i + 1))
+done
+for p in $pids; do wait "$p" || bench_die "a fill failed (see $OUT/loadgen.log)"; done
+fill_pct=$(for sock in "$NESSIE_DIR"/node*.sock; do
+    "$BUILD/tests/wire-client" -s "$sock" stats 2>/dev/null |
+        awk '$2 == "extstore_bytes_used" { u = $3 } $2 == "extstore_limit_maxbytes" { l = $3 }
+             END { if (l) print 100 * u / l }'
+done | awk '{ s += $1; n++ } END { printf "%.1f\n", n ? s / n : 0 }')
+ram_full=$(nessie_stat_mean nessie_flash_ram_per_item)
+wa_full=$(nessie_stat_mean nessie_flash_write_amplification)
+n_full=$(nessie_stat_sum extstore_objects_used)
+nessie_stop
+bench_log "nessie-fill: $n_full items on flash, the logs $fill_pct % full, $ram_full B of memory an item, write amplification $wa_full"
+
 printf '%-16s %-9s %9s %12s %10s %10s %7s\n' system load "hit" "ops/s" "GET p50" "GET p99" flash
 grep -v '^system' "$SUMMARY" | awk -F, '{ printf "%-16s %-9s %9.4f %12.0f %10.1f %10.1f %7.3f\n", $1, $2, $3, $4, $5, $6, $7 }'
 echo "flash items at the end: nessie $n_flash_items (pages compacted $n_compacted, dropped $n_dropped), memcached $mc_ext_items"
@@ -201,6 +235,9 @@ echo "flash items brought back into memory (recache_from_extstore): nessie $n_pr
 }
 echo "flash_ram_per_item $ram_per_item"
 echo "write_amplification $wa"
+echo "flash_fill_pct $fill_pct"
+echo "flash_ram_per_item_full $ram_full"
+echo "write_amplification_full $wa_full"
 
 plot flash <<EOF2
 set multiplot layout 1,2 title 'Working set ${FACTOR}x memory ($MEM_MB MiB): Nessie with flash vs memcached with extstore; 4 KiB values, 95% GETs, set on miss'

@@ -110,6 +110,7 @@ static struct {
     char *dist;
     double theta;
     int64_t keys;
+    int64_t key_base; /* key i is named lg<key_base + i>: loads of disjoint key sets */
     int procs, threads;
     double duration, warmup;
     int64_t ops;
@@ -268,10 +269,10 @@ static uint64_t next_key(uint64_t *s)
     return fnv1a64(rank) % n;
 }
 
-/* Key i: "lg<i>:" padded with 'k' to key_size bytes. */
+/* Key i: "lg<key_base + i>:" padded with 'k' to key_size bytes. */
 static void make_key(char *buf, uint64_t i)
 {
-    int n = snprintf(buf, (size_t)opt.key_size + 1, "lg%" PRIu64 ":", i);
+    int n = snprintf(buf, (size_t)opt.key_size + 1, "lg%" PRIu64 ":", (uint64_t)opt.key_base + i);
     if (n < opt.key_size)
         memset(buf + n, 'k', (size_t)(opt.key_size - n));
     buf[opt.key_size] = '\0';
@@ -662,6 +663,8 @@ static GOptionEntry entries[] = {
     {"dist", 'd', 0, G_OPTION_ARG_STRING, &opt.dist, "key distribution: uniform (default) or zipf", "D"},
     {"theta", 0, 0, G_OPTION_ARG_DOUBLE, &opt.theta, "Zipf skew (default 0.99, YCSB's)", "F"},
     {"keys", 'n', 0, G_OPTION_ARG_INT64, &opt.keys, "distinct keys (default 10000)", "N"},
+    {"key-base", 0, 0, G_OPTION_ARG_INT64, &opt.key_base,
+     "number the keys from N (default 0): several loadgens on disjoint keys", "N"},
     {"procs", 'P', 0, G_OPTION_ARG_INT, &opt.procs, "client processes (default 1)", "N"},
     {"threads", 't', 0, G_OPTION_ARG_INT, &opt.threads, "threads per process (default 1)", "N"},
     {"duration", 'D', 0, G_OPTION_ARG_DOUBLE, &opt.duration, "measured seconds (default 5)", "S"},
@@ -746,8 +749,9 @@ int main(int argc, char **argv)
         bad = "--value-size must be 0..64 MiB";
     else if (opt.get_ratio < 0 || opt.get_ratio > 1)
         bad = "--get-ratio must be 0..1";
-    else if (opt.keys < 1 || opt.procs < 1 || opt.threads < 1 || opt.procs * opt.threads > 4096)
-        bad = "--keys, --procs and --threads must be >= 1 (procs x threads <= 4096)";
+    else if (opt.keys < 1 || opt.key_base < 0 || opt.procs < 1 || opt.threads < 1 ||
+             opt.procs * opt.threads > 4096)
+        bad = "--keys, --procs and --threads must be >= 1 (procs x threads <= 4096), --key-base >= 0";
     else if (opt.duration <= 0 || opt.warmup < 0 || opt.ops < 0 || opt.rate < 0)
         bad = "--duration must be > 0; --warmup, --ops and --rate >= 0";
     else if (zipf && (opt.theta <= 0 || opt.theta >= 1))

@@ -97,12 +97,12 @@ for r in items_held zipf_hit; do
 done
 # flash: 4 MiB a node and 0.5 s a load (memcached's extstore writes nothing at that size, too
 # little for its write buffers; every system and load must still run), its files in $out.
-run flash BENCH_FLASH_DATA_BYTES=4194304 BENCH_FLASH_SECONDS=0.5 BENCH_FLASH_DIR="$out"
+run flash BENCH_FLASH_DATA_BYTES=4194304 BENCH_FLASH_SECONDS=0.5 BENCH_FLASH_FILL_MB=16 BENCH_FLASH_DIR="$out"
 check flash flash.csv flash.png flash-summary.csv
 for r in flash_hit_vs_extstore flash_hit_vs_all_memory get_p99_extstore_vs_flash uniform_get_p99_extstore_vs_flash; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/flash.out" || { echo "bench-smoke: flash: no 'ratio $r' line"; fail=1; }
 done
-for l in flash_ram_per_item write_amplification; do
+for l in flash_ram_per_item write_amplification flash_fill_pct flash_ram_per_item_full write_amplification_full; do
     grep -Eq "^$l [0-9.]+$" "$out/flash.out" || { echo "bench-smoke: flash: no '$l' line"; fail=1; }
 done
 # Nessie's uniform load read from its logs (the flash column: GETs served from flash).
