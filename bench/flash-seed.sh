@@ -75,6 +75,24 @@ summarize() {
     bench_log "$1 $2: mean $mean us, GET p50 $(row_field "$LAST_ROW" get_p50_us) p99 $(row_field "$LAST_ROW" get_p99_us) us, hit ratio $hit"
 }
 
+# latency_loads SYSTEM RUN: the two latency loads (read-only, 50:50) through RUN, run_memcached
+# or run_nessie, each with its summary row.
+latency_loads() {
+    for mix in "read-only 1" "50-50 0.5"; do
+        set -- "$1" "$2" $mix
+        COLS="$1,$3"
+        "$2" "$1" --no-preload $LG -g "$4"
+        summarize "$1" "$3"
+    done
+}
+
+# nessie_stat_sum NAME: NAME summed over the nodes of the running Nessie cluster.
+nessie_stat_sum() {
+    for sock in "$NESSIE_DIR"/node*.sock; do
+        "$BUILD/tests/wire-client" -s "$sock" stats 2>/dev/null | sed -n "s/^STAT $1 \([0-9]*\).*/\1/p"
+    done | awk '{ s += $1 } END { print s + 0 }'
+}
+
 # blocks SYSTEM CMD...: nb-overlap at both block sizes, through CMD (the shim's runner, with its
 # environment); a row of seed-blocks.csv each, and blk_S_SIZE_{read,nbread} set (ms a block).
 blocks() {
@@ -108,12 +126,7 @@ mc_start
 bench_log "memcached-ext: storing $KEYS keys"
 "$LOADGEN" -s 127.0.0.1:"$MC_PORT" -l fill -o 1 -w 0 $LG >/dev/null 2>>"$OUT/loadgen.log" ||
     bench_die "the fill failed against memcached (see $OUT/loadgen.log)"
-COLS="memcached-ext,read-only"
-run_memcached memcached-ext --no-preload $LG -g 1
-summarize memcached-ext read-only
-COLS="memcached-ext,50-50"
-run_memcached memcached-ext --no-preload $LG -g 0.5
-summarize memcached-ext 50-50
+latency_loads memcached-ext run_memcached
 mc_stop
 rm -f "$FLASH_DIR/memcached.ext"
 # A fresh memcached for the blocks (the latency keys would crowd its memory); nb-overlap through
@@ -135,25 +148,12 @@ nessie_flash_start
 bench_log "nessie-flash: storing $KEYS keys"
 NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" "$LOADGEN" -s 127.0.0.1:9 \
     -l fill -o 1 -w 0 $LG >/dev/null 2>>"$OUT/loadgen.log" || bench_die "the fill failed against Nessie (see $OUT/loadgen.log)"
-COLS="nessie-flash,read-only"
-run_nessie nessie-flash --no-preload $LG -g 1
-summarize nessie-flash read-only
-COLS="nessie-flash,50-50"
-run_nessie nessie-flash --no-preload $LG -g 0.5
-summarize nessie-flash 50-50
-n_flash_hits=$(for sock in "$NESSIE_DIR"/node*.sock; do
-    "$BUILD/tests/wire-client" -s "$sock" stats 2>/dev/null | sed -n 's/^STAT get_extstore \([0-9]*\).*/\1/p'
-done | awk '{ s += $1 } END { print s + 0 }')
+latency_loads nessie-flash run_nessie
+n_flash_hits=$(nessie_stat_sum get_extstore)
 nessie_stop
 nessie_flash_start
 SERVER=127.0.0.1:9
 blocks nessie-flash env NESSIE_RUN_DIR="$NESSIE_DIR" NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run"
-# nessie_stat_sum NAME: NAME summed over the nodes.
-nessie_stat_sum() {
-    for sock in "$NESSIE_DIR"/node*.sock; do
-        "$BUILD/tests/wire-client" -s "$sock" stats 2>/dev/null | sed -n "s/^STAT $1 \([0-9]*\).*/\1/p"
-    done | awk '{ s += $1 } END { print s + 0 }'
-}
 n_block_demoted=$(nessie_stat_sum nessie_flash_demoted)
 n_block_evicted=$(nessie_stat_sum evictions)
 n_block_dropped=$(nessie_stat_sum nessie_flash_dropped)
