@@ -134,12 +134,15 @@ nessie_load() {
 }
 
 # Every key stored once, from every node (each loadgen stores all of them: values then land
-# on every node's memory and flash, as the loads' own SETs spread them).
+# on every node's memory and flash, as the loads' own SETs spread them). nessie_fill EACH: each
+# node's loadgen stores EACH keys of its own instead (node i's numbered from i x EACH).
 nessie_fill() {
     i=0 pids=""
     for p in $NESSIE_PIDS; do
+        # shellcheck disable=SC2046  # the keys of its own: two more options, or none
         NESSIE_NODE=$i NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" \
-            "$LOADGEN" -s 127.0.0.1:9 -l fill -o 1 -w 0 --seed $((42 + i)) $LG >/dev/null 2>>"$OUT/loadgen.log" &
+            "$LOADGEN" -s 127.0.0.1:9 -l fill -o 1 -w 0 --seed $((42 + i)) $LG \
+            ${1:+-n "$1" --key-base $((i * $1))} >/dev/null 2>>"$OUT/loadgen.log" &
         pids="$pids $!"
         i=$((i + 1))
     done
@@ -201,15 +204,7 @@ BENCH_DATA_BYTES=${BENCH_FLASH_DATA_BYTES:-33554432}
 nessie_start $NODES cluster.evict=true "cluster.index_slots=$((2 * FILL_KEYS))" \
     "flash.path=$FLASH_DIR" "flash.bytes=$((FILL_MB * 1048576))"
 bench_log "nessie-fill: $FILL_KEYS keys a node into $FILL_MB MiB of flash each"
-i=0 pids=""
-for p in $NESSIE_PIDS; do
-    NESSIE_NODE=$i NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" \
-        "$LOADGEN" -s 127.0.0.1:9 -l fill -o 1 -w 0 -v $VALUE -k $KEY -n "$FILL_KEYS" \
-        --key-base $((i * FILL_KEYS)) >/dev/null 2>>"$OUT/loadgen.log" &
-    pids="$pids $!"
-    i=$((i + 1))
-done
-for p in $pids; do wait "$p" || bench_die "a fill failed (see $OUT/loadgen.log)"; done
+nessie_fill "$FILL_KEYS"
 fill_pct=$(for sock in "$NESSIE_DIR"/node*.sock; do
     "$BUILD/tests/wire-client" -s "$sock" stats 2>/dev/null |
         awk '$2 == "extstore_bytes_used" { u = $3 } $2 == "extstore_limit_maxbytes" { l = $3 }

@@ -97,11 +97,6 @@ fail_memfd:
     return err;
 }
 
-/* A channel stages at most this many items' worth of values at once, over all its slots (a
- * value staged for WIRE_OP_FETCH, or a store being assembled): a client cannot make the daemon
- * hold more for it than that. Past it, the request is answered WIRE_NO_MEMORY. */
-#define STAGE_BUDGET_ITEMS WIRE_STAGE_ITEMS
-
 static void stage_clear(struct recep_channel *ch, struct recep_stage *st)
 {
     if (st->buf)
@@ -117,7 +112,9 @@ static void stage_clear(struct recep_channel *ch, struct recep_stage *st)
 static unsigned char *stage_alloc(struct recep_channel *ch, struct recep_stage *st, uint32_t len)
 {
     stage_clear(ch, st);
-    if (ch->staged_bytes + len > (uint64_t)STAGE_BUDGET_ITEMS * ch->max_item_size)
+    /* A channel's budget (wire.h, WIRE_STAGE_ITEMS), over all its slots: values staged for
+     * WIRE_OP_FETCH and stores being assembled. */
+    if (ch->staged_bytes + len > (uint64_t)WIRE_STAGE_ITEMS * ch->max_item_size)
         return NULL;
     st->buf = malloc(len ? len : 1);
     if (!st->buf)

@@ -5,9 +5,9 @@
  *
  * A program issues sets and gets without waiting for them, does other work, and completes them
  * with memcached_test (does not block) or memcached_wait (blocks). Up to NB_MAX_INFLIGHT
- * operations per thread are in flight at once, of them at most 7 gets (the daemon keeps a
- * channel's large values, waiting to be fetched, within 8 items' room: nessie/wire.h,
- * WIRE_STAGE_ITEMS); issuing one more first completes the oldest (the oldest get, for a get).
+ * operations per thread are in flight at once, of them at most WIRE_STAGE_ITEMS - 1 gets (the
+ * daemon keeps a channel's long values, waiting to be fetched, within that many items' room:
+ * nessie/wire.h); issuing one more first completes the oldest (the oldest get, for a get).
  *
  * Buffers: the shim copies key and value into its channel when issuing (when the value fits the
  * channel's arena; a larger one is stored at once, before the call returns), so with Nessie the
