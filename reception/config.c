@@ -167,6 +167,11 @@ static const struct cfg_key schema[] = {
      "steps up to 200 us, 2 ms once no request came for 100 ms, 10 ms after a second: the first\n"
      "request after a quiet spell waits that long) or spin (a core each, always busy, as the paper's\n"
      "servers)."},
+    {"reception", "sd_help", CFG_NOT, 0, 0, NULL, NULL, NULL, F(no_sd_help),
+     "Workers answer peers' shipped GETs themselves while they are awake: while they wait for the\n"
+     "replies of their own shipped calls, and while they spin for their clients' next requests. A\n"
+     "request one of them answers does not wait for the SD server's nap (true), or the SD servers\n"
+     "alone answer (false)."},
     {"reception", "sweep_every_s", CFG_U32, 0, 1 << 20, "60", NULL, NULL, F(sweep_every_s),
      "Leak sweep period, seconds: the sweep recycles the entries that faults leave behind (a\n"
      "timed-out write's previous version, a migration of unknown outcome, a crashed writer's\n"

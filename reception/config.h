@@ -35,6 +35,7 @@ struct recep_config {
     uint32_t sweep_every_s;/* leak sweep period (0: only after a restart) */
     uint32_t sd_servers;   /* threads serving peers' shipped operations */
     enum recep_sd_poll sd_poll;
+    bool no_sd_help;       /* [reception] sd_help = false: workers never serve peers' GETs */
     uint32_t socket_mode;  /* a mode_t's permission bits */
     char socket_name[108]; /* [reception] socket: relative to run_dir unless absolute; %u = node */
     char run_dir[256];

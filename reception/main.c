@@ -220,7 +220,7 @@ int main(int argc, char **argv)
         goto out_sdservers;
     uint32_t started = 0;
     for (; started < cfg.workers; started++)
-        if (recep_worker_start(nd, started, cfg.spin_us, &workers[started]) != 0)
+        if (recep_worker_start(nd, started, cfg.spin_us, !cfg.no_sd_help, &workers[started]) != 0)
             goto out_workers;
     struct recep_stats *stats;
     if (recep_stats_start(nd, workers, cfg.workers, &stats) != 0)

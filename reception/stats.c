@@ -409,6 +409,7 @@ void recep_stats_format(struct recep_stats *st, GString *out)
     STAT_U("nessie_sd_withdrawn", c.sd_withdrawn);
     STAT_U("nessie_sd_shunned", c.sd_shunned);
     STAT_U("nessie_sd_expired", c.sd_expired);
+    STAT_U("nessie_sd_helped", c.sd_helped);
     STAT_U("nessie_sd_auto_cd", c.sd_auto[0]);
     STAT_U("nessie_sd_auto_sd", c.sd_auto[1]);
     /* Placement (issue 29): this node's stores run on a peer with room while it was full, and

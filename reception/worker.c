@@ -40,6 +40,10 @@ struct recep_worker {
     uint32_t spin_us;
     struct nessie_node *node;
     struct nessie_ctx *ctx;
+    /* Answers peers' shipped GETs while the worker is awake (nessie_sd_help): ctx's helper,
+     * and used in the spin below; NULL when [reception] sd_help is off. A context of its own,
+     * as ctx is in the middle of a call when it waits for a shipped reply. */
+    struct nessie_ctx *help;
     int epfd;
     int wake;                 /* eventfd: a new channel, or stop */
     GAsyncQueue *incoming;    /* channels handed over by the Receptionist */
@@ -246,6 +250,8 @@ static void *worker_main(void *arg)
              * only now and then (it costs more). */
             for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY && !any_pending(w); i++)
                 wire_cpu_relax();
+            if (w->help && !any_pending(w))
+                nessie_sd_help(w->help);
             continue;
         }
         set_parked(w, 1);
@@ -280,7 +286,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_us,
+int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_us, bool sd_help,
                        struct recep_worker **out)
 {
     struct recep_worker *w = calloc(1, sizeof(*w));
@@ -292,6 +298,11 @@ int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_u
     if (nessie_ctx_create(node, &w->ctx) != NESSIE_OK) {
         log_error("worker %u: cannot create an engine context", index);
         goto fail_ctx;
+    }
+    if (sd_help && (nessie_ctx_create(node, &w->help) != NESSIE_OK ||
+                    nessie_ctx_set_sd_helper(w->ctx, w->help) != NESSIE_OK)) {
+        log_error("worker %u: cannot create the engine context that helps the SD servers", index);
+        goto fail_help;
     }
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (w->epfd < 0) {
@@ -326,6 +337,8 @@ fail_ctl:
 fail_wake:
     close(w->epfd);
 fail_epoll:
+fail_help:
+    nessie_ctx_destroy(w->help);
     nessie_ctx_destroy(w->ctx);
 fail_ctx:
     free(w);
@@ -358,6 +371,7 @@ void recep_worker_stop(struct recep_worker *w)
     close(w->wake);
     close(w->epfd);
     nessie_ctx_destroy(w->ctx);
+    nessie_ctx_destroy(w->help);
     free(w);
 }
 

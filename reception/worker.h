@@ -14,8 +14,10 @@
 
 struct recep_worker;
 
-/* Start worker `index`. Returns 0, or -1 (logged). */
-int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_us,
+/* Start worker `index`. sd_help: it answers peers' shipped GETs while it is awake (waiting
+ * for its own shipped calls, spinning for its clients), with an engine context of its own
+ * (nessie_sd_help). Returns 0, or -1 (logged). */
+int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_us, bool sd_help,
                        struct recep_worker **out);
 /* Hand a channel over; the worker owns it from now on (and destroys it when its client hangs
  * up, or at stop). Never fails: the queue is unbounded (bounded by max_channels upstream). */

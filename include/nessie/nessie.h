@@ -226,6 +226,8 @@ struct nessie_counters {
     uint64_t sd_shunned;          /* calls run here, not shipped: their home's servers looked
                                      dead or stalled (their heartbeat stood still) */
     uint64_t sd_expired;          /* requests a server took up after their budget: not run */
+    uint64_t sd_helped;           /* ... of sd_served, GETs answered by a helper context while
+                                     it waited for its own shipped call (nessie_sd_help) */
     /* Placement (issue 29): stores this node's clients made while it was full, stored by a peer
      * with room (and their value bytes); and stores stored here for peers that were full. */
     uint64_t placed, placed_bytes;
@@ -428,6 +430,26 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out);
  * loop; never blocks.
  */
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers);
+
+/*
+ * Answer at most one GET a peer shipped to this node, from any slot no server is serving at this
+ * moment, with ctx (a context no call is running on), as nessie_sd_serve would (the same
+ * take-up, budget and checks). Only GETs: each runs within a read of the tables or of the flash
+ * log, so a thread may help between its own steps without holding them up for long. A slot is
+ * served by one thread at a time, so its requests still run in order. Returns 1 if it answered
+ * one, else 0. Never blocks; never ships a call on.
+ */
+size_t nessie_sd_help(struct nessie_ctx *ctx);
+
+/*
+ * Let ctx's waits for the replies of its shipped calls (modes sd, hy, auto, and flash reads)
+ * serve peers' shipped GETs with helper (nessie_sd_help): a thread waiting for a peer is awake,
+ * and a request it answers at once does not wait out a napping server. helper: another context
+ * of the same node, used by ctx's thread only, never a helper's own; NULL: none. Returns
+ * NESSIE_OK, or NESSIE_INVALID for a helper of another node, ctx itself or a context that has
+ * a helper.
+ */
+int nessie_ctx_set_sd_helper(struct nessie_ctx *ctx, struct nessie_ctx *helper);
 
 /* flush_all: every item written before this call reads as absent afterwards, on every node.
  * Nodes that cannot be reached learn it when they return (nessie_flush_catch_up), before they

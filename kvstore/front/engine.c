@@ -525,6 +525,14 @@ int nessie_ctx_create(struct nessie_node *nd, struct nessie_ctx **out)
     return NESSIE_OK;
 }
 
+int nessie_ctx_set_sd_helper(struct nessie_ctx *ctx, struct nessie_ctx *helper)
+{
+    if (!ctx || (helper && (helper == ctx || helper->node != ctx->node || helper->sd_helper)))
+        return NESSIE_INVALID;
+    ctx->sd_helper = helper;
+    return NESSIE_OK;
+}
+
 /* Add counters a into sum, reading a with relaxed atomics (its thread may be writing). */
 static void counters_add(struct nessie_counters *sum, const struct nessie_counters *a)
 {

@@ -191,6 +191,10 @@ struct nessie_ctx {
      * modes/dispatch.c clears it after a call run here in any case. */
     uint64_t call_deadline_ns;
     bool serving;               /* running a peer's shipped call: traffic counted as served */
+    /* Serves peers' shipped GETs while this context waits for its own shipped calls' replies
+     * (nessie_ctx_set_sd_helper); NULL: none. sd_help_next: where its next look starts. */
+    struct nessie_ctx *sd_helper;
+    uint32_t sd_help_next;
     /* DTE_F_* flags the values this context writes carry besides their own: DTE_F_PLACED while a
      * server runs a store placed here for a full peer (modes/sd.c), else 0. */
     uint8_t value_flags8;

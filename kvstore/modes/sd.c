@@ -92,6 +92,13 @@
  * wake-up would cost the server a system call per reply, and over verbs it has none to make). */
 #define SD_WAIT_SPIN 256
 #define SD_WAIT_SLEEP_MAX_US 200
+/* A requester with a helper context (nessie_ctx_set_sd_helper) looks for peers' GETs to serve
+ * every SD_HELP_EVERY polls of its spin and before each of its sleeps, while at least
+ * SD_HELP_MARGIN_NS of its own wait is left. On two cores running three nodes, the hop to a
+ * napping server cost a shipped flash read most of its 130 us p50 (bench/flash.sh's uniform
+ * load): the waiting workers of the other nodes are awake and can answer at once. */
+#define SD_HELP_EVERY 16
+#define SD_HELP_MARGIN_NS 2000000ULL
 
 /* Mode auto (nessie.h): Cell's selector. Its moving averages weigh a new sample 1/8 (about the
  * last 20 calls count); a sample is capped at 8 times the average, so one call descheduled for
@@ -139,8 +146,13 @@ struct sd_out {
     bool unanswered;  /* its reply never came: poison the slot before the next request */
 };
 
-/* One request slot's state on the home node, touched only by the server worker it belongs to. */
+/* One request slot's state on the home node, touched only by the thread that holds the slot
+ * (held, slot_hold): the server worker the slot belongs to, or a helper (nessie_sd_help). One
+ * holder at a time keeps the slot's requests in order and its replies from racing each other.
+ * done_seq and done_inc are also read without holding the slot, as a hint of whether it holds
+ * anything new (relaxed atomics); every decision is made again by the holder. */
 struct sd_in {
+    _Atomic bool held;
     uint32_t done_inc;      /* the last request served or dropped: (incarnation, seq) */
     uint64_t done_seq;
     uint64_t bad_seq;       /* a request that did not validate, and when it was first seen */
@@ -538,8 +550,16 @@ static bool sd_reply_wait(struct nessie_ctx *ctx, uint32_t home, uint32_t s, uin
             }
             /* Still landing (or torn): look again. */
         }
-        if (nessie_mono_ns() >= until)
+        uint64_t now = nessie_mono_ns();
+        if (now >= until)
             return false;
+        /* Meanwhile serve a peer's shipped GET (nessie_ctx_set_sd_helper): this thread is
+         * awake anyway, and a request it answers now does not wait out its server's nap. Not
+         * on every pause (a look at the rings costs a load per slot), and not when this call's
+         * own wait is nearly over (one GET, a flash read included, takes well under that). */
+        if (ctx->sd_helper && (n >= SD_WAIT_SPIN || n % SD_HELP_EVERY == 0) &&
+            until - now > SD_HELP_MARGIN_NS && nessie_sd_help(ctx->sd_helper))
+            continue;
         wait_step(n, t0);
     }
 }
@@ -984,7 +1004,7 @@ static bool req_claim(struct nessie_ctx *ctx, uint32_t r, uint32_t s, uint32_t i
                              .swap = taken};
         if (sd_exec(ctx, &cas) == FAB_OK)
             return old == posted;
-        /* Only this worker takes this slot's requests up: taken is this CAS's doing. */
+        /* Only the slot's holder takes its requests up: taken is this CAS's doing. */
         fab_local_read(nd->fab, FAB_REGION_MSG, off, &old, 8);
         if (old != posted)
             return old == taken;
@@ -1001,28 +1021,158 @@ static void sd_beat(struct sd_state *st)
         __atomic_store_n(&h->sd_beat, now, __ATOMIC_RELAXED);
 }
 
+/* Hold slot i of the rings (its sd_in) for serving it. Returns false when another thread holds
+ * it: that one serves what the slot holds. acquire: the state the last holder left. */
+static bool slot_hold(struct sd_in *in)
+{
+    return !atomic_exchange_explicit(&in->held, true, memory_order_acquire);
+}
+
+static void slot_release(struct sd_in *in)
+{
+    atomic_store_explicit(&in->held, false, memory_order_release); /* release: its state */
+}
+
+static void in_done(struct sd_in *in, uint64_t seq, uint32_t inc)
+{
+    __atomic_store_n(&in->done_seq, seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->done_inc, inc, __ATOMIC_RELAXED);
+}
+
+/* Whether slot i (requester i / slots) shows a request not served yet, read from its live
+ * header without holding the slot: *seq and *inc as read. A hint: the holder looks again. */
+static bool slot_pending(const struct sd_state *st, uint32_t self, uint32_t i, uint64_t *seq,
+                         uint32_t *inc)
+{
+    if (i / st->slots == self)
+        return false; /* a node runs its own keys' operations itself (sd_can_ship) */
+    const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, i / st->slots,
+                                                                         i % st->slots));
+    *seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
+    *inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
+    const struct sd_in *in = &st->in[i];
+    return *seq != 0 && (*seq != __atomic_load_n(&in->done_seq, __ATOMIC_RELAXED) ||
+                         *inc != __atomic_load_n(&in->done_inc, __ATOMIC_RELAXED));
+}
+
 /* Note when the requests in worker's slots were first seen: a request's budget runs from then,
- * also while it waits behind another call of the same worker. */
+ * also while it waits behind another call of the same worker. A slot held by a helper is
+ * skipped: the helper is serving what it holds. */
 static void sd_note_arrivals(struct sd_state *st, uint32_t self, uint32_t worker, uint32_t workers)
 {
     uint64_t now = 0;
     for (uint32_t i = worker; i < st->nodes * st->slots; i += workers) {
-        if (i / st->slots == self)
+        uint64_t seq;
+        uint32_t inc;
+        if (!slot_pending(st, self, i, &seq, &inc))
             continue;
-        const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, i / st->slots,
-                                                                             i % st->slots));
-        uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
-        uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
         struct sd_in *in = &st->in[i];
-        if (seq == 0 || (seq == in->done_seq && inc == in->done_inc) ||
-            (seq == in->seen_seq && inc == in->seen_inc))
+        if (!slot_hold(in))
             continue;
-        if (!now)
-            now = nessie_mono_ns();
-        in->seen_seq = seq;
-        in->seen_inc = inc;
-        in->seen_ns = now;
+        if (seq != in->seen_seq || inc != in->seen_inc) {
+            if (!now)
+                now = nessie_mono_ns();
+            in->seen_seq = seq;
+            in->seen_inc = inc;
+            in->seen_ns = now;
+        }
+        slot_release(in);
     }
+}
+
+/*
+ * Serve what slot i holds, the slot held: take up its request, run it, WRITE the reply.
+ * Returns true if it answered a request. gets_only (a helper): only a GET is served, and a
+ * request that does not validate is left to the slot's server, which judges garbage.
+ */
+static bool serve_slot(struct nessie_ctx *ctx, uint32_t i, bool gets_only)
+{
+    struct nessie_node *nd = ctx->node;
+    struct sd_state *st = nd->sd;
+    uint32_t r = i / st->slots, s = i % st->slots;
+    const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, r, s));
+    uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
+    uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
+    struct sd_in *in = &st->in[i];
+    if (seq == in->done_seq && inc == in->done_inc)
+        return false;
+    if (seq == 0 || (seq == in->bad_seq && inc == in->bad_inc && in->bad_since == 0))
+        return false; /* a poisoned slot (its next request is on its way), or dropped already */
+    bool newer = inc != in->done_inc || seq > in->done_seq;
+    if (gets_only && (!newer || __atomic_load_n(&live->op, __ATOMIC_RELAXED) != SD_OP_GET))
+        return false;
+    if (newer && __atomic_load_n(&live->ctl, __ATOMIC_ACQUIRE) ==
+                     sd_ctl(SD_CTL_WITHDRAWN, inc, seq)) {
+        in_done(in, seq, inc); /* withdrawn before its turn: its requester runs it */
+        return false;
+    }
+    if (!newer || !req_take(ctx, r, s, inc, seq)) {
+        if (gets_only)
+            return false;
+        uint64_t now = nessie_mono_ns();
+        if (in->bad_seq != seq || in->bad_inc != inc) {
+            in->bad_seq = seq;
+            in->bad_inc = inc;
+            in->bad_since = now;
+        }
+        if (newer && now - in->bad_since < SD_GARBAGE_NS)
+            return false; /* may still be landing: look again later */
+        /* Dropped: remembered as bad (bad_since 0), never as done, so garbage with a high
+         * count cannot make the requester's next real requests look like replays. */
+        in->bad_since = 0;
+        CTR_ADD(ctx->ctr.sd_dropped, 1);
+        if (nessie_every(&st->drop_logged_ns, 1000000000ULL))
+            log_warn("sd: dropped a %s request from node %u (ring slot %u, seq %llu)",
+                     newer ? "malformed or torn" : "replayed", r, s, (unsigned long long)seq);
+        return false;
+    }
+    const struct sd_req *q = (const struct sd_req *)ctx->sd_buf[0];
+    if (gets_only && q->op != SD_OP_GET)
+        return false; /* the slot's next request since the look above: its server's */
+    in_done(in, seq, inc);
+    uint64_t seen = in->seen_seq == seq && in->seen_inc == inc ? in->seen_ns : nessie_mono_ns();
+    uint64_t deadline = seen + (uint64_t)q->budget_us * 1000;
+    if (!req_claim(ctx, r, s, inc, seq))
+        return false; /* withdrawn meanwhile: its requester runs it */
+    struct sd_rep *rp = (struct sd_rep *)ctx->sd_buf[1];
+    uint64_t vlen = 0, start = nessie_mono_ns();
+    if (start >= deadline) {
+        /* Its budget is spent (it waited behind other calls, or this thread stalled): never
+         * run, so it cannot take effect after its requester has given up on it. */
+        memset(rp, 0, sizeof(*rp));
+        rp->status = SD_STATUS_EXPIRED;
+        CTR_ADD(ctx->ctr.sd_expired, 1);
+    } else {
+        CTR_ADD(ctx->ctr.sd_queue_ns, start - seen);
+        ctx->call_deadline_ns = deadline; /* the call's budget: what the request carried */
+        vlen = req_run(ctx);
+        ctx->call_deadline_ns = 0;
+        CTR_ADD(ctx->ctr.sd_served, 1);
+        if (gets_only)
+            CTR_ADD(ctx->ctr.sd_helped, 1);
+    }
+    rp->seq = seq;
+    rp->incarnation = inc;
+    uint64_t tr = msg_round8(64 + vlen);
+    memset(ctx->sd_buf[1] + 64 + vlen, 0, tr - 64 - vlen);
+    memcpy(ctx->sd_buf[1] + tr, &seq, 8);
+    rp->crc = msg_crc(ctx->sd_buf[1], false, vlen);
+    struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = r, .region = FAB_REGION_MSG,
+                        .offset = rep_off(st, nd->cfg.self, s), .local = ctx->sd_buf[1],
+                        .length = (uint32_t)(tr + 8)};
+    /* A reply whose WRITE failed is written again: its requester, or a write's, would otherwise
+     * wait out the call bound for it and say TIMEOUT. Writing the same bytes twice is harmless
+     * (the requester takes the reply naming its seq, once), and the slot's next reply is
+     * written after this one (the slot is held until then). Only failures that came fast are
+     * tried again (over verbs a peer that is gone fails a request after the NIC's retries, F,
+     * and this thread serves the other requesters meanwhile). A reply that cannot be delivered
+     * (the requester gone, the fabric to it down) is its requester's TIMEOUT. */
+    uint64_t sent_at = nessie_mono_ns();
+    for (int t = 0; t < SD_CTL_TRIES && sd_exec(ctx, &wr) != FAB_OK &&
+                    nessie_mono_ns() - sent_at < sd_takeup_ns(nd);
+         t++)
+        ;
+    return true;
 }
 
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers)
@@ -1037,85 +1187,14 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     sd_beat(st);
     sd_note_arrivals(st, nd->cfg.self, worker, workers);
     for (uint32_t i = worker; i < n; i += workers) {
-        uint32_t r = i / st->slots, s = i % st->slots;
-        if (r == nd->cfg.self)
-            continue; /* a node runs its own keys' operations itself (sd_can_ship) */
-        const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, r, s));
-        uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
-        uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
-        struct sd_in *in = &st->in[i];
-        if (seq == in->done_seq && inc == in->done_inc)
+        uint64_t seq;
+        uint32_t inc;
+        if (!slot_pending(st, nd->cfg.self, i, &seq, &inc) || !slot_hold(&st->in[i]))
             continue;
-        if (seq == 0 || (seq == in->bad_seq && inc == in->bad_inc && in->bad_since == 0))
-            continue; /* a poisoned slot (its next request is on its way), or dropped already */
-        bool newer = inc != in->done_inc || seq > in->done_seq;
-        if (newer && __atomic_load_n(&live->ctl, __ATOMIC_ACQUIRE) ==
-                         sd_ctl(SD_CTL_WITHDRAWN, inc, seq)) {
-            in->done_seq = seq; /* withdrawn before its turn: its requester runs it */
-            in->done_inc = inc;
+        bool answered = serve_slot(ctx, i, false);
+        slot_release(&st->in[i]);
+        if (!answered)
             continue;
-        }
-        if (!newer || !req_take(ctx, r, s, inc, seq)) {
-            uint64_t now = nessie_mono_ns();
-            if (in->bad_seq != seq || in->bad_inc != inc) {
-                in->bad_seq = seq;
-                in->bad_inc = inc;
-                in->bad_since = now;
-            }
-            if (newer && now - in->bad_since < SD_GARBAGE_NS)
-                continue; /* may still be landing: look again later */
-            /* Dropped: remembered as bad (bad_since 0), never as done, so garbage with a high
-             * count cannot make the requester's next real requests look like replays. */
-            in->bad_since = 0;
-            CTR_ADD(ctx->ctr.sd_dropped, 1);
-            if (nessie_every(&st->drop_logged_ns, 1000000000ULL))
-                log_warn("sd: dropped a %s request from node %u (ring slot %u, seq %llu)",
-                         newer ? "malformed or torn" : "replayed", r, s, (unsigned long long)seq);
-            continue;
-        }
-        in->done_seq = seq;
-        in->done_inc = inc;
-        const struct sd_req *q = (const struct sd_req *)ctx->sd_buf[0];
-        uint64_t seen = in->seen_seq == seq && in->seen_inc == inc ? in->seen_ns : nessie_mono_ns();
-        uint64_t deadline = seen + (uint64_t)q->budget_us * 1000;
-        if (!req_claim(ctx, r, s, inc, seq))
-            continue; /* withdrawn meanwhile: its requester runs it */
-        struct sd_rep *rp = (struct sd_rep *)ctx->sd_buf[1];
-        uint64_t vlen = 0, start = nessie_mono_ns();
-        if (start >= deadline) {
-            /* Its budget is spent (it waited behind other calls, or this thread stalled):
-             * never run, so it cannot take effect after its requester has given up on it. */
-            memset(rp, 0, sizeof(*rp));
-            rp->status = SD_STATUS_EXPIRED;
-            CTR_ADD(ctx->ctr.sd_expired, 1);
-        } else {
-            CTR_ADD(ctx->ctr.sd_queue_ns, start - seen);
-            ctx->call_deadline_ns = deadline; /* the call's budget: what the request carried */
-            vlen = req_run(ctx);
-            ctx->call_deadline_ns = 0;
-            CTR_ADD(ctx->ctr.sd_served, 1);
-        }
-        rp->seq = seq;
-        rp->incarnation = inc;
-        uint64_t tr = msg_round8(64 + vlen);
-        memset(ctx->sd_buf[1] + 64 + vlen, 0, tr - 64 - vlen);
-        memcpy(ctx->sd_buf[1] + tr, &seq, 8);
-        rp->crc = msg_crc(ctx->sd_buf[1], false, vlen);
-        struct fab_wr wr = {.opcode = FAB_OP_WRITE, .node = r, .region = FAB_REGION_MSG,
-                            .offset = rep_off(st, nd->cfg.self, s), .local = ctx->sd_buf[1],
-                            .length = (uint32_t)(tr + 8)};
-        /* A reply whose WRITE failed is written again: its requester, or a write's, would
-         * otherwise wait out the call bound for it and say TIMEOUT. Writing the same bytes twice
-         * is harmless (the requester takes the reply naming its seq, once), and the slot's next
-         * reply is this thread's to write, after this one. Only failures that came fast are
-         * tried again (over verbs a peer that is gone fails a request after the NIC's retries,
-         * F, and this thread serves the other requesters meanwhile). A reply that cannot be
-         * delivered (the requester gone, the fabric to it down) is its requester's TIMEOUT. */
-        uint64_t sent_at = nessie_mono_ns();
-        for (int t = 0; t < SD_CTL_TRIES && sd_exec(ctx, &wr) != FAB_OK &&
-                        nessie_mono_ns() - sent_at < sd_takeup_ns(nd);
-             t++)
-            ;
         served++;
         /* Requests that came in while this one ran: their budgets run from now. */
         sd_note_arrivals(st, nd->cfg.self, worker, workers);
@@ -1123,4 +1202,35 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     }
     ctx->serving = false;
     return served;
+}
+
+size_t nessie_sd_help(struct nessie_ctx *ctx)
+{
+    struct nessie_node *nd = ctx->node;
+    struct sd_state *st = nd->sd;
+    if (!st || !sd_bufs(ctx))
+        return 0;
+    uint32_t n = st->nodes * st->slots;
+    for (uint32_t k = 0; k < n; k++) {
+        /* From where the last help stopped, so no requester's slots always come first. */
+        uint32_t i = (ctx->sd_help_next + k) % n;
+        uint64_t seq;
+        uint32_t inc;
+        if (!slot_pending(st, nd->cfg.self, i, &seq, &inc) ||
+            __atomic_load_n(&((const struct sd_req *)(st->msg + req_off(st, i / st->slots,
+                                                                          i % st->slots)))->op,
+                            __ATOMIC_RELAXED) != SD_OP_GET ||
+            !slot_hold(&st->in[i]))
+            continue;
+        ctx->serving = true;
+        bool answered = serve_slot(ctx, i, true);
+        ctx->serving = false;
+        slot_release(&st->in[i]);
+        if (answered) {
+            ctx->sd_help_next = i + 1;
+            sd_beat(st);
+            return 1;
+        }
+    }
+    return 0;
 }

@@ -617,6 +617,12 @@ static void *worker_main(void *p)
         nessie_ctx_destroy(ctx); /* --load-on another node: this one only serves */
         return NULL;
     }
+    /* As a daemon's workers do ([reception] sd_help): while a call waits for a shipped reply,
+     * the thread answers peers' shipped GETs, sharing the ring slots with the servers. */
+    struct nessie_ctx *help;
+    if (nessie_ctx_create(w->node, &help) != NESSIE_OK ||
+        nessie_ctx_set_sd_helper(ctx, help) != NESSIE_OK)
+        return (void *)1;
     struct event *mine = hist + ((uint64_t)w->node_id * (uint64_t)opt_threads + w->thread) * per_thread;
     _Atomic uint64_t *next = &sh->next[w->node_id][w->thread];
     uint64_t i = atomic_load(next);
@@ -642,6 +648,7 @@ static void *worker_main(void *p)
     }
     atomic_store(next, per_thread);
     nessie_ctx_destroy(ctx);
+    nessie_ctx_destroy(help);
     return NULL;
 }
 

@@ -1337,6 +1337,168 @@ static void test_flash_compaction_race(void **state)
     assert_true(flash_check(C.ctx[1], key, 1000));
 }
 
+/* --- helpers: threads that answer shipped GETs while they wait (nessie_sd_help) ----------- */
+
+struct helper {
+    struct nessie_node *node;
+    pthread_t thread;
+    _Atomic int stop;
+};
+
+static void *helper_main(void *p)
+{
+    struct helper *h = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(h->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load(&h->stop))
+        if (nessie_sd_help(ctx) == 0)
+            __builtin_ia32_pause();
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+static void helper_start(struct helper *h, uint32_t n)
+{
+    h->node = C.node[n];
+    atomic_store(&h->stop, 0);
+    assert_int_equal(pthread_create(&h->thread, NULL, helper_main, h), 0);
+}
+
+static void helper_stop(struct helper *h)
+{
+    void *rc;
+    atomic_store(&h->stop, 1);
+    pthread_join(h->thread, &rc);
+    assert_null(rc);
+}
+
+/* With no server running, a helper on the home node answers shipped GETs, and only those: a
+ * shipped SET is left to the servers (none here), so it is withdrawn after the take-up limit and
+ * runs at its requester, once. */
+static void test_helper_serves_gets_only(void **state)
+{
+    (void)state;
+    char k[32];
+    struct nessie_ctx *sd = sd_requester(false, k, sizeof(k));
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "v1", 2, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    struct helper h;
+    helper_start(&h, 1);
+    /* A GET withdrawn before the helper looked (a slow, sanitized build) runs here, with the same
+     * answer: try until one was answered there. */
+    for (int i = 0; i < 50 && node_counter(1, offsetof(struct nessie_counters, sd_helped)) == 0;
+         i++) {
+        beat_bump(); /* in case a withdrawal shunned node 1 */
+        expect_item(sd, k, "v1");
+    }
+    uint64_t helped = node_counter(1, offsetof(struct nessie_counters, sd_helped));
+    assert_true(helped >= 1);
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_served)), helped);
+    beat_bump();
+    uint64_t withdrawn = nessie_ctx_counters(sd)->sd_withdrawn;
+    uint64_t puts = shipped(sd, NESSIE_OPK_PUT);
+    assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), "v2", 2, 0, 0, 0, NULL), NESSIE_OK);
+    assert_int_equal(shipped(sd, NESSIE_OPK_PUT), puts + 1);
+    assert_int_equal(nessie_ctx_counters(sd)->sd_withdrawn, withdrawn + 1);
+    helper_stop(&h);
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_served)), helped);
+    expect_item(C.ctx[1], k, "v2");
+}
+
+struct getter {
+    struct nessie_ctx *ctx;
+    const char *key, *want;
+    int n, wrong;
+};
+
+static void *getter_main(void *p)
+{
+    struct getter *g = p;
+    for (int i = 0; i < g->n; i++) {
+        struct nessie_item it;
+        if (nessie_get(g->ctx, g->key, strlen(g->key), &it) != NESSIE_OK ||
+            it.value_len != strlen(g->want) || memcmp(it.value, g->want, it.value_len) != 0)
+            g->wrong++;
+    }
+    return NULL;
+}
+
+/* No servers at all: two nodes' requesters, each with a helper context, ship GETs to each other;
+ * each answers the other's while it waits for its own. */
+static void test_waiting_requesters_serve_each_other(void **state)
+{
+    (void)state;
+    cluster_open(false);
+    char k0[32], k1[32];
+    key_homed(k0, sizeof(k0), 0, 0);
+    key_homed(k1, sizeof(k1), 1, 0);
+    assert_int_equal(nessie_store(C.ctx[0], NESSIE_SET, k0, strlen(k0), "zero", 4, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k1, strlen(k1), "one", 3, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    struct nessie_ctx *help[NODES];
+    for (uint32_t i = 0; i < NODES; i++) {
+        assert_int_equal(nessie_ctx_create(C.node[i], &help[i]), NESSIE_OK);
+        assert_int_equal(nessie_ctx_set_sd_helper(C.ctx[i], help[i]), NESSIE_OK);
+        nessie_ctx_set_mode(C.ctx[i], NESSIE_MODE_SD);
+    }
+    /* What a helper may not be. */
+    assert_int_equal(nessie_ctx_set_sd_helper(help[0], C.ctx[0]), NESSIE_INVALID);
+    assert_int_equal(nessie_ctx_set_sd_helper(help[0], help[1]), NESSIE_INVALID);
+    assert_int_equal(nessie_ctx_set_sd_helper(help[0], help[0]), NESSIE_INVALID);
+    struct getter g0 = {.ctx = C.ctx[0], .key = k1, .want = "one", .n = 300};
+    struct getter g1 = {.ctx = C.ctx[1], .key = k0, .want = "zero", .n = 300};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, getter_main, &g0), 0);
+    getter_main(&g1);
+    pthread_join(th, NULL);
+    assert_int_equal(g0.wrong, 0);
+    assert_int_equal(g1.wrong, 0);
+    uint64_t helped = node_counter(0, offsetof(struct nessie_counters, sd_helped)) +
+                      node_counter(1, offsetof(struct nessie_counters, sd_helped));
+    print_message("helped: node 0 %llu, node 1 %llu; withdrawn %llu + %llu of 600\n",
+                  (unsigned long long)node_counter(0, offsetof(struct nessie_counters, sd_helped)),
+                  (unsigned long long)node_counter(1, offsetof(struct nessie_counters, sd_helped)),
+                  (unsigned long long)nessie_ctx_counters(C.ctx[0])->sd_withdrawn,
+                  (unsigned long long)nessie_ctx_counters(C.ctx[1])->sd_withdrawn);
+    assert_true(helped >= 1);
+    for (uint32_t i = 0; i < NODES; i++) {
+        assert_int_equal(nessie_ctx_set_sd_helper(C.ctx[i], NULL), NESSIE_OK);
+        nessie_ctx_destroy(help[i]);
+    }
+}
+
+/* A server and a helper on one home node, serving the same slots: each request runs once, in
+ * order (every shipped GET sees the shipped SET before it), and the two never hold a slot at
+ * once (ThreadSanitizer watches the slots' state in make tsan). */
+static void test_server_and_helper_share_slots(void **state)
+{
+    (void)state;
+    char k[32];
+    struct nessie_ctx *sd = sd_requester(true, k, sizeof(k));
+    struct helper h;
+    helper_start(&h, 1);
+    const int n = 400;
+    for (int i = 0; i < n; i++) {
+        char v[16];
+        snprintf(v, sizeof(v), "v%d", i);
+        assert_int_equal(nessie_store(sd, NESSIE_SET, k, strlen(k), v, strlen(v), 0, 0, 0, NULL),
+                         NESSIE_OK);
+        expect_item(sd, k, v);
+    }
+    helper_stop(&h);
+    const struct nessie_counters *c = nessie_ctx_counters(sd);
+    uint64_t sent = c->sd_shipped[NESSIE_OPK_GET] + c->sd_shipped[NESSIE_OPK_PUT];
+    assert_int_equal(sent, 2 * n);
+    /* Each shipped call answered there once, or withdrawn and run here (a slow build). */
+    assert_int_equal(node_counter(1, offsetof(struct nessie_counters, sd_served)) + c->sd_withdrawn,
+                     sent);
+    print_message("helped %llu of %d GETs, withdrawn %llu\n",
+                  (unsigned long long)node_counter(1, offsetof(struct nessie_counters, sd_helped)),
+                  n, (unsigned long long)c->sd_withdrawn);
+}
+
 /* test_sd [PATTERN]: only the tests whose names match PATTERN (cmocka's filter, * and ?). */
 int main(int argc, char **argv)
 {
@@ -1355,6 +1517,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_lost_reply_is_written_again, teardown),
         cmocka_unit_test_teardown(test_taken_get_without_reply_runs_here, teardown),
         cmocka_unit_test_teardown(test_requester_on_new_tables_is_served, teardown),
+        cmocka_unit_test_teardown(test_helper_serves_gets_only, teardown),
+        cmocka_unit_test_teardown(test_waiting_requesters_serve_each_other, teardown),
+        cmocka_unit_test_teardown(test_server_and_helper_share_slots, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
         cmocka_unit_test_teardown(test_auto_ships_again_after_a_shun, teardown),
         cmocka_unit_test_teardown(test_flash_demotes_and_reads_back, teardown),
