@@ -7,7 +7,9 @@
 # recording the machine, the commit and the parameters), *.png, and the daemons' logs.
 #
 # Knobs (environment): BENCH_SECONDS (measured seconds per run), BENCH_WARMUP, BENCH_OUT (results
-# root, default bench/results), BUILD (default build). POSIX sh: dash runs it.
+# root, default bench/results), BUILD (default build), BENCH_NESSIE_SET (settings added to every
+# Nessie cluster a script starts, SECTION.KEY=VALUE separated by spaces: an A/B run of one switch,
+# e.g. BENCH_NESSIE_SET=reception.sd_help=false). POSIX sh: dash runs it.
 
 BENCH_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$BENCH_ROOT/build}
@@ -81,6 +83,7 @@ bench_begin() {
         echo "# memcached: $(memcached -V 2>/dev/null), libmemcached $(pkg-config --modversion libmemcached 2>/dev/null)"
         echo "# parameters: $2; $BENCH_SECONDS s measured after $BENCH_WARMUP s warm-up per run"
         echo "# command: $0${BENCH_ARGS:+ $BENCH_ARGS}"
+        [ -z "${BENCH_NESSIE_SET:-}" ] || echo "# every Nessie cluster also set: $BENCH_NESSIE_SET"
     } >"$CSV"
     BENCH_HEADER_DONE=0
     trap bench_cleanup EXIT
@@ -160,7 +163,8 @@ nessie_start() {
     for ns_set in "cluster.name=bench-$BENCH_NAME-$$" "cluster.nodes=$n" cluster.fabric=shm \
         "cluster.index_slots=${BENCH_INDEX_SLOTS:-262144}" "cluster.data_bytes=$BENCH_DATA_BYTES" \
         "cluster.max_item_size=$BENCH_MAX_ITEM" \
-        ${BENCH_EXPIRATION_MS:+"cluster.expiration_ms=$BENCH_EXPIRATION_MS"} "$@"; do
+        ${BENCH_EXPIRATION_MS:+"cluster.expiration_ms=$BENCH_EXPIRATION_MS"} "$@" \
+        ${BENCH_NESSIE_SET:-}; do
         printf '%s\n' "--set=$ns_set"
     done >"$RUN/sets"
     set --

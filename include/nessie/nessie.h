@@ -419,8 +419,9 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out);
 
 /*
  * Serve requests peers shipped to this node: scan the request slots that belong to server
- * `worker` of `workers` (slot i is served by worker i % workers, always the same one, so each
- * slot's requests run in order and one reply at a time), execute every new request with ctx as
+ * `worker` of `workers` (slot i belongs to worker i % workers, always the same one, and is
+ * served by one thread at a time, it or a helper (nessie_sd_help), so each slot's requests run
+ * in order and one reply at a time), execute every new request with ctx as
  * a client-driven operation, and WRITE its reply. A request that is malformed or whose checksum
  * does not match is waited for a moment (a WRITE still landing) and then dropped, counted and
  * logged; it never reaches the tables. A request runs only if this server takes it up before its

@@ -33,8 +33,11 @@
  * between two.
  *
  * Ownership: a requester's slot is held by one thread at a time (the free mask); a home node's
- * request slot i is served by server worker i % workers only, so one slot's requests run one at
- * a time, in order, and its replies never race each other.
+ * request slot i belongs to server worker i % workers, and is served by whichever thread holds
+ * it (sd_in.held): that server, or a helper (nessie_sd_help: a thread of the home node that is
+ * awake anyway, waiting for its own shipped call or spinning for its clients, answers a GET at
+ * once instead of leaving it to a napping server). So one slot's requests run one at a time, in
+ * order, and its replies never race each other.
  */
 #include <errno.h>
 #include <sched.h>
