@@ -46,7 +46,7 @@ set -- cluster.name=rt-x_1 cluster.nodes=3 cluster.node_ids=4 cluster.fabric=ver
     optimizations.multi_read_bytes=4096 optimizations.cache_entries=100 \
     optimizations.cache_bytes=65536 reception.workers=3 reception.recyclers=2 \
     reception.arena_bytes=65536 reception.max_channels=16 reception.spin_us=0 \
-    reception.sd_servers=2 reception.sd_poll=spin reception.sweep_every_s=30 \
+    reception.sd_servers=2 reception.sd_poll=spin reception.sd_help=false reception.sweep_every_s=30 \
     reception.socket=n%u.s reception.socket_mode=0660 reception.memcached_port=11311 \
     reception.memcached_addr=::1 reception.memcached_threads=3 reception.max_connections=77 \
     reception.idle_timeout_s=600 reception.partial_timeout_s=7 membership.mode=etcd \

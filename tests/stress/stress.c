@@ -43,11 +43,12 @@
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C undecided=U
  *   injected=I stalls=T evictions=E shipped=H dropped=D outlived=O withdrawn=W shunned=N expired=X
- *   views=G waited=A
+ *   views=G waited=A ... helped=P
  * (O: recorded calls that lasted longer than the engine's grace, which --stall-ms longer than the
  * grace produces: their entries may have been taken over while they ran; W, N, X: shipped calls
  * withdrawn by their callers and run there, calls run locally because their home node's servers
- * stood still, requests a server found with their budget spent and did not run; G: views the
+ * stood still, requests a server found with their budget spent and did not run; P: shipped GETs
+ * answered by a waiting worker's helper context (nessie_sd_help), not a server; G: views the
  * node processes installed after their first one, summed over nodes, so one view change seen by
  * two live nodes counts 2; A: calls that waited for a view, the engine's view_waits, summed over
  * the nodes that finished)
@@ -2224,7 +2225,8 @@ int main(int argc, char **argv)
            " expired=%" PRIu64 " views=%" PRIu64 " waited=%" PRIu64 " moved=%" PRIu64
            " placed=%" PRIu64 " demoted=%" PRIu64 " flash-dropped=%" PRIu64
            " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 " flash-io-errors=%" PRIu64
-           " flash-compacted=%" PRIu64 " flash-rescued=%" PRIu64 " flash-promoted=%" PRIu64 "\n",
+           " flash-compacted=%" PRIu64 " flash-rescued=%" PRIu64 " flash-promoted=%" PRIu64
+           " helped=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
@@ -2232,7 +2234,7 @@ int main(int argc, char **argv)
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
            sum.view_waits, moved, sum.placed, sum.flash_demoted, sum.flash_dropped,
            sum.flash_hits, sum.flash_shipped, flash_io, sum.flash_compacted, sum.flash_rescued,
-           sum.flash_promoted);
+           sum.flash_promoted, sum.sd_helped);
 
     for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])
