@@ -42,30 +42,43 @@ struct sd_thread {
 
 struct recep_sdserver {
     _Atomic int stop;
+    struct nessie_node *node;
     enum recep_sd_poll poll;
     uint64_t spin_ns;
     uint32_t n;
     struct sd_thread *t;
 };
 
+/* Requests answered since stream_start (a window of SD_QUIET_NS) and in the window before it:
+ * the two together make a stream once they reach SD_BUSY_MIN. */
+struct sd_stream {
+    uint64_t start, n, prev;
+};
+
+static void stream_note(struct sd_stream *st, uint64_t n, uint64_t now)
+{
+    if (now - st->start >= SD_QUIET_NS) {
+        st->prev = now - st->start < 2 * SD_QUIET_NS ? st->n : 0;
+        st->start = now;
+        st->n = 0;
+    }
+    st->n += n;
+}
+
 static void *sdserver_main(void *arg)
 {
     struct sd_thread *t = arg;
     struct recep_sdserver *s = t->owner;
     uint64_t last_work = nessie_mono_ns(), nap = SD_NAP_MIN_NS;
-    /* Requests served since stream_start (a window of SD_QUIET_NS) and in the window before it:
-     * the two together make a stream once they reach SD_BUSY_MIN. */
-    uint64_t stream_start = 0, stream = 0, stream_prev = 0;
+    struct sd_stream stream = {0};
+    /* The workers' helpers answer GETs too (nessie_sd_help): those count in the stream, so the
+     * naps stay short while requests come, whoever answers them; they do not make this thread
+     * spin (last_help, not last_work). */
+    uint64_t helped_seen = nessie_sd_helped(s->node), last_help = 0;
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
         size_t served = nessie_sd_serve(t->ctx, t->index, s->n);
         if (served) {
-            uint64_t now = nessie_mono_ns();
-            if (now - stream_start >= SD_QUIET_NS) {
-                stream_prev = now - stream_start < 2 * SD_QUIET_NS ? stream : 0;
-                stream_start = now;
-                stream = 0;
-            }
-            stream += served;
+            stream_note(&stream, served, nessie_mono_ns());
             last_work = 0;
             nap = SD_NAP_MIN_NS;
             continue;
@@ -83,8 +96,14 @@ static void *sdserver_main(void *arg)
         }
         struct timespec ts = {0, (long)nap};
         nanosleep(&ts, NULL);
-        uint64_t quiet = now - last_work;
-        bool busy = quiet < SD_QUIET_NS && stream + stream_prev >= SD_BUSY_MIN;
+        uint64_t helped = nessie_sd_helped(s->node);
+        if (helped != helped_seen) {
+            stream_note(&stream, helped - helped_seen, now);
+            helped_seen = helped;
+            last_help = now;
+        }
+        uint64_t quiet = now - (last_help > last_work ? last_help : last_work);
+        bool busy = quiet < SD_QUIET_NS && stream.n + stream.prev >= SD_BUSY_MIN;
         uint64_t cap = busy                 ? SD_NAP_BUSY_MAX_NS
                        : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
                                             : SD_NAP_IDLE_MAX_NS;
@@ -103,6 +122,7 @@ int recep_sdserver_start(struct nessie_node *node, uint32_t n, enum recep_sd_pol
         return -1;
     }
     s->n = n;
+    s->node = node;
     s->poll = poll;
     s->spin_ns = (uint64_t)spin_us * 1000;
     for (uint32_t i = 0; i < n; i++) {

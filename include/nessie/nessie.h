@@ -442,6 +442,10 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
  */
 size_t nessie_sd_help(struct nessie_ctx *ctx);
 
+/* GETs the node's helpers have answered since it opened (a count that only grows): the SD
+ * servers' measure of requests that came while they napped. Never fails. */
+uint64_t nessie_sd_helped(const struct nessie_node *nd);
+
 /*
  * Let ctx's waits for the replies of its shipped calls (modes sd, hy, auto, and flash reads)
  * serve peers' shipped GETs with helper (nessie_sd_help): a thread waiting for a peer is awake,

@@ -196,6 +196,10 @@ struct sd_state {
     struct sd_est *est;
     struct sd_home *home;       /* [home] */
     _Atomic uint64_t drop_logged_ns; /* rate limit of the garbage warning */
+    /* GETs the helpers answered (nessie_sd_helped): the servers count them in the stream of
+     * requests that keeps their naps short, so that when the helpers stop (their clients went
+     * quiet) the requests still coming are not left to a server in its long naps. */
+    _Atomic uint64_t helped;
 };
 
 static uint64_t req_off(const struct sd_state *st, uint32_t requester, uint32_t s)
@@ -1207,6 +1211,11 @@ size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers
     return served;
 }
 
+uint64_t nessie_sd_helped(const struct nessie_node *nd)
+{
+    return nd->sd ? atomic_load_explicit(&nd->sd->helped, memory_order_relaxed) : 0;
+}
+
 size_t nessie_sd_help(struct nessie_ctx *ctx)
 {
     struct nessie_node *nd = ctx->node;
@@ -1231,6 +1240,7 @@ size_t nessie_sd_help(struct nessie_ctx *ctx)
         slot_release(&st->in[i]);
         if (answered) {
             ctx->sd_help_next = i + 1;
+            atomic_fetch_add_explicit(&st->helped, 1, memory_order_relaxed);
             sd_beat(st);
             return 1;
         }
