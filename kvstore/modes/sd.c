@@ -90,10 +90,20 @@
 /* sd_ship's answer beyond enum nessie_status: the call did not run at its home node and never
  * will (nothing was sent, or the request was withdrawn, or refused as expired): run it here. */
 #define SD_RUN_HERE (-1)
-/* How a requester waits: spin this many polls (a reply from an idle server comes within a few
- * microseconds), then sleep in steps growing with the wait, up to SD_WAIT_SLEEP_MAX_US (a futex
- * wake-up would cost the server a system call per reply, and over verbs it has none to make). */
+/* How a requester waits: spin at least SD_WAIT_SPIN polls and SD_WAIT_SPIN_NS, then sleep in
+ * steps of an eighth of the time waited, from SD_WAIT_SLEEP_MIN_US to SD_WAIT_SLEEP_MAX_US (a
+ * futex wake-up would cost the server a system call per reply, and over verbs it has none to
+ * make). The spin lasts about what a sleep costs, so waiting never costs much more than twice
+ * what the better of the two would (the spin-then-block rule): on the session machine (a VM) a
+ * nanosleep cost its thread about 30 us of CPU whatever its length (perf: 16.7k a second took a
+ * quarter of two cores, in the kernel's timer code), and a wake-up 35-80 us
+ * (../shared/notes/machine-limits.md). Sleeps of a microsecond or two after 256 polls (~10 us),
+ * as before, made a shipped flash read of bench/flash.sh's uniform load pay several of them:
+ * with these, its GET p99 fell from 1294-1491 to 1008 us and zipf-all's from 860-1196 to 696-795
+ * (three alternated runs each, 3 nodes on 2 cores). */
 #define SD_WAIT_SPIN 256
+#define SD_WAIT_SPIN_NS 50000ULL
+#define SD_WAIT_SLEEP_MIN_US 50
 #define SD_WAIT_SLEEP_MAX_US 200
 /* A requester with a helper context (nessie_ctx_set_sd_helper) looks for peers' GETs to serve
  * every SD_HELP_EVERY polls of its spin and before each of its sleeps, while at least
@@ -487,12 +497,14 @@ static int sd_exec(struct nessie_ctx *ctx, const struct fab_wr *wr)
  * cores it hands the core to whatever hog is runnable, DESIGN.md "Busy CPUs"). */
 static void wait_step(unsigned n, uint64_t t0)
 {
-    if (n < SD_WAIT_SPIN) {
+    uint64_t waited = nessie_mono_ns() - t0;
+    if (n < SD_WAIT_SPIN || waited < SD_WAIT_SPIN_NS) {
         __builtin_ia32_pause();
         return;
     }
-    uint64_t waited = nessie_mono_ns() - t0;
     uint64_t us = waited / 1000 / 8;
+    if (us < SD_WAIT_SLEEP_MIN_US)
+        us = SD_WAIT_SLEEP_MIN_US;
     if (us > SD_WAIT_SLEEP_MAX_US)
         us = SD_WAIT_SLEEP_MAX_US;
     struct timespec ts = {0, (long)(us ? us : 1) * 1000};
