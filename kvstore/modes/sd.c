@@ -1058,15 +1058,20 @@ static void in_done(struct sd_in *in, uint64_t seq, uint32_t inc)
     __atomic_store_n(&in->done_inc, inc, __ATOMIC_RELAXED);
 }
 
-/* Whether slot i (requester i / slots) shows a request not served yet, read from its live
- * header without holding the slot: *seq and *inc as read. A hint: the holder looks again. */
+/* Slot i of this node's rings (requester i / slots, its slot i % slots) as it lands. */
+static const struct sd_req *slot_live(const struct sd_state *st, uint32_t i)
+{
+    return (const struct sd_req *)(st->msg + req_off(st, i / st->slots, i % st->slots));
+}
+
+/* Whether slot i shows a request not served yet, read from its live header without holding the
+ * slot: *seq and *inc as read. A hint: the holder looks again. */
 static bool slot_pending(const struct sd_state *st, uint32_t self, uint32_t i, uint64_t *seq,
                          uint32_t *inc)
 {
     if (i / st->slots == self)
         return false; /* a node runs its own keys' operations itself (sd_can_ship) */
-    const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, i / st->slots,
-                                                                         i % st->slots));
+    const struct sd_req *live = slot_live(st, i);
     *seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
     *inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
     const struct sd_in *in = &st->in[i];
@@ -1109,7 +1114,7 @@ static bool serve_slot(struct nessie_ctx *ctx, uint32_t i, bool gets_only)
     struct nessie_node *nd = ctx->node;
     struct sd_state *st = nd->sd;
     uint32_t r = i / st->slots, s = i % st->slots;
-    const struct sd_req *live = (const struct sd_req *)(st->msg + req_off(st, r, s));
+    const struct sd_req *live = slot_live(st, i);
     uint64_t seq = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
     uint32_t inc = __atomic_load_n(&live->incarnation, __ATOMIC_RELAXED);
     struct sd_in *in = &st->in[i];
@@ -1241,9 +1246,7 @@ size_t nessie_sd_help(struct nessie_ctx *ctx)
         uint64_t seq;
         uint32_t inc;
         if (!slot_pending(st, nd->cfg.self, i, &seq, &inc) ||
-            __atomic_load_n(&((const struct sd_req *)(st->msg + req_off(st, i / st->slots,
-                                                                          i % st->slots)))->op,
-                            __ATOMIC_RELAXED) != SD_OP_GET ||
+            __atomic_load_n(&slot_live(st, i)->op, __ATOMIC_RELAXED) != SD_OP_GET ||
             !slot_hold(&st->in[i]))
             continue;
         ctx->serving = true;
