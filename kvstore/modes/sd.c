@@ -495,10 +495,16 @@ static int sd_exec(struct nessie_ctx *ctx, const struct fab_wr *wr)
 /* One step of a requester's wait, the n-th since it began at t0: a few microseconds of pause,
  * then sleeps of an eighth of the time waited so far (never sched_yield in a loop: on busy
  * cores it hands the core to whatever hog is runnable, DESIGN.md "Busy CPUs"). */
-static void wait_step(unsigned n, uint64_t t0)
+static bool wait_spinning(unsigned n, uint64_t waited)
 {
-    uint64_t waited = nessie_mono_ns() - t0;
-    if (n < SD_WAIT_SPIN || waited < SD_WAIT_SPIN_NS) {
+    return n < SD_WAIT_SPIN || waited < SD_WAIT_SPIN_NS;
+}
+
+/* now: the caller's clock read of this step. */
+static void wait_step(unsigned n, uint64_t t0, uint64_t now)
+{
+    uint64_t waited = now - t0;
+    if (wait_spinning(n, waited)) {
         __builtin_ia32_pause();
         return;
     }
@@ -507,7 +513,7 @@ static void wait_step(unsigned n, uint64_t t0)
         us = SD_WAIT_SLEEP_MIN_US;
     if (us > SD_WAIT_SLEEP_MAX_US)
         us = SD_WAIT_SLEEP_MAX_US;
-    struct timespec ts = {0, (long)(us ? us : 1) * 1000};
+    struct timespec ts = {0, (long)us * 1000};
     nanosleep(&ts, NULL);
 }
 
@@ -526,10 +532,11 @@ static int slot_take(struct sd_state *st, uint32_t home, uint64_t deadline)
                                                       memory_order_relaxed))
                 return s;
         }
-        if (nessie_mono_ns() >= deadline)
+        uint64_t now = nessie_mono_ns();
+        if (now >= deadline)
             return -1;
         /* Another thread of this node holds every slot for the length of a shipped call. */
-        wait_step(spins, t0);
+        wait_step(spins, t0, now);
     }
 }
 
@@ -576,10 +583,10 @@ static bool sd_reply_wait(struct nessie_ctx *ctx, uint32_t home, uint32_t s, uin
          * awake anyway, and a request it answers now does not wait out its server's nap. Not
          * on every pause (a look at the rings costs a load per slot), and not when this call's
          * own wait is nearly over (one GET, a flash read included, takes well under that). */
-        if (ctx->sd_helper && (n >= SD_WAIT_SPIN || n % SD_HELP_EVERY == 0) &&
+        if (ctx->sd_helper && (n % SD_HELP_EVERY == 0 || !wait_spinning(n, now - t0)) &&
             until - now > SD_HELP_MARGIN_NS && nessie_sd_help(ctx->sd_helper))
             continue;
-        wait_step(n, t0);
+        wait_step(n, t0, now);
     }
 }
 
