@@ -148,18 +148,27 @@ else:
     dealt = [conn() for _ in before]
     for s in dealt:
         ask(s, b"version\r\n")
-    before = tcp_threads()
-    for s in dealt:
-        for _ in range(300):
-            ask(s, b"get dealt\r\n", b"END\r\n")
-    after = tcp_threads()
-    ran = sorted((after[t] - before[t]) // 1000 for t in before)
+    # A thread's CPU time is noisy where the machine is loaded (a sanitized run beside other
+    # tests once gave one connection's thread an eighth of another's): the round is measured
+    # again, up to 3 times, and only an imbalance in every round is a failure. Connections that
+    # share a thread leave one idle in every round.
+    rounds = []
+    for _ in range(3):
+        before = tcp_threads()
+        for s in dealt:
+            for _ in range(300):
+                ask(s, b"get dealt\r\n", b"END\r\n")
+        after = tcp_threads()
+        ran = sorted((after[t] - before[t]) // 1000 for t in before)
+        rounds.append(ran)
+        if ran[0] * 8 >= ran[-1]:
+            break
     for s in dealt:
         s.close()
     if ran[0] * 8 < ran[-1]:
         fail("%d connections on %d threads: CPU us per thread %s for 300 requests of each "
-             "connection: two connections share a thread while another idles"
-             % (len(dealt), len(before), ran))
+             "connection, in each of 3 rounds: two connections share a thread while another "
+             "idles" % (len(dealt), len(before), rounds))
     print("tcp-robust: %d connections dealt over %d threads, one each (CPU us per thread: %s)"
           % (len(dealt), len(before), ran))
 
