@@ -158,7 +158,9 @@ static const struct cfg_key schema[] = {
     {"reception", "spin_us", CFG_U32, 0, 1000000, "50", NULL, NULL, F(spin_us),
      "Longest a worker busy-waits for the next request before it sleeps, microseconds. Within this\n"
      "cap it spins only as long as its clients' measured think times say the next request is due\n"
-     "soon (include/nessie/wire_sync.h); 0: never spin."},
+     "soon (include/nessie/wire_sync.h); 0: never spin. The memcached port's threads spin this\n"
+     "long too, while their requests come within 150 us of their replies and a CPU would\n"
+     "otherwise go idle (one thread at a time on fewer than 4 CPUs; none on one)."},
     {"reception", "sd_servers", CFG_U32, 1, 64, "1", NULL, NULL, F(sd_servers),
      "Threads that run the operations peers ship to this node (their mode sd or hy): every daemon\n"
      "runs them, whatever its own mode."},

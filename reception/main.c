@@ -242,7 +242,8 @@ int main(int argc, char **argv)
                                       .threads = cfg.memcached_threads,
                                       .max_connections = cfg.max_connections,
                                       .idle_s = cfg.idle_timeout_s,
-                                      .partial_s = cfg.partial_timeout_s};
+                                      .partial_s = cfg.partial_timeout_s,
+                                      .spin_us = cfg.spin_us};
         if (recep_tcp_start(nd, &tc, stats, &tcp) != 0)
             goto out_stats;
     }

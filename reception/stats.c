@@ -219,6 +219,10 @@ void recep_stats_format(struct recep_stats *st, GString *out)
         /* Not memcached's: gets whose value the engine read straight into the reply (since
          * the start, as the nessie_ counters). */
         STAT_U("nessie_tcp_direct_gets", tc.direct_gets);
+        /* Also not memcached's: the port's threads busy-waited for a request this often
+         * (tcp.c, spin_budget), and a request came before the spin ended this often. */
+        STAT_U("nessie_tcp_spins", tc.spins);
+        STAT_U("nessie_tcp_spin_hits", tc.spin_hits);
     }
     STAT_U("threads", st->nworkers);
     const struct nessie_op_counters *g = &c.op[NESSIE_OPK_GET], *p = &c.op[NESSIE_OPK_PUT],

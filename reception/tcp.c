@@ -15,15 +15,21 @@
  * PROTO_GET_LINE_MAX; a binary request's header, key and value: PROTO_BIN_NEED_MAX) and its
  * pending replies (OUT_MAX, plus one request's). Anything a client sends can close its own
  * connection, never the daemon.
+ * A thread that has answered sleeps in epoll_wait for what comes next, unless its clients
+ * answer fast and a CPU is free: then it looks again and again for up to spin_us first
+ * (spin_budget), as the shim's workers spin for their channels, since a request that finds its
+ * thread asleep pays a wake-up, tens of us on these machines, on top of the client's.
  */
 #include "tcp.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -33,6 +39,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <nessie/wire_sync.h>
 
 #include "clock.h"
 #include "log.h"
@@ -58,6 +66,20 @@
 /* Reads one connection is given per wake-up of its thread before the others' turn (memcached's
  * reqs_per_event): level-triggered epoll comes back to it. */
 #define READS_PER_EVENT 16
+/* A thread spins for its next request (spin_us at most) only while the requests it serves come
+ * this soon after its replies, on average: a closed loop's client answers within its own
+ * wake-up, tens of us here (shared/notes/machine-limits.md), and a request that finds the thread
+ * asleep pays the thread's wake-up too. Past it (a low offered load), the thread sleeps at once
+ * and an idle port costs no CPU. The average is measured whether the thread spun or slept, so a
+ * thread that sleeps still sees a closed loop's gaps (its own wake-up added: the bound leaves
+ * room for it). Below the clamp of a sample (wire_est_add), or a long gap would never exceed it. */
+#define SPIN_GAP_MAX_NS 150000ull
+/* After the CPUs were found all wanted (cpu_to_spare), how long a thread sleeps at once before it
+ * looks again: the look formats /proc/loadavg in the kernel, 3 % of a busy thread's CPU when it
+ * looked after every pass (4 connections on 2 CPUs), and a machine that busy stays so for a
+ * while. */
+#define SPIN_BACKOFF_NS 1000000ull
+_Static_assert(SPIN_GAP_MAX_NS < WIRE_WAKE_COST_MAX_NS, "SPIN_GAP_MAX_NS past wire_est's clamp");
 /* A stopped thread's load: above any live thread's, so no connection is dealt to it. */
 #define TCP_LOAD_DEAD (UINT32_MAX / 2)
 /* memcached's answer to a connection past its limit (its maxconns_fast). */
@@ -102,6 +124,10 @@ struct tcp_thread {
     uint64_t now_ns;           /* the clock when epoll_wait last returned: what the connections'
                                 * timeouts count (seconds) needs no fresher, and a read of the
                                 * clock per read and per write was 2 % of a small get's cost */
+    uint64_t replied_ns;       /* when its last pass over ready connections ended (0: none yet) */
+    struct wire_est gap;       /* from the end of such a pass to the next ready connection */
+    int loadfd;                /* /proc/loadavg, kept open (-1: never spin) */
+    uint64_t calm_after_ns;    /* no spin before this (SPIN_BACKOFF_NS) */
 };
 
 struct recep_tcp {
@@ -114,11 +140,19 @@ struct recep_tcp {
     struct tcp_thread *threads;
     uint32_t started;
     uint32_t rotor;            /* where the next choice of a thread starts (relaxed atomic) */
+    /* Threads spinning for a request now, and how many may (half the CPUs, at least one): the
+     * clients they wait for need CPUs to send on, and four threads spinning for four clients on
+     * two CPUs would hold back the very requests they wait for. Relaxed atomic: a token count. */
+    uint32_t spinning, spin_max;
+    uint32_t cpus;             /* online at start */
 };
 
 /* The counters memcached's stats have (tcp.h): file-static because a daemon has one listener
  * and stats.c reads them without a handle; relaxed atomics, being counters. */
 static uint64_t n_curr, n_total, n_rejected, n_max;
+/* The threads' spins for a request (spin_budget), and those a request ended: whether spinning
+ * pays on this machine, for the operator (stats nessie_tcp_spins, nessie_tcp_spin_hits). */
+static uint64_t n_spins, n_spin_hits;
 /* Bytes of replies all connections hold unwritten (HELD_MAX); file-static for the same reason:
  * proto_text.c reads it through each connection's pointer. */
 static uint64_t held_bytes;
@@ -130,6 +164,8 @@ void recep_tcp_counts(struct recep_tcp_counts *out)
     out->rejected = __atomic_load_n(&n_rejected, __ATOMIC_RELAXED);
     out->max = __atomic_load_n(&n_max, __ATOMIC_RELAXED);
     out->direct_gets = proto_text_direct_gets();
+    out->spins = __atomic_load_n(&n_spins, __ATOMIC_RELAXED);
+    out->spin_hits = __atomic_load_n(&n_spin_hits, __ATOMIC_RELAXED);
 }
 
 /* Account for c's unwritten replies in held_bytes. */
@@ -517,6 +553,52 @@ static void sweep(struct tcp_thread *th)
     }
 }
 
+/*
+ * Whether a CPU would go idle if th slept now: the threads runnable on the machine (the 4th
+ * field of /proc/loadavg, "running/total", this one among them) no more than its CPUs. A
+ * spinner pays only then: where every CPU has a thread to run (several connections busy at
+ * once, or other programs' load), sleeping costs nothing (the request that comes wakes th on a
+ * busy CPU, without an idle CPU's exit, and another thread runs meanwhile), and a spin takes
+ * the CPU from the clients whose requests it waits for (bench/tcp.sh, 4 connections on 2 CPUs:
+ * spinning regardless served 0.57 of the ops/s of sleeping). A pread of it costs ~0.4 us here.
+ * Never, if the file cannot be read.
+ */
+static bool cpu_to_spare(struct tcp_thread *th)
+{
+    char b[128];
+    ssize_t r = th->loadfd >= 0 ? pread(th->loadfd, b, sizeof(b) - 1, 0) : -1;
+    if (r <= 0)
+        return false;
+    b[r] = '\0';
+    const char *p = b;
+    for (int field = 0; field < 3 && p; field++)
+        if ((p = strchr(p, ' ')) != NULL)
+            p++;
+    return p && strtoul(p, NULL, 10) <= th->tcp->cpus;
+}
+
+/* How long th spins for its next request before it sleeps: spin_us while its requests come
+ * soon after its replies (SPIN_GAP_MAX_NS) and a spinner's token is free (taken here: the caller
+ * gives it back after its spin), else 0. */
+static uint64_t spin_budget(struct tcp_thread *th)
+{
+    struct recep_tcp *t = th->tcp;
+    if (!t->cfg.spin_us || th->gap.avg_ns == 0 || th->gap.avg_ns > SPIN_GAP_MAX_NS ||
+        th->now_ns < th->calm_after_ns)
+        return 0;
+    if (!cpu_to_spare(th)) {
+        th->calm_after_ns = th->now_ns + SPIN_BACKOFF_NS;
+        return 0;
+    }
+    uint32_t k = __atomic_load_n(&t->spinning, __ATOMIC_RELAXED);
+    do {
+        if (k >= t->spin_max)
+            return 0;
+    } while (!__atomic_compare_exchange_n(&t->spinning, &k, k + 1, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    return (uint64_t)t->cfg.spin_us * 1000u;
+}
+
 static void *tcp_thread_main(void *arg)
 {
     struct tcp_thread *th = arg;
@@ -524,11 +606,33 @@ static void *tcp_thread_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "nessie-tcp%u", th->index);
     prctl(PR_SET_NAME, name, 0, 0, 0);
+    th->loadfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     struct epoll_event evs[64];
     uint64_t next_sweep = nessie_mono_ns() + SWEEP_MS * 1000000ull;
     for (;;) {
-        int n = epoll_wait(th->epfd, evs, 64, SWEEP_MS);
+        int n = 0;
+        const uint64_t spin_ns = spin_budget(th);
+        if (spin_ns) {
+            /* A look costs a syscall (~1 us), against the wake-up it saves; the spin ends too
+             * once the CPUs are wanted (cpu_to_spare): by the clients it waits for, often. */
+            uint64_t start = nessie_mono_ns(), now = start;
+            while ((n = epoll_wait(th->epfd, evs, 64, 0)) == 0 &&
+                   (now = nessie_mono_ns()) - start < spin_ns) {
+                if (!cpu_to_spare(th)) {
+                    th->calm_after_ns = now + SPIN_BACKOFF_NS;
+                    break;
+                }
+                wire_cpu_relax();
+            }
+            __atomic_fetch_sub(&t->spinning, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&n_spins, 1, __ATOMIC_RELAXED);
+            if (n > 0)
+                __atomic_fetch_add(&n_spin_hits, 1, __ATOMIC_RELAXED);
+        }
+        if (n == 0)
+            n = epoll_wait(th->epfd, evs, 64, SWEEP_MS);
         th->now_ns = nessie_mono_ns();
+        bool served = false;
         if (n < 0 && errno != EINTR) {
             log_error("tcp: thread %u: epoll_wait: %s; it stops", th->index, strerror(errno));
             /* Never the thread with the fewest again: what is dealt to it now would wait in
@@ -550,6 +654,7 @@ static void *tcp_thread_main(void *arg)
                 on_accept(th);
             } else {
                 struct tconn *c = p;
+                served = true;
                 bool keep;
                 if (c->writing)
                     keep = conn_flush(th, c) &&
@@ -563,6 +668,11 @@ static void *tcp_thread_main(void *arg)
         }
         if (stop)
             break;
+        if (served) {
+            if (th->replied_ns)
+                wire_est_add(&th->gap, th->now_ns - th->replied_ns);
+            th->replied_ns = nessie_mono_ns();
+        }
         if (th->now_ns >= next_sweep) {
             sweep(th);
             next_sweep = th->now_ns + SWEEP_MS * 1000000ull;
@@ -577,6 +687,8 @@ static void *tcp_thread_main(void *arg)
         close(c->fd);
         conn_free(c);
     }
+    if (th->loadfd >= 0)
+        close(th->loadfd);
     return NULL;
 }
 
@@ -669,6 +781,15 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
         return -1;
     t->cfg = *cfg;
     t->node = node;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->cpus = cpus > 0 ? (uint32_t)cpus : 1;
+    t->spin_max = t->cpus >= 4 ? t->cpus / 2 : 1;
+    /* A daemon held to one CPU (taskset, a cgroup's cpuset) never spins: its spinner would keep
+     * that CPU from the daemon's other threads, and no client it waits for runs beside it there. */
+    cpu_set_t mine;
+    if (t->cpus < 2 ||
+        (sched_getaffinity(0, sizeof(mine), &mine) == 0 && CPU_COUNT(&mine) < 2))
+        t->spin_max = 0;
     t->stats = stats;
     t->stopfd = -1;
     size_t item = nessie_node_config(node)->max_item_size;

@@ -19,6 +19,8 @@ struct recep_tcp_config {
     uint32_t max_connections;  /* past it, a new connection is told so and closed */
     uint32_t idle_s;           /* a connection silent this long is closed (0: never) */
     uint32_t partial_s;        /* a request begun and not finished this long: closed (0: never) */
+    uint32_t spin_us;          /* a thread busy-waits this long at most for a request ([reception]
+                                * spin_us, as the workers; 0: never) */
 };
 
 struct recep_tcp;
@@ -37,6 +39,8 @@ void recep_tcp_stop(struct recep_tcp *t);
 struct recep_tcp_counts {
     uint64_t curr, total, rejected, max;
     uint64_t direct_gets;  /* values read straight into a reply (proto_text_direct_gets) */
+    uint64_t spins;        /* times a thread busy-waited for a request instead of sleeping */
+    uint64_t spin_hits;    /* ... and one came before it gave up */
 };
 void recep_tcp_counts(struct recep_tcp_counts *out);
 

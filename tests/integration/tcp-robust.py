@@ -7,6 +7,8 @@ Against one daemon's memcached port (its config: max_connections and partial_tim
   - as many connections as the port has threads, opened one after another: each is run by a
     thread of its own (each thread, nessie-tcpN, spends about as much CPU time on their
     requests as the others);
+  - a closed loop on one connection, then none: the port's threads sleep (whatever they spun
+    for the loop's requests, a second idle costs them almost no CPU);
   - MAX_CONNECTIONS connections opened at once (the test raises its own open-file limit), each
     answering; 20 more are told "ERROR Too many open connections" and closed, as memcached does;
     all dropped, the port serves again and curr_connections comes back down;
@@ -171,6 +173,27 @@ else:
              "idles" % (len(dealt), len(before), rounds))
     print("tcp-robust: %d connections dealt over %d threads, one each (CPU us per thread: %s)"
           % (len(dealt), len(before), ran))
+
+    # 0b. A closed loop (requests as soon as the replies come) may make a thread busy-wait for
+    # the next request ([reception] spin_us) instead of sleeping; once the client is gone, the
+    # port's threads sleep: over a second, their CPU time is their sweeps', not a spinner's.
+    spins0, hits0 = stat("nessie_tcp_spins"), stat("nessie_tcp_spin_hits")
+    s = conn()
+    for _ in range(2000):
+        ask(s, b"get dealt\r\n", b"END\r\n")
+    s.close()
+    spins = stat("nessie_tcp_spins") - spins0
+    time.sleep(0.3)
+    before = tcp_threads()
+    time.sleep(1.0)
+    after = tcp_threads()
+    idle_us = sum((after[t] - before.get(t, after[t])) // 1000 for t in after)
+    if idle_us > 100000:
+        fail("the port's threads took %d us of CPU in the second after the last client left "
+             "(%d spins for requests before): a thread spins on" % (idle_us, spins))
+    print("tcp-robust: 2000 round trips on one connection (%d spins for a request, %d found one), "
+          "then the port idle: %d us of CPU in a second"
+          % (spins, stat("nessie_tcp_spin_hits") - hits0, idle_us))
 
 # 1. Connections up to the limit, and past it. The test holds none now, but the daemon may not
 # have seen the last ones close yet (case 0's, the last stats connection: a slow run under a
