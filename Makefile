@@ -54,7 +54,7 @@ VERSION     := 0.18.0
 SOVERSION   := 0
 # The engine's rooms (kvstore/*/, tests/integration/rooms.sh keeps their order) and the logger
 # the whole project shares (base/).
-KVSTORE_SRC := $(wildcard kvstore/*/*.c) base/log.c
+KVSTORE_SRC := $(wildcard kvstore/*/*.c) base/log.c base/cpuload.c
 KVSTORE_OBJ := $(KVSTORE_SRC:%.c=$(BUILD)/obj/%.o)
 LIBNESSIE_INT := $(BUILD)/obj/libnessie-internal.a
 LIBNESSIE   := $(BUILD)/libnessie.a

@@ -24,12 +24,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <glib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -43,6 +41,7 @@
 #include <nessie/wire_sync.h>
 
 #include "clock.h"
+#include "cpuload.h"
 #include "log.h"
 #include "proto_bin.h"
 #include "proto_text.h"
@@ -74,10 +73,10 @@
  * thread that sleeps still sees a closed loop's gaps (its own wake-up added: the bound leaves
  * room for it). Below the clamp of a sample (wire_est_add), or a long gap would never exceed it. */
 #define SPIN_GAP_MAX_NS 150000ull
-/* After the CPUs were found all wanted (cpu_to_spare), how long a thread sleeps at once before it
- * looks again: the look formats /proc/loadavg in the kernel, 3 % of a busy thread's CPU when it
- * looked after every pass (4 connections on 2 CPUs), and a machine that busy stays so for a
- * while. */
+/* After the CPUs were found all wanted (nessie_cpu_spare), how long a thread sleeps at once
+ * before it looks again: the look formats /proc/loadavg in the kernel, 3 % of a busy thread's CPU
+ * when it looked after every pass (4 connections on 2 CPUs), and a machine that busy stays so
+ * for a while. */
 #define SPIN_BACKOFF_NS 1000000ull
 _Static_assert(SPIN_GAP_MAX_NS < WIRE_WAKE_COST_MAX_NS, "SPIN_GAP_MAX_NS past wire_est's clamp");
 /* A stopped thread's load: above any live thread's, so no connection is dealt to it. */
@@ -126,7 +125,6 @@ struct tcp_thread {
                                 * clock per read and per write was 2 % of a small get's cost */
     uint64_t replied_ns;       /* when its last pass over ready connections ended (0: none yet) */
     struct wire_est gap;       /* from the end of such a pass to the next ready connection */
-    int loadfd;                /* /proc/loadavg, kept open (-1: never spin) */
     uint64_t calm_after_ns;    /* no spin before this (SPIN_BACKOFF_NS) */
 };
 
@@ -144,7 +142,6 @@ struct recep_tcp {
      * clients they wait for need CPUs to send on, and four threads spinning for four clients on
      * two CPUs would hold back the very requests they wait for. Relaxed atomic: a token count. */
     uint32_t spinning, spin_max;
-    uint32_t cpus;             /* online at start */
 };
 
 /* The counters memcached's stats have (tcp.h): file-static because a daemon has one listener
@@ -553,30 +550,6 @@ static void sweep(struct tcp_thread *th)
     }
 }
 
-/*
- * Whether a CPU would go idle if th slept now: the threads runnable on the machine (the 4th
- * field of /proc/loadavg, "running/total", this one among them) no more than its CPUs. A
- * spinner pays only then: where every CPU has a thread to run (several connections busy at
- * once, or other programs' load), sleeping costs nothing (the request that comes wakes th on a
- * busy CPU, without an idle CPU's exit, and another thread runs meanwhile), and a spin takes
- * the CPU from the clients whose requests it waits for (bench/tcp.sh, 4 connections on 2 CPUs:
- * spinning regardless served 0.57 of the ops/s of sleeping). A pread of it costs ~0.4 us here.
- * Never, if the file cannot be read.
- */
-static bool cpu_to_spare(struct tcp_thread *th)
-{
-    char b[128];
-    ssize_t r = th->loadfd >= 0 ? pread(th->loadfd, b, sizeof(b) - 1, 0) : -1;
-    if (r <= 0)
-        return false;
-    b[r] = '\0';
-    const char *p = b;
-    for (int field = 0; field < 3 && p; field++)
-        if ((p = strchr(p, ' ')) != NULL)
-            p++;
-    return p && strtoul(p, NULL, 10) <= th->tcp->cpus;
-}
-
 /* How long th spins for its next request before it sleeps: spin_us while its requests come
  * soon after its replies (SPIN_GAP_MAX_NS) and a spinner's token is free (taken here: the caller
  * gives it back after its spin), else 0. */
@@ -586,7 +559,11 @@ static uint64_t spin_budget(struct tcp_thread *th)
     if (!t->cfg.spin_us || th->gap.avg_ns == 0 || th->gap.avg_ns > SPIN_GAP_MAX_NS ||
         th->now_ns < th->calm_after_ns)
         return 0;
-    if (!cpu_to_spare(th)) {
+    /* Where every CPU has a thread to run (several connections busy at once, or other
+     * programs' load), the request that comes wakes th on a busy CPU, without an idle CPU's
+     * exit, and a spin would take the CPU from the clients it waits for (bench/tcp.sh, 4
+     * connections on 2 CPUs: spinning regardless served 0.57 of the ops/s of sleeping). */
+    if (!nessie_cpu_spare(0)) {
         th->calm_after_ns = th->now_ns + SPIN_BACKOFF_NS;
         return 0;
     }
@@ -606,7 +583,6 @@ static void *tcp_thread_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "nessie-tcp%u", th->index);
     prctl(PR_SET_NAME, name, 0, 0, 0);
-    th->loadfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     struct epoll_event evs[64];
     uint64_t next_sweep = nessie_mono_ns() + SWEEP_MS * 1000000ull;
     for (;;) {
@@ -614,11 +590,11 @@ static void *tcp_thread_main(void *arg)
         const uint64_t spin_ns = spin_budget(th);
         if (spin_ns) {
             /* A look costs a syscall (~1 us), against the wake-up it saves; the spin ends too
-             * once the CPUs are wanted (cpu_to_spare): by the clients it waits for, often. */
+             * once the CPUs are wanted (nessie_cpu_spare): by the clients it waits for, often. */
             uint64_t start = nessie_mono_ns(), now = start;
             while ((n = epoll_wait(th->epfd, evs, 64, 0)) == 0 &&
                    (now = nessie_mono_ns()) - start < spin_ns) {
-                if (!cpu_to_spare(th)) {
+                if (!nessie_cpu_spare(0)) {
                     th->calm_after_ns = now + SPIN_BACKOFF_NS;
                     break;
                 }
@@ -687,8 +663,6 @@ static void *tcp_thread_main(void *arg)
         close(c->fd);
         conn_free(c);
     }
-    if (th->loadfd >= 0)
-        close(th->loadfd);
     return NULL;
 }
 
@@ -782,14 +756,7 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
     t->cfg = *cfg;
     t->node = node;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    t->cpus = cpus > 0 ? (uint32_t)cpus : 1;
-    t->spin_max = t->cpus >= 4 ? t->cpus / 2 : 1;
-    /* A daemon held to one CPU (taskset, a cgroup's cpuset) never spins: its spinner would keep
-     * that CPU from the daemon's other threads, and no client it waits for runs beside it there. */
-    cpu_set_t mine;
-    if (t->cpus < 2 ||
-        (sched_getaffinity(0, sizeof(mine), &mine) == 0 && CPU_COUNT(&mine) < 2))
-        t->spin_max = 0;
+    t->spin_max = cpus >= 4 ? (uint32_t)(cpus / 2) : 1; /* on one CPU, nessie_cpu_spare: never */
     t->stats = stats;
     t->stopfd = -1;
     size_t item = nessie_node_config(node)->max_item_size;

@@ -1,0 +1,25 @@
+/*
+ * cpuload.h - whether this machine has a CPU to spare, for the threads that would busy-wait.
+ *
+ * A spin for a reply or a request pays only while another CPU runs the party it waits for and
+ * this CPU would otherwise idle. Where every CPU has a thread to run (more runnable threads than
+ * CPUs: several clients busy at once, three daemons on two cores, other programs' load), a
+ * spinner takes the CPU from the very thread whose answer it waits for, and sleeping costs only
+ * the sleep. The count is the kernel's: the runnable threads of the whole machine, the caller
+ * among them (the 4th field of /proc/loadavg, "running/total").
+ */
+#ifndef NESSIE_BASE_CPULOAD_H
+#define NESSIE_BASE_CPULOAD_H
+
+#include <stdbool.h>
+
+/*
+ * True if the machine's runnable threads (the caller among them), on a short moving average,
+ * are no more than its online CPUs plus over (and half a thread), as read at most CPULOAD_FRESH_NS ago by
+ * any thread of the process (a read costs ~0.4 us: /proc/loadavg is formatted by the kernel).
+ * False if the file cannot be read, or the process may run on one CPU only (no one it waits for
+ * runs beside it). Thread-safe; never blocks but on that read.
+ */
+bool nessie_cpu_spare(unsigned over);
+
+#endif
