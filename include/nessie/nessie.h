@@ -433,6 +433,18 @@ bool nessie_mode_parse(const char *s, enum nessie_mode *out);
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers);
 
 /*
+ * Sleep until a peer ships a request to this node, or timeout_ns passed, whichever is first:
+ * where the fabric has doorbells (shm: a requester rings the home node's after its request
+ * landed), the request wakes the sleeper; over verbs this sleeps the whole timeout. Returns at
+ * once if a request is waiting already. For the threads that call nessie_sd_serve, between
+ * passes that found nothing. Never fails.
+ */
+void nessie_sd_nap(struct nessie_ctx *ctx, uint64_t timeout_ns);
+/* Whether a request ends nessie_sd_nap's sleep on this node's fabric (shm), or only its
+ * timeout does (verbs). */
+bool nessie_sd_nap_rings(const struct nessie_node *nd);
+
+/*
  * Answer at most one GET a peer shipped to this node, from any slot no server is serving at this
  * moment, with ctx (a context no call is running on), as nessie_sd_serve would (the same
  * take-up, budget and checks). Only GETs: each runs within a read of the tables or of the flash

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "membership/membership.h"
@@ -209,6 +210,35 @@ void fab_ep_destroy(struct fab_ep *ep)
 }
 
 void fab_set_fence(struct fab *fab, const struct mship_state *fence) { fab->fence = fence; }
+
+bool fab_has_bells(const struct fab *fab) { return fab->ops->bell_ring != NULL; }
+
+static bool bell_offset_ok(const struct fab *fab, enum fab_region region, uint64_t offset)
+{
+    return (unsigned)region < FAB_REGION_COUNT && offset % 8 == 0 &&
+           offset + sizeof(struct fab_bell) <= fab->cfg.region_size[region];
+}
+
+void fab_bell_wait(struct fab *fab, enum fab_region region, uint64_t offset, uint64_t timeout_ns,
+                   bool (*idle)(void *), void *arg)
+{
+    if (fab->ops->bell_wait && bell_offset_ok(fab, region, offset) && fab->local[region].base) {
+        fab->ops->bell_wait(fab,
+                            (struct fab_bell *)((unsigned char *)fab->local[region].base + offset),
+                            timeout_ns, idle, arg);
+        return;
+    }
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    nanosleep(&ts, NULL);
+}
+
+void fab_bell_ring(struct fab *fab, uint32_t node, enum fab_region region, uint64_t offset)
+{
+    if (!fab->ops->bell_ring || node >= fab->cfg.nodes || !bell_offset_ok(fab, region, offset) ||
+        (fab->fence && mship_unreachable(fab->fence, node)))
+        return;
+    fab->ops->bell_ring(fab, node, region, offset);
+}
 
 void fab_set_fault(struct fab *fab, fab_fault_fn fn, void *user)
 {

@@ -163,6 +163,36 @@ int fab_local_read(const struct fab *fab, enum fab_region region, uint64_t offse
 int fab_local_write(struct fab *fab, enum fab_region region, uint64_t offset, const void *src,
                     uint32_t len);
 
+/*
+ * Doorbells: a sleeper on a word of its own node's region is woken by a peer that posted it
+ * work, instead of finding the work when its nap ends. The word (8-byte aligned) is a struct
+ * fab_bell; only the shm backend has them (a futex on the shared page). Over verbs a bell would
+ * need a WRITE with immediate and a completion channel: fab_bell_wait sleeps its whole timeout
+ * there, and fab_bell_ring does nothing, so a sleeper's work waits for its nap's end, as without
+ * bells.
+ */
+struct fab_bell {
+    uint32_t seq;      /* rung: incremented by a peer that found sleepers */
+    uint32_t sleepers; /* threads in fab_bell_wait on it */
+};
+/* Whether this fabric's bells wake sleepers (shm), or fab_bell_wait only sleeps (verbs). */
+bool fab_has_bells(const struct fab *fab);
+/*
+ * Sleep up to timeout_ns on the bell at offset of this node's own region, unless idle(arg)
+ * says work came meanwhile (it is asked after this thread counted itself a sleeper: work posted
+ * before its answer is seen by it, work posted after rings). Returns early when rung, on a
+ * signal, or at once if idle(arg) is false. Never fails: a bad offset just sleeps.
+ */
+void fab_bell_wait(struct fab *fab, enum fab_region region, uint64_t offset, uint64_t timeout_ns,
+                   bool (*idle)(void *), void *arg);
+/*
+ * Wake node's sleepers on its bell at offset, if it has any: call after the work for them was
+ * posted and has landed (a completed WRITE). One load of the peer's word when nobody sleeps, a
+ * futex wake when someone does. Does nothing over verbs, to a fenced node (fab_set_fence), or to
+ * one not reachable.
+ */
+void fab_bell_ring(struct fab *fab, uint32_t node, enum fab_region region, uint64_t offset);
+
 /* Create an endpoint able to keep `depth` requests outstanding (0: FAB_EP_DEPTH_DEFAULT). */
 int fab_ep_create(struct fab *fab, uint32_t depth, struct fab_ep **out);
 void fab_ep_destroy(struct fab_ep *ep);

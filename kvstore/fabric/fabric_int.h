@@ -27,6 +27,10 @@ struct fab_backend_ops {
      * transport failures become completions with an error status. */
     void (*post)(struct fab_ep *ep, const struct fab_wr *wrs, size_t n);
     int (*poll)(struct fab_ep *ep, struct fab_wc *wcs, int max);
+    /* Doorbells (fabric.h), NULL where the backend has none; the offsets are checked. */
+    void (*bell_wait)(struct fab *fab, struct fab_bell *own, uint64_t timeout_ns,
+                      bool (*idle)(void *), void *arg);
+    void (*bell_ring)(struct fab *fab, uint32_t node, enum fab_region region, uint64_t offset);
 };
 
 struct fab_local_region {

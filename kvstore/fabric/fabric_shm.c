@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -43,6 +44,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -521,6 +524,49 @@ static int shm_poll(struct fab_ep *ep, struct fab_wc *wcs, int max)
     return got;
 }
 
+/*
+ * Doorbells (fabric.h): a futex on the bell's seq word. The page is MAP_SHARED between the
+ * processes, so the futex is a shared one (no FUTEX_PRIVATE_FLAG).
+ *
+ * Memory orderings (the store-buffer pattern, as the channel's worker_parked, wire_sync.h):
+ * - The sleeper reads seq, then counts itself in sleepers (seq_cst RMW) and asks idle() behind
+ *   a seq_cst fence; the ringer's work landed before (its WRITE's release stores), then a seq_cst
+ *   fence, then it loads sleepers. Either the sleeper's idle() sees the work, or the ringer sees
+ *   the sleeper, bumps seq and wakes it; a ring between the sleeper's read of seq and its
+ *   futex_wait makes the wait return at once (the word changed).
+ */
+static void shm_bell_wait(struct fab *fab, struct fab_bell *own, uint64_t timeout_ns,
+                          bool (*idle)(void *), void *arg)
+{
+    (void)fab;
+    _Atomic uint32_t *seq = (_Atomic uint32_t *)&own->seq;
+    _Atomic uint32_t *sleepers = (_Atomic uint32_t *)&own->sleepers;
+    uint32_t seen = atomic_load_explicit(seq, memory_order_acquire);
+    atomic_fetch_add_explicit(sleepers, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (idle(arg)) {
+        struct timespec ts = {(time_t)(timeout_ns / 1000000000u),
+                              (long)(timeout_ns % 1000000000u)};
+        syscall(SYS_futex, seq, FUTEX_WAIT, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub_explicit(sleepers, 1, memory_order_relaxed);
+}
+
+static void shm_bell_ring(struct fab *fab, uint32_t node, enum fab_region region, uint64_t offset)
+{
+    if (peer_gone(fab, node))
+        return;
+    unsigned char *base = peer_base(fab, node, region);
+    if (!base)
+        return;
+    struct fab_bell *b = (struct fab_bell *)(base + offset);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit((_Atomic uint32_t *)&b->sleepers, memory_order_relaxed) == 0)
+        return;
+    atomic_fetch_add_explicit((_Atomic uint32_t *)&b->seq, 1, memory_order_release);
+    syscall(SYS_futex, &b->seq, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
 const struct fab_backend_ops fab_shm_ops = {
     .name = "shm",
     .request_bound_ms = 0, /* a request runs inside fab_post(): it lands before post returns */
@@ -531,4 +577,6 @@ const struct fab_backend_ops fab_shm_ops = {
     .ep_fini = shm_ep_fini,
     .post = shm_post,
     .poll = shm_poll,
+    .bell_wait = shm_bell_wait,
+    .bell_ring = shm_bell_ring,
 };

@@ -373,9 +373,15 @@ struct msg_hdr {
      * their reads, never compare it with their own clock: a value that stands still means no
      * server is looking at the rings (none running, or all stalled inside calls). */
     uint64_t sd_beat;
+    uint64_t beat_line[7]; /* the rest of sd_beat's cache line, which only the node writes */
+    /* The SD servers' doorbell (a struct fab_bell, fabric.h): they sleep on it between passes
+     * that found nothing (nessie_sd_nap), and a requester rings it once its request landed. The
+     * one part of the header peers write. */
+    uint32_t sd_bell[2];
 };
 _Static_assert(sizeof(struct msg_hdr) <= MSG_HDR_BYTES, "MSG header fits its page");
 #define MSG_HDR_OFF_BEAT ((uint64_t)__builtin_offsetof(struct msg_hdr, sd_beat))
+#define MSG_HDR_OFF_BELL ((uint64_t)__builtin_offsetof(struct msg_hdr, sd_bell))
 
 enum sd_op { SD_OP_GET = 1, SD_OP_STORE, SD_OP_DELETE, SD_OP_ARITH, SD_OP_TOUCH, SD_OP_END };
 /* In a store's sub (its enum nessie_store_mode): the value is placed on this node for room, not

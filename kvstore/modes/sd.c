@@ -260,6 +260,12 @@ int sd_open(struct nessie_node *nd)
     uint64_t all = st->slots == 64 ? UINT64_MAX : (1ULL << st->slots) - 1;
     for (uint32_t h = 0; h < st->nodes; h++)
         atomic_init(&st->free[h], all);
+    /* No server of this life sleeps on the bell yet; one of an earlier life that was killed
+     * asleep left itself counted, and peers would ring for nobody. */
+    _Static_assert(sizeof(((struct msg_hdr *)0)->sd_bell) == sizeof(struct fab_bell),
+                   "msg_hdr.sd_bell is a fab_bell");
+    __atomic_store_n(&((struct fab_bell *)(st->msg + MSG_HDR_OFF_BELL))->sleepers, 0,
+                     __ATOMIC_RELAXED);
     /* Whatever the ring holds now was sent to an earlier life of this node: served. */
     for (uint32_t r = 0; r < st->nodes; r++)
         for (uint32_t s = 0; s < st->slots; s++) {
@@ -715,6 +721,8 @@ static int sd_ship(struct nessie_ctx *ctx, uint32_t home, uint64_t plen, bool wr
     fab_ops++;
     fab_bytes += tr + 8;
     bool sent = sd_exec(ctx, &wr) == FAB_OK;
+    if (sent) /* it landed: a server asleep on the home node's bell wakes for it */
+        fab_bell_ring(nd->fab, home, FAB_REGION_MSG, MSG_HDR_OFF_BELL);
     uint64_t posted = nessie_mono_ns();
     if (sent && sd_reply_wait(ctx, home, (uint32_t)s, inc, seq, posted + takeup, posted, &fab_bytes))
         goto replied;
@@ -1214,6 +1222,28 @@ static bool serve_slot(struct nessie_ctx *ctx, uint32_t i, bool gets_only)
         ;
     return true;
 }
+
+/* nessie_sd_nap's question, asked once it counted itself a sleeper: no request waits in any of
+ * this node's rings. */
+static bool sd_rings_idle(void *arg)
+{
+    const struct nessie_node *nd = arg;
+    const struct sd_state *st = nd->sd;
+    uint64_t seq;
+    uint32_t inc;
+    for (uint32_t i = 0; i < st->nodes * st->slots; i++)
+        if (slot_pending(st, nd->cfg.self, i, &seq, &inc))
+            return false;
+    return true;
+}
+
+void nessie_sd_nap(struct nessie_ctx *ctx, uint64_t timeout_ns)
+{
+    struct nessie_node *nd = ctx->node;
+    fab_bell_wait(nd->fab, FAB_REGION_MSG, MSG_HDR_OFF_BELL, timeout_ns, sd_rings_idle, nd);
+}
+
+bool nessie_sd_nap_rings(const struct nessie_node *nd) { return fab_has_bells(nd->fab); }
 
 size_t nessie_sd_serve(struct nessie_ctx *ctx, uint32_t worker, uint32_t workers)
 {

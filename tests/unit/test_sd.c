@@ -84,6 +84,9 @@ static void server_stop(uint32_t n)
     s->running = false;
 }
 
+/* A test's expiration period, ms (0: cluster_open's 50); reset by teardown. */
+static uint32_t expiration_ms;
+
 /* The flash tier's directory and size per node when a test turns it on (flash_on), else "". */
 static char flash_dir[64];
 static uint64_t flash_bytes;
@@ -103,8 +106,8 @@ static void cluster_open(bool servers)
         cfg.index_slots = 256;
         cfg.data_bytes = 1 << 20;
         cfg.max_item_size = 4096;
-        cfg.expiration_ms = 50;
-        cfg.op_timeout_ms = 200;
+        cfg.expiration_ms = expiration_ms ? expiration_ms : 50;
+        cfg.op_timeout_ms = 4 * cfg.expiration_ms;
         cfg.sd_slots = 2;
         if (flash_dir[0]) {
             cfg.flash_path = flash_dir;
@@ -126,6 +129,7 @@ static void evictor_stop(void);
 static int teardown(void **state)
 {
     (void)state;
+    expiration_ms = 0;
     evictor_stop();
     for (uint32_t i = 0; i < NODES; i++)
         server_stop(i);
@@ -1354,6 +1358,62 @@ static void test_flash_compaction_race(void **state)
     assert_true(flash_check(C.ctx[1], key, 1000));
 }
 
+/* --- the SD servers' doorbell (nessie_sd_nap) -------------------------------------------- */
+
+/* A server that naps a second between passes that found nothing, as a daemon's does once idle
+ * (at most 10 ms there): only a ring ends its nap early. */
+static void *napping_server_main(void *p)
+{
+    struct server *s = p;
+    struct nessie_ctx *ctx;
+    if (nessie_ctx_create(s->node, &ctx) != NESSIE_OK)
+        return (void *)1;
+    while (!atomic_load(&s->stop))
+        if (nessie_sd_serve(ctx, 0, 1) == 0)
+            nessie_sd_nap(ctx, 1000000000ull);
+    nessie_ctx_destroy(ctx);
+    return NULL;
+}
+
+/* A request to a home node whose server sleeps wakes it (shm rings its doorbell): the server
+ * takes up and answers each GET within the requester's take-up limit, where a server that slept
+ * its whole nap would have answered none (the first withdrawn and run at the requester, the
+ * home shunned for the rest). */
+static void test_request_rings_napping_server(void **state)
+{
+    (void)state;
+    char k[32];
+    /* A take-up limit of 100 ms: a wake-up on a loaded, sanitized run stays well within it, and
+     * a withdrawn call would shun the home node for the calls after it. */
+    expiration_ms = 400;
+    struct nessie_ctx *ctx = sd_requester(false, k, sizeof(k));
+    assert_true(nessie_sd_nap_rings(C.node[1]));
+    assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "rung", 4, 0, 0, 0, NULL),
+                     NESSIE_OK);
+    struct server *srv = &C.srv[1];
+    srv->node = C.node[1];
+    atomic_store(&srv->stop, 0);
+    assert_int_equal(pthread_create(&srv->thread, NULL, napping_server_main, srv), 0);
+    usleep(100000); /* asleep by now */
+    uint64_t served0 = node_counter(1, offsetof(struct nessie_counters, sd_served));
+    uint64_t withdrawn0 = node_counter(0, offsetof(struct nessie_counters, sd_withdrawn));
+    for (int i = 0; i < 20; i++) {
+        expect_item(ctx, k, "rung");
+        usleep(2000); /* the server asleep again before the next */
+    }
+    uint64_t served = node_counter(1, offsetof(struct nessie_counters, sd_served)) - served0;
+    uint64_t withdrawn = node_counter(0, offsetof(struct nessie_counters, sd_withdrawn)) - withdrawn0;
+    atomic_store(&srv->stop, 1);
+    fab_bell_ring(nessie_node_fabric(C.node[0]), 1, FAB_REGION_MSG, MSG_HDR_OFF_BELL);
+    pthread_join(srv->thread, NULL);
+    /* A slow sanitized run may miss a take-up limit now and then; a server left asleep misses
+     * all but one. */
+    if (served < 15)
+        print_error("served %" PRIu64 ", withdrawn %" PRIu64 " of 20\n", served, withdrawn);
+    assert_true(served >= 15);
+    assert_int_equal(served + withdrawn, 20);
+}
+
 /* --- helpers: threads that answer shipped GETs while they wait (nessie_sd_help) ----------- */
 
 struct helper {
@@ -1544,6 +1604,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_flash_owner_unreachable_evicts, teardown),
         cmocka_unit_test_teardown(test_flash_compaction_frees_sparse_pages, teardown),
         cmocka_unit_test_teardown(test_flash_compaction_race, teardown),
+        cmocka_unit_test_teardown(test_request_rings_napping_server, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
