@@ -43,7 +43,7 @@ static void cpuload_init(void)
     cpuload_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 }
 
-bool nessie_cpu_spare(unsigned over)
+bool nessie_cpu_spare(void)
 {
     pthread_once(&cpuload_once, cpuload_init);
     if (cpuload_fd < 0)
@@ -68,6 +68,6 @@ bool nessie_cpu_spare(unsigned over)
         avg = avg - (avg >> CPULOAD_AVG_SHIFT) + (n16 >> CPULOAD_AVG_SHIFT);
         __atomic_store_n(&cpuload_avg16, avg, __ATOMIC_RELAXED);
     }
-    /* And half a thread: a runqueue that is seldom longer than that. */
-    return avg <= (cpuload_cpus + over) * 16 + 8;
+    /* Half a thread over: a runqueue that is seldom longer than the CPUs. */
+    return avg <= cpuload_cpus * 16 + 8;
 }

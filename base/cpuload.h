@@ -6,7 +6,9 @@
  * CPUs: several clients busy at once, three daemons on two cores, other programs' load), a
  * spinner takes the CPU from the very thread whose answer it waits for, and sleeping costs only
  * the sleep. The count is the kernel's: the runnable threads of the whole machine, the caller
- * among them (the 4th field of /proc/loadavg, "running/total").
+ * among them (the 4th field of /proc/loadavg, "running/total"). It counts threads that spin
+ * too (a client waiting for its reply, a load generator pacing an open loop): a wait whose
+ * party is such a client (a worker's for its clients' next request) must not ask it.
  */
 #ifndef NESSIE_BASE_CPULOAD_H
 #define NESSIE_BASE_CPULOAD_H
@@ -15,11 +17,11 @@
 
 /*
  * True if the machine's runnable threads (the caller among them), on a short moving average,
- * are no more than its online CPUs plus over (and half a thread), as read at most CPULOAD_FRESH_NS ago by
+ * are no more than its online CPUs (and half a thread), as read at most CPULOAD_FRESH_NS ago by
  * any thread of the process (a read costs ~0.4 us: /proc/loadavg is formatted by the kernel).
  * False if the file cannot be read, or the process may run on one CPU only (no one it waits for
  * runs beside it). Thread-safe; never blocks but on that read.
  */
-bool nessie_cpu_spare(unsigned over);
+bool nessie_cpu_spare(void);
 
 #endif

@@ -563,7 +563,7 @@ static uint64_t spin_budget(struct tcp_thread *th)
      * programs' load), the request that comes wakes th on a busy CPU, without an idle CPU's
      * exit, and a spin would take the CPU from the clients it waits for (bench/tcp.sh, 4
      * connections on 2 CPUs: spinning regardless served 0.57 of the ops/s of sleeping). */
-    if (!nessie_cpu_spare(0)) {
+    if (!nessie_cpu_spare()) {
         th->calm_after_ns = th->now_ns + SPIN_BACKOFF_NS;
         return 0;
     }
@@ -594,7 +594,7 @@ static void *tcp_thread_main(void *arg)
             uint64_t start = nessie_mono_ns(), now = start;
             while ((n = epoll_wait(th->epfd, evs, 64, 0)) == 0 &&
                    (now = nessie_mono_ns()) - start < spin_ns) {
-                if (!nessie_cpu_spare(0)) {
+                if (!nessie_cpu_spare()) {
                     th->calm_after_ns = now + SPIN_BACKOFF_NS;
                     break;
                 }

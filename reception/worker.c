@@ -28,7 +28,6 @@
 
 #include <nessie/wire_sync.h>
 
-#include "cpuload.h"
 #include "log.h"
 
 /* Requests taken per pass and run as one batch: enough for every slot of a busy client and more,
@@ -39,15 +38,6 @@ struct recep_worker {
     pthread_t thread;
     uint32_t index;
     uint32_t spin_us;
-    /* Its spin for its clients' next request stops where more than twice the CPUs' threads are
-     * runnable (nessie_cpu_spare with this many over: the CPUs). It waits for its own client,
-     * whose next request is its closed loop's critical path, not for a thread queued behind
-     * it, so it spins on a busy machine, but not on one far oversubscribed, where its spin
-     * keeps a CPU from the clients and servers that are queued: bench/flash.sh's uniform load
-     * (3 clients and 3 nodes on 2 cores), two runs each: GET p99 496-504 -> 414-438 us, ops
-     * 23-25k -> 29-31k; with one client (zipf-one) it spins as before (p99 256-266 -> 260-266
-     * us), where stopping at the CPUs alone parked it between requests (p50 4 -> 6-30 us). */
-    uint32_t spin_over;
     struct nessie_node *node;
     struct nessie_ctx *ctx;
     /* Answers peers' shipped GETs while the worker is awake (nessie_sd_help): ctx's helper,
@@ -254,8 +244,14 @@ static void *worker_main(void *arg)
             }
             continue;
         }
+        /* Not stopped where the machine has no CPU to spare (nessie_cpu_spare, as a shipped
+         * call's wait and the memcached port's threads are): the runnable count includes the
+         * clients that spin themselves (a shim's wait for its reply, a load generator pacing an
+         * open loop), so it parked the worker between requests of a busy open loop, and
+         * bench-quick's open-loop capacity fell from ~100k to ~22k ops/s (it helped the burners'
+         * contended case, 0.7 -> 1.7, and three flash clients on two cores). */
         uint64_t budget = wire_worker_budget(w->think_ns, w->client_wake_ns, w->woke, spin_cap_ns);
-        if (wire_now_ns() - last < budget && nessie_cpu_spare(w->spin_over)) {
+        if (wire_now_ns() - last < budget) {
             /* Look at the rings between pauses (a request is noticed within one), at the clock
              * only now and then (it costs more). */
             for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY && !any_pending(w); i++)
@@ -304,8 +300,6 @@ int recep_worker_start(struct nessie_node *node, uint32_t index, uint32_t spin_u
         return -1;
     w->index = index;
     w->spin_us = spin_us;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    w->spin_over = cpus > 0 ? (uint32_t)cpus : 1;
     w->node = node;
     if (nessie_ctx_create(node, &w->ctx) != NESSIE_OK) {
         log_error("worker %u: cannot create an engine context", index);

@@ -512,7 +512,7 @@ static int sd_exec(struct nessie_ctx *ctx, const struct fab_wr *wr)
 static bool wait_spinning(unsigned n, uint64_t waited)
 {
     return (n < SD_WAIT_SPIN || waited < SD_WAIT_SPIN_NS) &&
-           (n < SD_WAIT_SPIN_ALWAYS || nessie_cpu_spare(0));
+           (n < SD_WAIT_SPIN_ALWAYS || nessie_cpu_spare());
 }
 
 /* now: the caller's clock read of this step. */
