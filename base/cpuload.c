@@ -25,9 +25,9 @@ static unsigned cpuload_cpus;   /* online CPUs at the first call */
 /* The runnable count's moving average, in sixteenths, and when the file was last read: relaxed
  * atomics (a lost update or a stale pair only makes one more read, or one decision a look late).
  * An average, not the last count: a background thread that wakes for a few microseconds (a
- * daemon's recycler, an SD server's nap ending) must not stop the one client's worker from
- * spinning, while a machine that stays oversubscribed (three clients and three workers on two
- * CPUs) says so within a few reads. */
+ * daemon's recycler, an SD server's nap ending) must not stop a spin whose party runs, while a
+ * machine that stays oversubscribed (three clients and three workers on two CPUs) says so
+ * within a few reads. */
 static uint64_t cpuload_read_ns;
 static uint32_t cpuload_avg16;
 /* Weight of a new count in the average: 1/4, about the last 4 reads (80 us and more). */
