@@ -70,7 +70,7 @@ static void *sdserver_main(void *arg)
 {
     struct sd_thread *t = arg;
     struct recep_sdserver *s = t->owner;
-    uint64_t last_work = nessie_mono_ns(), nap = SD_NAP_MIN_NS;
+    uint64_t last_work = nessie_mono_ns();
     struct sd_stream stream = {0};
     /* The workers' helpers answer GETs too (nessie_sd_help): those count in the stream, so the
      * naps stay short while requests come, whoever answers them; they do not make this thread
@@ -82,12 +82,14 @@ static void *sdserver_main(void *arg)
      * bell with the naps of a fabric without one: zipf-one GET p99 170 -> 141-145 us, uniform
      * 512-696 -> 422-446 us, zipf-all 323-348 -> 266-291 us, ops +3-50 %. */
     const bool rung = nessie_sd_nap_rings(s->node);
+    const uint64_t nap_first = rung ? SD_NAP_QUIET_MAX_NS : SD_NAP_MIN_NS;
+    uint64_t nap = nap_first;
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
         size_t served = nessie_sd_serve(t->ctx, t->index, s->n);
         if (served) {
             stream_note(&stream, served, nessie_mono_ns());
             last_work = 0;
-            nap = SD_NAP_MIN_NS;
+            nap = nap_first;
             continue;
         }
         if (s->poll == RECEP_SD_POLL_SPIN) {
