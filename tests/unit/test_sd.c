@@ -41,6 +41,7 @@ struct server {
     _Atomic int stop;
     bool running;
     _Atomic(struct nessie_ctx *) ctx; /* its context, while it runs */
+    uint64_t nap_ns; /* between passes that found nothing: 0, a 50 us sleep; else nessie_sd_nap */
 };
 
 static struct {
@@ -58,8 +59,12 @@ static void *server_main(void *p)
         return (void *)1;
     atomic_store(&s->ctx, ctx);
     while (!atomic_load(&s->stop))
-        if (nessie_sd_serve(ctx, 0, 1) == 0)
-            usleep(50);
+        if (nessie_sd_serve(ctx, 0, 1) == 0) {
+            if (s->nap_ns)
+                nessie_sd_nap(ctx, s->nap_ns);
+            else
+                usleep(50);
+        }
     atomic_store(&s->ctx, NULL);
     nessie_ctx_destroy(ctx);
     return NULL;
@@ -80,6 +85,8 @@ static void server_stop(uint32_t n)
     if (!s->running)
         return;
     atomic_store(&s->stop, 1);
+    /* A server asleep on its node's bell wakes at once (a no-op for one that polls). */
+    fab_bell_ring(nessie_node_fabric(C.node[n]), n, FAB_REGION_MSG, MSG_HDR_OFF_BELL);
     pthread_join(s->thread, NULL);
     s->running = false;
 }
@@ -1360,21 +1367,6 @@ static void test_flash_compaction_race(void **state)
 
 /* --- the SD servers' doorbell (nessie_sd_nap) -------------------------------------------- */
 
-/* A server that naps a second between passes that found nothing, as a daemon's does once idle
- * (at most 10 ms there): only a ring ends its nap early. */
-static void *napping_server_main(void *p)
-{
-    struct server *s = p;
-    struct nessie_ctx *ctx;
-    if (nessie_ctx_create(s->node, &ctx) != NESSIE_OK)
-        return (void *)1;
-    while (!atomic_load(&s->stop))
-        if (nessie_sd_serve(ctx, 0, 1) == 0)
-            nessie_sd_nap(ctx, 1000000000ull);
-    nessie_ctx_destroy(ctx);
-    return NULL;
-}
-
 /* A request to a home node whose server sleeps wakes it (shm rings its doorbell): the server
  * takes up and answers each GET within the requester's take-up limit, where a server that slept
  * its whole nap would have answered none (the first withdrawn and run at the requester, the
@@ -1390,10 +1382,10 @@ static void test_request_rings_napping_server(void **state)
     assert_true(nessie_sd_nap_rings(C.node[1]));
     assert_int_equal(nessie_store(C.ctx[1], NESSIE_SET, k, strlen(k), "rung", 4, 0, 0, 0, NULL),
                      NESSIE_OK);
-    struct server *srv = &C.srv[1];
-    srv->node = C.node[1];
-    atomic_store(&srv->stop, 0);
-    assert_int_equal(pthread_create(&srv->thread, NULL, napping_server_main, srv), 0);
+    /* Its server naps a second between passes that found nothing, where a daemon's naps at
+     * most 10 ms: only a ring ends its nap early. */
+    C.srv[1].nap_ns = 1000000000ull;
+    server_start(1);
     usleep(100000); /* asleep by now */
     uint64_t served0 = node_counter(1, offsetof(struct nessie_counters, sd_served));
     uint64_t withdrawn0 = node_counter(0, offsetof(struct nessie_counters, sd_withdrawn));
@@ -1403,9 +1395,7 @@ static void test_request_rings_napping_server(void **state)
     }
     uint64_t served = node_counter(1, offsetof(struct nessie_counters, sd_served)) - served0;
     uint64_t withdrawn = node_counter(0, offsetof(struct nessie_counters, sd_withdrawn)) - withdrawn0;
-    atomic_store(&srv->stop, 1);
-    fab_bell_ring(nessie_node_fabric(C.node[0]), 1, FAB_REGION_MSG, MSG_HDR_OFF_BELL);
-    pthread_join(srv->thread, NULL);
+    server_stop(1);
     /* A slow sanitized run may miss a take-up limit now and then; a server left asleep misses
      * all but one. */
     if (served < 15)
