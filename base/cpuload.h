@@ -1,5 +1,6 @@
 /*
- * cpuload.h - whether this machine has a CPU to spare, for the threads that would busy-wait.
+ * cpuload.h - whether this machine has a CPU to spare, or is crowded, for the threads that
+ * would busy-wait.
  *
  * A spin for a reply or a request pays only while another CPU runs the party it waits for and
  * this CPU would otherwise idle. Where every CPU has a thread to run (more runnable threads than
@@ -23,5 +24,15 @@
  * runs beside it). Thread-safe; never blocks but on that read.
  */
 bool nessie_cpu_spare(void);
+
+/*
+ * True if the same count, on the same average, is more than two and a half threads over the
+ * online CPUs (CPULOAD_CROWDED_16): not just no CPU to spare, but several threads queued for
+ * one. Threads that spin for each other count as much as threads that work, so a spinner asking
+ * it must not be one of a pair that alone fills the CPUs (a worker and its spinning client on
+ * two CPUs, even beside two CPU burners, stay below the mark); three such pairs on two CPUs, or
+ * more, are past it. False where nessie_cpu_spare cannot read the count. Thread-safe.
+ */
+bool nessie_cpu_crowded(void);
 
 #endif

@@ -28,6 +28,7 @@
 
 #include <nessie/wire_sync.h>
 
+#include "cpuload.h"
 #include "log.h"
 
 /* Requests taken per pass and run as one batch: enough for every slot of a busy client and more,
@@ -244,14 +245,15 @@ static void *worker_main(void *arg)
             }
             continue;
         }
-        /* Not stopped where the machine has no CPU to spare (nessie_cpu_spare, as a shipped
-         * call's wait and the memcached port's threads are): the runnable count includes the
-         * clients that spin themselves (a shim's wait for its reply, a load generator pacing an
-         * open loop), so it parked the worker between requests of a busy open loop, and
-         * bench-quick's open-loop capacity fell from ~100k to ~22k ops/s (it helped the burners'
-         * contended case, 0.7 -> 1.7, and three flash clients on two cores). */
+        /* Stopped where the machine is crowded (nessie_cpu_crowded: threads queue for its
+         * CPUs), not where it merely has no CPU to spare (nessie_cpu_spare, as a shipped call's
+         * wait and the memcached port's threads ask): that count includes the clients that spin
+         * themselves (a shim's wait for its reply, a load generator pacing an open loop), so it
+         * parked the worker between requests of a busy open loop, and bench-quick's open-loop
+         * capacity fell from ~100k to ~22k ops/s. Crowded takes more threads than a worker and
+         * its client: clients on every node of a 2-CPU host (cpuload.c has the figures). */
         uint64_t budget = wire_worker_budget(w->think_ns, w->client_wake_ns, w->woke, spin_cap_ns);
-        if (wire_now_ns() - last < budget) {
+        if (wire_now_ns() - last < budget && !nessie_cpu_crowded()) {
             /* Look at the rings between pauses (a request is noticed within one), at the clock
              * only now and then (it costs more). */
             for (int i = 0; i < WIRE_SPIN_CLOCK_EVERY && !any_pending(w); i++)
