@@ -99,7 +99,9 @@ mc_load() {
 }
 
 # One load on Nessie: nessie_load SYSTEM LOAD NODES [LOADGEN ARGS]: a loadgen on each of the
-# first NODES nodes at once. GET percentiles are the worst node's (a p99 is not a sum).
+# first NODES nodes at once. GET percentiles are those of all their GETs together (their
+# histograms added: loadgen --hist, --merge-hist), as memcached's loadgen -P reports its
+# processes'; the worst node's p99 goes to the log beside it.
 nessie_load() {
     sys=$1 load=$2 on=$3
     shift 3
@@ -110,14 +112,16 @@ nessie_load() {
         [ $i -lt "$on" ] || break
         NESSIE_NODE=$i NESSIE_RUN_DIR=$NESSIE_DIR NESSIE_STRICT=1 "$BENCH_ROOT/tools/nessie-run" \
             "$LOADGEN" -s 127.0.0.1:9 -l "$sys-node$i" -D "$BENCH_SECONDS" -w "$BENCH_WARMUP" \
-            -W "node$i:$p" --seed $((42 + i)) --no-preload $LG "$@" >"$OUT/row$i.tmp" 2>>"$OUT/loadgen.log" &
+            -W "node$i:$p" --seed $((42 + i)) --no-preload --hist "$OUT/hist$i.tmp" $LG "$@" \
+            >"$OUT/row$i.tmp" 2>>"$OUT/loadgen.log" &
         pids="$pids $!"
         i=$((i + 1))
     done
     for p in $pids; do wait "$p" || bench_die "a loadgen failed (see $OUT/loadgen.log)"; done
-    ops=0 gets=0 hits=0 p50=0 p99=0
+    ops=0 gets=0 hits=0 worst=0 hists=""
     j=0
     while [ $j -lt $i ]; do
+        hists="$hists $OUT/hist$j.tmp"
         row=$(cat "$OUT/row$j.tmp")
         rm -f "$OUT/row$j.tmp"
         _bench_row "$row"
@@ -125,10 +129,16 @@ nessie_load() {
         ops=$(awk -v a="$ops" -v b="$(row_field "$row" ops_per_s)" 'BEGIN { print a + b }')
         gets=$((gets + $(row_field "$row" gets)))
         hits=$((hits + $(row_field "$row" get_hits)))
-        p50=$(awk -v a="$p50" -v b="$(row_field "$row" get_p50_us)" 'BEGIN { print (b > a) ? b : a }')
-        p99=$(awk -v a="$p99" -v b="$(row_field "$row" get_p99_us)" 'BEGIN { print (b > a) ? b : a }')
+        worst=$(awk -v a="$worst" -v b="$(row_field "$row" get_p99_us)" 'BEGIN { print (b > a) ? b : a }')
         j=$((j + 1))
     done
+    # shellcheck disable=SC2086  # $hists is a list of files
+    merged=$("$LOADGEN" --merge-hist $hists | sed -n 2p) || bench_die "loadgen --merge-hist failed"
+    # shellcheck disable=SC2086
+    rm -f $hists
+    p50=$(echo "$merged" | cut -d, -f2)
+    p99=$(echo "$merged" | cut -d, -f3)
+    [ "$i" -eq 1 ] || bench_log "$sys $load: GET p99 of all $i clients' GETs $p99 us (the worst client's own: $worst us)"
     after=$(nessie_stat_sum get_extstore)
     summarize "$sys" "$load" "$ops" "$gets" "$hits" "$p50" "$p99" $((after - before))
 }

@@ -127,6 +127,8 @@ static struct {
     char *timeline;                 /* per-bin CSV file */
     int timeline_ms;
     int64_t start_at;               /* CLOCK_REALTIME ns; 0: as soon as every thread is ready */
+    char *hist;                     /* --hist: the GETs' latency histogram, written here */
+    gboolean merge_hist;            /* --merge-hist FILE...: their sum's percentiles, no load */
 } opt = {
     .key_size = 128, .value_size = 1024, .get_ratio = 0.9, .theta = 0.99, .keys = 10000,
     .procs = 1, .threads = 1, .duration = 5, .warmup = 1, .seed = 42, .retry_timeout = -1,
@@ -706,8 +708,85 @@ static GOptionEntry entries[] = {
     {"start-at", 0, 0, G_OPTION_ARG_INT64, &opt.start_at,
      "start the load (its warm-up) at this CLOCK_REALTIME time, ns since the epoch (date +%s%N), "
      "not as soon as every thread is ready: loadgens started together share their bins", "NS"},
+    {"hist", 0, 0, G_OPTION_ARG_FILENAME, &opt.hist,
+     "write the measured GETs' latency histogram to FILE (for --merge-hist: loadgens run apart, "
+     "one per node, have one GET p99, not the worst of theirs)", "FILE"},
+    {"merge-hist", 0, 0, G_OPTION_ARG_NONE, &opt.merge_hist,
+     "run no load: sum the --hist files named after the options and print their GET count, "
+     "p50 and p99 (us) as CSV", NULL},
     {NULL, 0, 0, 0, NULL, NULL, NULL},
 };
+
+/* The first line of a --hist file: its format, with the bin layout it was written in. */
+#define HIST_FILE_MAGIC "# loadgen GET latency histogram: bin count; bins"
+
+/* Write h to path (--hist): the magic line, then "bin count" for every bin that counted.
+ * Returns false (with a message) if it cannot be written; never leaves a partial file named
+ * path behind without saying so. */
+static bool hist_write(const char *path, const uint64_t *h)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "loadgen: --hist %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    fprintf(f, "%s %d\n", HIST_FILE_MAGIC, HIST_BINS);
+    for (int b = 0; b < HIST_BINS; b++)
+        if (h[b])
+            fprintf(f, "%d %" PRIu64 "\n", b, h[b]);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "loadgen: --hist %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* --merge-hist: add the histograms of files[0..n) and print "gets,get_p50_us,get_p99_us" and
+ * their values. Returns the exit status: 2 (with a message naming the file and line) for a file
+ * that cannot be read or is not a --hist file of this binary's layout. */
+static int hist_merge(char **files, int n)
+{
+    static uint64_t sum[HIST_BINS];
+    uint64_t total = 0;
+    if (n < 1) {
+        fprintf(stderr, "loadgen: --merge-hist needs at least one file\n");
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) {
+            fprintf(stderr, "loadgen: --merge-hist %s: %s\n", files[i], strerror(errno));
+            return 2;
+        }
+        char line[128];
+        int bins = 0, lineno = 1;
+        if (!fgets(line, sizeof(line), f) ||
+            strncmp(line, HIST_FILE_MAGIC, strlen(HIST_FILE_MAGIC)) != 0 ||
+            sscanf(line + strlen(HIST_FILE_MAGIC), "%d", &bins) != 1 || bins != HIST_BINS) {
+            fprintf(stderr, "loadgen: --merge-hist %s: not a --hist file of this loadgen (%d bins)\n",
+                    files[i], HIST_BINS);
+            fclose(f);
+            return 2;
+        }
+        while (fgets(line, sizeof(line), f)) {
+            int b;
+            uint64_t c;
+            lineno++;
+            if (sscanf(line, "%d %" SCNu64, &b, &c) != 2 || b < 0 || b >= HIST_BINS) {
+                fprintf(stderr, "loadgen: --merge-hist %s:%d: expected \"bin count\", bin < %d\n",
+                        files[i], lineno, HIST_BINS);
+                fclose(f);
+                return 2;
+            }
+            sum[b] += c;
+            total += c;
+        }
+        fclose(f);
+    }
+    printf("gets,get_p50_us,get_p99_us\n%" PRIu64 ",%.2f,%.2f\n", total, hist_quantile(sum, 0.5),
+           hist_quantile(sum, 0.99));
+    return 0;
+}
 
 #define CSV_HEADER                                                                                \
     "label,value_size,key_size,get_ratio,dist,keys,procs,threads,offered_rate,seconds,ops,"      \
@@ -729,6 +808,8 @@ int main(int argc, char **argv)
         return 2;
     }
     g_option_context_free(ctx);
+    if (opt.merge_hist)
+        return hist_merge(argv + 1, argc - 1);
     if (opt.header_only) {
         printf("%s\n", CSV_HEADER);
         return 0;
@@ -1042,6 +1123,8 @@ int main(int argc, char **argv)
                 (double)tot.win_max_ns / 1e6);
     if (first_error)
         fprintf(stderr, "loadgen: first error: %s\n", first_error);
+    if (opt.hist && !hist_write(opt.hist, tot.hist[OP_GET]))
+        return 1;
     if (atomic_load(&sh->failed))
         return 1;
     return tot.bad_values ? 1 : 0;

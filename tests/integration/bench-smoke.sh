@@ -95,6 +95,18 @@ check capacity capacity.csv capacity.png capacity-items.csv
 for r in items_held zipf_hit; do
     grep -Eq "^ratio $r [0-9.]+$" "$out/capacity.out" || { echo "bench-smoke: capacity: no 'ratio $r' line"; fail=1; }
 done
+# loadgen --merge-hist adds the histograms of loadgens run apart (bench/flash.sh's clients, one
+# per node): 98 GETs in bin 10 (10 ns) and 2 in bin 50 (50 ns) have p50 0.01 us and p99 0.05.
+lg_magic=$("$here/$BUILD/bench/loadgen" -s 127.0.0.1:9 --hist "$out/h0" -o 1 --no-preload -w 0 \
+    >/dev/null 2>&1; head -n 1 "$out/h0" 2>/dev/null)
+{ echo "$lg_magic"; echo "10 98"; } >"$out/h1"
+{ echo "$lg_magic"; echo "50 2"; } >"$out/h2"
+merged=$("$here/$BUILD/bench/loadgen" --merge-hist "$out/h1" "$out/h2" | sed -n 2p)
+[ "$merged" = "100,0.01,0.05" ] || { echo "bench-smoke: loadgen --merge-hist printed '$merged', not 100,0.01,0.05"; fail=1; }
+echo "garbage" >"$out/h2"
+if "$here/$BUILD/bench/loadgen" --merge-hist "$out/h1" "$out/h2" >/dev/null 2>&1; then
+    echo "bench-smoke: loadgen --merge-hist took a file that is not a histogram"; fail=1
+fi
 # flash: 4 MiB a node and 0.5 s a load (memcached's extstore writes nothing at that size, too
 # little for its write buffers; every system and load must still run), its files in $out.
 run flash BENCH_FLASH_DATA_BYTES=4194304 BENCH_FLASH_SECONDS=0.5 BENCH_FLASH_FILL_MB=16 BENCH_FLASH_DIR="$out"
