@@ -30,8 +30,11 @@ _Static_assert(FLASH_LOC_BITS == ITE_FLASH_LOC_BITS, "a location fills an ITE's 
 #define FLASH_FORMAT 1
 /* The device's block: a page's used part is written rounded up to it. */
 #define FLASH_BLOCK 4096u
-/* One I/O in flight at a time (the log's mutex is held across it); a few spare entries. */
+/* The log's ring: one I/O in flight at a time (the log's mutex is held across it: the writes of
+ * seals and the life table, recovery's reads); a few spare entries. */
 #define FLASH_URING_DEPTH 4
+/* A reading thread's own ring (read_ring): one read in flight, its thread's. */
+#define FLASH_READ_RING_DEPTH 2
 /* A page's starts: the low 15 bits a record's start / 64, bit 15 whether it is live. */
 #define START_LIVE 0x8000u
 #define START_MASK 0x7FFFu
@@ -63,6 +66,12 @@ struct flash_page {
     GArray *starts; /* uint16_t per record, in order: START_MASK units, START_LIVE */
 };
 
+/* Faults the next I/Os meet (flash_inject_*): the next fail_reads reads and fail_writes writes
+ * fail with EIO, the next short_left transfers move at most half of what they ask. */
+struct io_faults {
+    uint32_t fail_reads, fail_writes, short_left;
+};
+
 struct flash_log {
     pthread_mutex_t mu; /* everything below: the evictor, SD servers and compaction share it */
     int fd;
@@ -79,12 +88,13 @@ struct flash_log {
     int64_t cur;       /* the page being filled, or -1 */
     unsigned char *wbuf; /* its write buffer (page_bytes, block-aligned) */
     uint32_t wused;
-    unsigned char *scratch; /* page_bytes: a read's padding, a page for recovery or a scan */
+    unsigned char *scratch; /* page_bytes: a page for recovery, the superblock, the life table */
     uint64_t next_seq;
     bool uring;
     struct io_uring ring;
-    uint32_t fail_reads, fail_writes; /* flash_inject_errors */
-    uint32_t short_left;              /* flash_inject_short */
+    struct io_faults faults;          /* flash_inject_errors, flash_inject_short */
+    void (*read_pause)(void *);       /* flash_inject_read_pause: once, then NULL */
+    void *read_pause_arg;
     uint64_t io_token;                /* the user_data of the I/O in the ring */
     struct flash_stats st;
 };
@@ -107,24 +117,42 @@ static uint32_t rec_crc(const struct flash_rec *h, const void *key, const void *
 
 /* One vectored transfer at off, through the ring or the plain calls. Returns bytes moved or
  * -errno. Mutex held (the ring and the injections are the log's). */
-static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint64_t off)
+/* How an I/O is made: the ring it goes through (NULL: the plain calls) and that ring's token
+ * counter, the faults it may meet, and its counts (added to the log's stats under its mutex by
+ * the caller). The log's own ring and faults with the mutex held (io_buf); a reading thread's
+ * own ring and a share of the faults without it (flash_read, flash_read_rec). */
+struct io_how {
+    struct io_uring *ring;
+    uint64_t *token;
+    struct io_faults *faults;
+    bool log_ring;               /* ring is the log's: a failed submit moves the log off it */
+    uint64_t io_errors, short_io;
+    void (*pause)(void *);       /* a read's injected pause (flash_inject_read_pause) */
+    void *pause_arg;
+};
+
+static void read_ring_drop(void);
+
+static ssize_t io_once(struct flash_log *fl, struct io_how *how, bool wr, struct iovec *iov,
+                       int n, uint64_t off)
 {
-    if (wr ? fl->fail_writes : fl->fail_reads) {
+    struct io_faults *f = how->faults;
+    if (wr ? f->fail_writes : f->fail_reads) {
         if (wr)
-            fl->fail_writes--;
+            f->fail_writes--;
         else
-            fl->fail_reads--;
+            f->fail_reads--;
         return -EIO;
     }
     /* An injected short transfer: ask for at most half, to 512 bytes. */
     struct iovec cut[8];
-    if (fl->short_left && n <= 8) {
+    if (f->short_left && n <= 8) {
         size_t total = 0;
         for (int i = 0; i < n; i++)
             total += iov[i].iov_len;
         size_t want = total / 2 & ~(size_t)511;
         if (want) {
-            fl->short_left--;
+            f->short_left--;
             int m = 0;
             for (; m < n && want; m++) {
                 cut[m] = iov[m];
@@ -136,36 +164,41 @@ static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, 
             n = m;
         }
     }
-    if (!fl->uring) {
+    if (!how->ring) {
         ssize_t r = wr ? pwritev(fl->fd, iov, n, (off_t)off) : preadv(fl->fd, iov, n, (off_t)off);
         return r < 0 ? -errno : r;
     }
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&fl->ring);
+    struct io_uring_sqe *sqe = io_uring_get_sqe(how->ring);
     if (!sqe)
-        return -EBUSY; /* cannot happen: one I/O at a time, under the mutex, each reaped */
+        return -EBUSY; /* cannot happen: one I/O at a time per ring, each reaped */
     if (wr)
         io_uring_prep_writev(sqe, fl->fd, iov, (unsigned)n, off);
     else
         io_uring_prep_readv(sqe, fl->fd, iov, (unsigned)n, off);
-    uint64_t token = ++fl->io_token;
+    uint64_t token = ++*how->token;
     io_uring_sqe_set_data64(sqe, token);
     int rc;
     do
-        rc = io_uring_submit(&fl->ring);
+        rc = io_uring_submit(how->ring);
     while (rc == -EINTR || rc == -EAGAIN);
     if (rc <= 0) {
         /* The entry was not taken, so nothing is in flight: leave the ring for good (a retry
          * would queue this entry twice) and move this and every later I/O to the plain calls. */
-        log_warn("flash: io_uring submit failed (%s): %s uses plain pread/pwrite from now on",
-                 rc ? strerror(-rc) : "nothing taken", fl->path);
-        io_uring_queue_exit(&fl->ring);
-        fl->uring = fl->st.uring = false;
+        log_warn("flash: io_uring submit failed (%s): %s uses plain pread/pwrite from now on%s",
+                 rc ? strerror(-rc) : "nothing taken", fl->path,
+                 how->log_ring ? "" : " (this thread's reads)");
+        io_uring_queue_exit(how->ring);
+        if (how->log_ring)
+            fl->uring = fl->st.uring = false;
+        else
+            read_ring_drop();
+        how->ring = NULL;
         ssize_t r = wr ? pwritev(fl->fd, iov, n, (off_t)off) : preadv(fl->fd, iov, n, (off_t)off);
         return r < 0 ? -errno : r;
     }
     for (;;) {
         struct io_uring_cqe *cqe;
-        rc = io_uring_wait_cqe(&fl->ring, &cqe);
+        rc = io_uring_wait_cqe(how->ring, &cqe);
         if (rc == -EINTR || rc == -EAGAIN || rc == -ETIME)
             continue;
         if (rc < 0) {
@@ -177,7 +210,7 @@ static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, 
         }
         ssize_t res = cqe->res;
         bool mine = io_uring_cqe_get_data64(cqe) == token;
-        io_uring_cqe_seen(&fl->ring, cqe);
+        io_uring_cqe_seen(how->ring, cqe);
         if (mine)
             return res;
         /* Another entry's completion (none is ever left behind: each I/O waits for its own). */
@@ -185,16 +218,17 @@ static ssize_t io_once(struct flash_log *fl, bool wr, struct iovec *iov, int n, 
 }
 
 /* The whole of iov[0..n) at off, short transfers continued; the end of the file is an error.
- * Returns 0 or -errno (logged, counted). iov is consumed. */
-static int io_full(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint64_t off)
+ * Returns 0 or -errno (logged, counted in how). iov is consumed. */
+static int io_full(struct flash_log *fl, struct io_how *how, bool wr, struct iovec *iov, int n,
+                   uint64_t off)
 {
     while (n > 0) {
-        ssize_t r = io_once(fl, wr, iov, n, off);
+        ssize_t r = io_once(fl, how, wr, iov, n, off);
         if (r == -EINTR || r == -EAGAIN)
             continue;
         if (r <= 0) {
             int err = r == 0 ? EIO : (int)-r;
-            fl->st.io_errors++;
+            how->io_errors++;
             log_warn("flash: %s %s at %llu: %s", wr ? "write to" : "read of", fl->path,
                      (unsigned long long)off, strerror(err));
             return -err;
@@ -203,7 +237,7 @@ static int io_full(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint
         for (int i = 0; i < n; i++)
             asked += iov[i].iov_len;
         if ((size_t)r < asked)
-            fl->st.short_io++;
+            how->short_io++;
         off += (uint64_t)r;
         while (n > 0 && (size_t)r >= iov->iov_len) {
             r -= (ssize_t)iov->iov_len;
@@ -218,10 +252,124 @@ static int io_full(struct flash_log *fl, bool wr, struct iovec *iov, int n, uint
     return 0;
 }
 
+/* An I/O with the log's mutex held: its ring, its faults, its stats. */
 static int io_buf(struct flash_log *fl, bool wr, void *buf, size_t len, uint64_t off)
 {
     struct iovec iov = {.iov_base = buf, .iov_len = len};
-    return io_full(fl, wr, &iov, 1, off);
+    struct io_how how = {.ring = fl->uring ? &fl->ring : NULL, .token = &fl->io_token,
+                         .faults = &fl->faults, .log_ring = true};
+    int rc = io_full(fl, &how, wr, &iov, 1, off);
+    fl->st.io_errors += how.io_errors;
+    fl->st.short_io += how.short_io;
+    return rc;
+}
+
+/* Whether page is full and in life `life`. Mutex held. */
+static bool page_is(const struct flash_log *fl, int64_t page, uint64_t life)
+{
+    return fl->pages[page].state == PAGE_FULL && fl->pages[page].life == life;
+}
+
+/* --- reads without the log's mutex ----------------------------------------------------------
+ *
+ * A record's read is made without the log's mutex: with it held, every read of a node waited
+ * for the one before it and for any seal's page write (a megabyte), and a reader descheduled
+ * holding it (three daemons and their clients on two CPUs) stalled every other. The record is
+ * found under the mutex, read without it, and its page's life checked under it again: a page
+ * freed and written again meanwhile (a new life) makes the read a miss, never another record's
+ * bytes taken for this one (the header names the life too, and the CRC covers the whole).
+ * The log's ring has a single submitter, the mutex's holder; so each reading thread has a ring
+ * of its own, made at its first read and closed when it exits. */
+
+/* File-static, per thread: the calling thread's read ring (NULL until its first read, or for
+ * good once the kernel refused one for it), and the key whose destructor closes it. */
+static pthread_once_t read_ring_once = PTHREAD_ONCE_INIT;
+static pthread_key_t read_ring_key;
+static bool read_ring_keyed;
+static __thread struct io_uring *read_ring_mine;
+static __thread bool read_ring_refused;
+static __thread uint64_t read_ring_token;
+
+static void read_ring_free(void *r)
+{
+    io_uring_queue_exit(r);
+    free(r);
+}
+
+static void read_ring_key_make(void)
+{
+    read_ring_keyed = pthread_key_create(&read_ring_key, read_ring_free) == 0;
+}
+
+/* The thread's ring after a failed submit (io_once has exited it): plain reads from now on. */
+static void read_ring_drop(void)
+{
+    if (read_ring_keyed)
+        (void)pthread_setspecific(read_ring_key, NULL);
+    free(read_ring_mine);
+    read_ring_mine = NULL;
+    read_ring_refused = true;
+}
+
+/* The calling thread's read ring, made if it has none; NULL (plain preadv) where the kernel or
+ * the memory refuses one, said once per thread. */
+static struct io_uring *read_ring(const struct flash_log *fl)
+{
+    if (read_ring_mine || read_ring_refused)
+        return read_ring_mine;
+    pthread_once(&read_ring_once, read_ring_key_make);
+    struct io_uring *r = malloc(sizeof(*r));
+    int rc = !read_ring_keyed ? -EAGAIN : r ? io_uring_queue_init(FLASH_READ_RING_DEPTH, r, 0)
+                                            : -ENOMEM;
+    if (rc == 0 && pthread_setspecific(read_ring_key, r) != 0) {
+        io_uring_queue_exit(r);
+        rc = -ENOMEM;
+    }
+    if (rc != 0) {
+        free(r);
+        read_ring_refused = true;
+        log_warn("flash: no io_uring for a reading thread of %s (%s): it reads with preadv",
+                 fl->path, strerror(-rc));
+        return NULL;
+    }
+    return read_ring_mine = r;
+}
+
+/* What a read made without the mutex takes from the log under it: its share of the injected
+ * faults (a failure if one is due, up to 8 short transfers). Returns whether the log reads
+ * through io_uring (the thread's ring is then found without the mutex: read_ring). */
+static bool read_begin(struct flash_log *fl, struct io_faults *share, struct io_how *how)
+{
+    share->fail_reads = fl->faults.fail_reads > 0;
+    fl->faults.fail_reads -= share->fail_reads;
+    share->fail_writes = 0;
+    share->short_left = fl->faults.short_left < 8 ? fl->faults.short_left : 8;
+    fl->faults.short_left -= share->short_left;
+    *how = (struct io_how){.ring = NULL, .token = &read_ring_token, .faults = share};
+    how->pause = fl->read_pause;
+    how->pause_arg = fl->read_pause_arg;
+    fl->read_pause = NULL;
+    return fl->uring;
+}
+
+/* Between read_begin and the I/O, the mutex released: the thread's ring, and an injected
+ * pause (tests: what others may do while a read is on its way). */
+static void read_go(struct flash_log *fl, bool uring, struct io_how *how)
+{
+    if (uring)
+        how->ring = read_ring(fl);
+    if (how->pause)
+        how->pause(how->pause_arg);
+}
+
+/* Back under the mutex after such a read: the shorts it did not use return to the log, its
+ * counts join the log's stats. */
+static void read_end_io(struct flash_log *fl, const struct io_faults *share,
+                        const struct io_how *how)
+{
+    fl->faults.short_left += share->short_left;
+    fl->st.io_errors += how->io_errors;
+    fl->st.short_io += how->short_io;
 }
 
 /* --- pages ---------------------------------------------------------------------------------- */
@@ -800,6 +948,7 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
     uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
     struct flash_rec h;
     unsigned char kbuf[UINT8_MAX];
+    uint64_t life = p->life, seq = p->seq;
     /* Anything shorter than the header and this key cannot be the key's record. */
     if (len < REC_HDR + klen) {
         rc = FLASH_MISS;
@@ -811,18 +960,34 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
             memcpy(buf, r + REC_HDR + klen, h.value_len);
     } else {
         /* Header, key, then the value straight into the caller's room; its padding (or a
-         * value too big for the room) into the scratch page. */
+         * value too big for the room) into a scratch buffer of this read's own. Without the
+         * mutex (see "reads without the log's mutex"). */
         size_t rest = len - REC_HDR - klen;
         size_t direct = rest < cap ? rest : cap;
-        struct iovec iov[4] = {{&h, REC_HDR}, {kbuf, klen}, {buf, direct},
-                               {fl->scratch, rest - direct}};
-        if (io_full(fl, false, iov, rest > direct ? 4 : 3, page_off(fl, page) + in_page) != 0)
+        unsigned char padbuf[FLASH_UNIT];
+        unsigned char *pad = rest - direct <= sizeof(padbuf) ? padbuf : malloc(rest - direct);
+        struct iovec iov[4] = {{&h, REC_HDR}, {kbuf, klen}, {buf, direct}, {pad, rest - direct}};
+        struct io_faults share;
+        struct io_how how;
+        bool uring = read_begin(fl, &share, &how);
+        pthread_mutex_unlock(&fl->mu);
+        read_go(fl, uring, &how);
+        int io = !pad ? -ENOMEM
+                                       : io_full(fl, &how, false, iov, rest > direct ? 4 : 3,
+                                                 page_off(fl, page) + in_page);
+        if (pad != padbuf)
+            free(pad);
+        pthread_mutex_lock(&fl->mu);
+        read_end_io(fl, &share, &how);
+        if (io != 0)
             rc = FLASH_IO;
+        else if (!page_is(fl, (int64_t)page, life))
+            rc = FLASH_MISS; /* freed (and perhaps written again) while it was read */
     }
     if (rc == FLASH_OK) {
         /* The record must be this key's, of this life of the page, whole and intact; its
          * length from the device is believed only where it matches the one kept in memory. */
-        if (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
+        if (h.magic != FLASH_MAGIC || h.life != life || h.seq != seq ||
             h.page_bytes != fl->page_bytes || h.key_len != klen ||
             memcmp(kbuf, key, klen) != 0 || rec_len(klen, h.value_len) != len) {
             rc = FLASH_MISS;
@@ -861,6 +1026,7 @@ int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, ui
         return rc;
     }
     uint64_t page = flash_loc_offset(loc) / fl->page_bytes;
+    uint64_t life = p->life, seq = p->seq;
     struct flash_rec h;
     /* Key, value and padding land in buf: the length kept in memory says how much (a record's
      * length read from the device is believed only where it matches that one). */
@@ -872,13 +1038,24 @@ int flash_read_rec(struct flash_log *fl, uint64_t loc, void *buf, size_t cap, ui
         memcpy(&h, fl->wbuf + in_page, REC_HDR);
         memcpy(buf, fl->wbuf + in_page + REC_HDR, len - REC_HDR);
     } else {
+        /* Without the mutex, as flash_read. */
         struct iovec iov[2] = {{&h, REC_HDR}, {buf, len - REC_HDR}};
-        if (io_full(fl, false, iov, 2, page_off(fl, page) + in_page) != 0)
+        struct io_faults share;
+        struct io_how how;
+        bool uring = read_begin(fl, &share, &how);
+        pthread_mutex_unlock(&fl->mu);
+        read_go(fl, uring, &how);
+        int io = io_full(fl, &how, false, iov, 2, page_off(fl, page) + in_page);
+        pthread_mutex_lock(&fl->mu);
+        read_end_io(fl, &share, &how);
+        if (io != 0)
             rc = FLASH_IO;
+        else if (!page_is(fl, (int64_t)page, life))
+            rc = FLASH_MISS; /* freed (and perhaps written again) while it was read */
     }
     const unsigned char *k = buf;
     if (rc == FLASH_OK &&
-        (h.magic != FLASH_MAGIC || h.life != p->life || h.seq != p->seq ||
+        (h.magic != FLASH_MAGIC || h.life != life || h.seq != seq ||
          h.page_bytes != fl->page_bytes || h.key_len == 0 || rec_len(h.key_len, h.value_len) != len))
         rc = FLASH_MISS;
     rc = read_end(fl, loc, rc, &h, k, k + (rc == FLASH_OK ? h.key_len : 0), len, meta);
@@ -966,12 +1143,6 @@ int64_t flash_sparsest_page(struct flash_log *fl, uint32_t max_live_pct, uint64_
     return page_pick(fl, sparse_enough, sparser, max_live_pct, life);
 }
 
-/* Whether page is full and in life `life`. Mutex held. */
-static bool page_is(const struct flash_log *fl, int64_t page, uint64_t life)
-{
-    return fl->pages[page].state == PAGE_FULL && fl->pages[page].life == life;
-}
-
 int flash_page_each(struct flash_log *fl, int64_t page, uint64_t life, flash_each_fn fn,
                     void *user, uint64_t *lost)
 {
@@ -990,8 +1161,8 @@ int flash_page_each(struct flash_log *fl, int64_t page, uint64_t life, flash_eac
     }
     uint32_t used = p->used;
     GArray *starts = g_array_copy(p->starts);
-    bool fail = fl->fail_reads > 0;
-    fl->fail_reads -= fail;
+    bool fail = fl->faults.fail_reads > 0;
+    fl->faults.fail_reads -= fail;
     pthread_mutex_unlock(&fl->mu);
     unsigned char *copy = g_malloc(used);
     int rc = FLASH_OK;
@@ -1095,15 +1266,23 @@ int flash_relive(struct flash_log *fl, uint64_t loc)
 void flash_inject_short(struct flash_log *fl, uint32_t n)
 {
     pthread_mutex_lock(&fl->mu);
-    fl->short_left = n;
+    fl->faults.short_left = n;
+    pthread_mutex_unlock(&fl->mu);
+}
+
+void flash_inject_read_pause(struct flash_log *fl, void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&fl->mu);
+    fl->read_pause = fn;
+    fl->read_pause_arg = arg;
     pthread_mutex_unlock(&fl->mu);
 }
 
 void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes)
 {
     pthread_mutex_lock(&fl->mu);
-    fl->fail_reads = reads;
-    fl->fail_writes = writes;
+    fl->faults.fail_reads = reads;
+    fl->faults.fail_writes = writes;
     pthread_mutex_unlock(&fl->mu);
 }
 

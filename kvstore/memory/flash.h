@@ -243,6 +243,12 @@ int flash_relive(struct flash_log *fl, uint64_t loc);
  * the file fail with EIO, as a failing device's would. */
 void flash_inject_errors(struct flash_log *fl, uint32_t reads, uint32_t writes);
 
+/* For tests: the next read of a record from the device (flash_read, flash_read_rec) calls
+ * fn(arg) once, after it found the record and released the log, before its I/O: whatever fn
+ * does to the log then (reads, appends, seals, pages freed and written again) is what other
+ * threads may do while a read is on its way. */
+void flash_inject_read_pause(struct flash_log *fl, void (*fn)(void *), void *arg);
+
 /* Faults for tests: the next `n` transfers move only part of what they ask (at most half, to
  * 512 bytes), as a device or the kernel may; the log continues them. */
 void flash_inject_short(struct flash_log *fl, uint32_t n);

@@ -1010,6 +1010,82 @@ static void test_bad_configurations(void **state)
     assert_int_equal(access(path, F_OK), -1);
 }
 
+/* A read's I/O is made without the log's mutex (flash.c, "reads without the log's mutex"):
+ * while it is on its way, another read, an append and a seal go through; and its page freed
+ * and written again meanwhile, with the same key at the same offset and another value of the
+ * same length (a record whole and intact of its own), makes it a miss, never the other value. (With the I/O under the mutex, as before, the pause's calls
+ * would wait for it for ever.) */
+struct pause_ctx {
+    struct fx *f;
+    uint64_t other_loc; /* a record of another page, read during the pause */
+    int other;
+    uint64_t again;     /* key-0's new record, at page 0's offset 0 in its next life */
+    bool ran;
+};
+
+static void pause_meanwhile(void *arg)
+{
+    struct pause_ctx *c = arg;
+    struct flash_log *fl = c->f->fl;
+    c->ran = true;
+    check(fl, c->other, c->other_loc);
+    uint64_t life = 0;
+    assert_int_equal(flash_oldest_page(fl, &life), 0);
+    assert_int_equal(flash_page_free(fl, 0, life), FLASH_OK);
+    char k[32];
+    unsigned char v[10000];
+    int kl = key_of(0, k);
+    memset(v, 0xAB, val_len(0)); /* another value under key-0, of the same length */
+    struct flash_meta m = {.version = 1, .flags = 0, .exptime = 0, .flags8 = 0};
+    assert_int_equal(flash_append(fl, k, (uint32_t)kl, v, val_len(0), &m, &c->again), FLASH_OK);
+    assert_int_equal(flash_seal(fl), FLASH_OK); /* on the device, over the old record */
+}
+
+static void test_read_outside_the_mutex(void **state)
+{
+    struct fx *f = *state;
+    f->fl = open_log(f, true);
+    uint64_t locs[128];
+    int n = 0;
+    for (; n < 128; n++) {
+        char k[32];
+        unsigned char v[10000];
+        int kl = key_of(n, k);
+        val_fill(n, v);
+        struct flash_meta m = {.version = 1000 + (uint64_t)n, .flags = (uint32_t)n,
+                               .exptime = 77, .flags8 = 0x8};
+        int rc = flash_append(f->fl, k, (uint32_t)kl, v, val_len(n), &m, &locs[n]);
+        if (rc == FLASH_FULL)
+            break;
+        assert_int_equal(rc, FLASH_OK);
+    }
+    assert_int_equal(flash_seal(f->fl), FLASH_OK);
+    assert_int_equal(flash_loc_offset(locs[0]), 0);
+    struct pause_ctx c = {.f = f, .other = n - 1, .other_loc = locs[n - 1]};
+    assert_true(flash_loc_offset(c.other_loc) >= PAGE);
+    flash_inject_read_pause(f->fl, pause_meanwhile, &c);
+    assert_int_equal(read_rc(f->fl, 0, locs[0]), FLASH_MISS);
+    assert_true(c.ran);
+    assert_int_equal(flash_loc_offset(c.again), 0);
+    /* The new record reads back as what it is. */
+    char k[32];
+    unsigned char want[10000], got[10000];
+    int kl = key_of(0, k);
+    memset(want, 0xAB, val_len(0));
+    uint32_t vl = 0;
+    struct flash_meta m;
+    assert_int_equal(flash_read(f->fl, c.again, k, (uint32_t)kl, got, sizeof(got), &vl, &m),
+                     FLASH_OK);
+    assert_int_equal(vl, val_len(0));
+    assert_memory_equal(got, want, vl);
+    /* Reads with no pause are hits as before (flash_read_rec too). */
+    check(f->fl, n - 1, locs[n - 1]);
+    unsigned char rec[10100];
+    uint32_t rk = 0, rv = 0;
+    assert_int_equal(flash_read_rec(f->fl, locs[n - 1], rec, sizeof(rec), &rk, &rv, &m), FLASH_OK);
+    assert_int_equal(rv, val_len(n - 1));
+}
+
 #define BOTH(t)                                                       \
     cmocka_unit_test_setup_teardown(t, setup_uring, teardown),        \
         cmocka_unit_test_setup_teardown(t, setup_plain, teardown)
@@ -1032,6 +1108,7 @@ int main(void)
         BOTH(test_big_pages_and_short_transfers),
         BOTH(test_relive_scan_losses_and_bad_locations),
         BOTH(test_threads),
+        BOTH(test_read_outside_the_mutex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
