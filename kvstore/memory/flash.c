@@ -972,9 +972,10 @@ int flash_read(struct flash_log *fl, uint64_t loc, const void *key, uint32_t kle
         bool uring = read_begin(fl, &share, &how);
         pthread_mutex_unlock(&fl->mu);
         read_go(fl, uring, &how);
-        int io = !pad ? -ENOMEM
-                                       : io_full(fl, &how, false, iov, rest > direct ? 4 : 3,
-                                                 page_off(fl, page) + in_page);
+        int io = -ENOMEM;
+        if (pad)
+            io = io_full(fl, &how, false, iov, rest > direct ? 4 : 3,
+                         page_off(fl, page) + in_page);
         if (pad != padbuf)
             free(pad);
         pthread_mutex_lock(&fl->mu);
