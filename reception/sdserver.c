@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "cpuload.h"
 #include "log.h"
 
 /* An adaptive server that found nothing sleeps this long at first, doubling up to a cap: 200 us
@@ -99,7 +100,9 @@ static void *sdserver_main(void *arg)
         uint64_t now = nessie_mono_ns();
         if (last_work == 0)
             last_work = now;
-        if (now - last_work < s->spin_ns) {
+        /* Not where the machine is crowded (nessie_cpu_crowded): there the spin keeps a CPU
+         * from the requesters and helpers queued behind it, and a request rings the bell. */
+        if (now - last_work < s->spin_ns && !(rung && nessie_cpu_crowded())) {
             __builtin_ia32_pause();
             continue;
         }
