@@ -125,7 +125,6 @@ struct io_how {
     struct io_uring *ring;
     uint64_t *token;
     struct io_faults *faults;
-    bool log_ring;               /* ring is the log's: a failed submit moves the log off it */
     uint64_t io_errors, short_io;
     void (*pause)(void *);       /* a read's injected pause (flash_inject_read_pause) */
     void *pause_arg;
@@ -186,9 +185,9 @@ static ssize_t io_once(struct flash_log *fl, struct io_how *how, bool wr, struct
          * would queue this entry twice) and move this and every later I/O to the plain calls. */
         log_warn("flash: io_uring submit failed (%s): %s uses plain pread/pwrite from now on%s",
                  rc ? strerror(-rc) : "nothing taken", fl->path,
-                 how->log_ring ? "" : " (this thread's reads)");
+                 how->ring == &fl->ring ? "" : " (this thread's reads)");
         io_uring_queue_exit(how->ring);
-        if (how->log_ring)
+        if (how->ring == &fl->ring) /* the log's: a failed submit moves the log off it */
             fl->uring = fl->st.uring = false;
         else
             read_ring_drop();
@@ -257,7 +256,7 @@ static int io_buf(struct flash_log *fl, bool wr, void *buf, size_t len, uint64_t
 {
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct io_how how = {.ring = fl->uring ? &fl->ring : NULL, .token = &fl->io_token,
-                         .faults = &fl->faults, .log_ring = true};
+                         .faults = &fl->faults};
     int rc = io_full(fl, &how, wr, &iov, 1, off);
     fl->st.io_errors += how.io_errors;
     fl->st.short_io += how.short_io;
