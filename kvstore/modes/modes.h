@@ -50,6 +50,8 @@ struct sd_choice {
     struct sd_est *est; /* NULL: nothing to learn (the key's home is this node) */
     int way;            /* 0 cd, 1 sd */
     bool fresh;         /* the way's average was stale: the sample replaces it */
+    bool probe;         /* one of a probe's client-driven calls (sd.c, AUTO_PROBE) */
+    bool probe_last;    /* ... its last: the probe's least time becomes cd's average */
     uint64_t t0;
 };
 enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct key_plan *kp,

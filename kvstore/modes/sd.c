@@ -151,6 +151,18 @@
 #define AUTO_CAP 8
 #define AUTO_STALE_MS 100
 #define AUTO_STALE_MAX_MS 10000
+/* While calls are shipped, the client-driven way is explored by a probe: AUTO_PROBE calls in a
+ * row, each measured, and cd's average replaced by the least of them. A single call measured
+ * the shipped way's regime, not its own: the home's SD server spinning after its last request
+ * and the requester's worker waiting for replies hold the CPUs, and the explored call ran behind
+ * them (bench/modes.sh, mixed: explorations of cd at 94-299 us against 1-16 us once it ran,
+ * which kept a node's GETs shipped for 1.1 s after a warm-up, at a tenth of cd's speed). By the
+ * probe's later calls the servers have gone quiet; its least time is the one least delayed by
+ * others, the noise here being time added, never taken. The probe costs AUTO_PROBE calls of cd
+ * per exploration (at most AUTO_PROBE x r of one call per AUTO_STALE_MS x r where cd really is r
+ * times slower), and never wakes a server. Explorations of sd stay single calls: they are the
+ * ones that wake a napping server, and their bias (a cold server) errs on the cheap side. */
+#define AUTO_PROBE 8
 /* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
  * crossover between the ways lies between 8 and 16 KiB). A GET's size is unknown before it
  * runs, so GETs share one set per home node. */
@@ -159,6 +171,8 @@
 struct sd_est {
     _Atomic uint64_t ns[2];    /* moving average of a call's time, [0] cd, [1] sd; 0: none yet */
     _Atomic uint64_t at_ms[2]; /* when it was last updated or explored (this node's clock) */
+    _Atomic uint32_t probe;    /* cd calls a probe still has to make (AUTO_PROBE) */
+    _Atomic uint64_t probe_ns; /* the least time of its calls so far */
 };
 
 /* One requester slot's state, touched only by the thread holding the slot. */
@@ -417,10 +431,28 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
     uint64_t cd = atomic_load_explicit(&e->ns[0], memory_order_relaxed);
     uint64_t sd = atomic_load_explicit(&e->ns[1], memory_order_relaxed);
     int best = sd < cd ? 1 : 0, way = best;
-    /* One call in AUTO_SAMPLE is measured, and only a measured one may explore; the others
-     * follow the averages for two loads, with no clock read and no store. */
-    bool sample = (ctx->auto_seq++ & (AUTO_SAMPLE - 1)) == 0;
     ch->fresh = false;
+    ch->probe = false;
+    /* A probe of cd under way: this call is one of its calls, measured. */
+    uint32_t pr = atomic_load_explicit(&e->probe, memory_order_relaxed);
+    if (pr > 0) {
+        while (pr > 0 && !atomic_compare_exchange_weak_explicit(&e->probe, &pr, pr - 1,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed))
+            ;
+        if (pr > 0) {
+            ch->probe = true;
+            ch->probe_last = pr == 1;
+            ch->est = e;
+            ch->way = 0;
+            ch->t0 = nessie_mono_ns();
+            CTR_ADD(ctx->ctr.sd_auto[0], 1);
+            return NESSIE_MODE_CD;
+        }
+    }
+    /* One call in AUTO_SAMPLE is measured, and only a measured one may explore; the others
+     * follow the averages for three loads, with no clock read and no store. */
+    bool sample = (ctx->auto_seq++ & (AUTO_SAMPLE - 1)) == 0;
     if (cd == 0 || sd == 0) {
         way = cd == 0 ? 0 : 1; /* a way never measured is tried first */
     } else if (!sample) {
@@ -439,6 +471,14 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
                                                     memory_order_relaxed, memory_order_relaxed)) {
             way = !best;
             ch->fresh = true;
+            if (way == 0) {
+                /* cd explored while calls are shipped: a probe, this call its first. */
+                atomic_store_explicit(&e->probe_ns, UINT64_MAX, memory_order_relaxed);
+                atomic_store_explicit(&e->probe, AUTO_PROBE - 1, memory_order_relaxed);
+                ch->fresh = false;
+                ch->probe = true;
+                ch->probe_last = false;
+            }
         }
     }
     ch->est = e;
@@ -456,6 +496,17 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
     uint64_t end = nessie_mono_ns(), s = end - ch->t0;
     if (s == 0)
         s = 1;
+    if (ch->probe) {
+        /* Relaxed: two calls of one probe racing may lose a time, not the probe. */
+        uint64_t m = atomic_load_explicit(&ch->est->probe_ns, memory_order_relaxed);
+        if (s < m)
+            atomic_store_explicit(&ch->est->probe_ns, m = s, memory_order_relaxed);
+        if (!ch->probe_last)
+            return;
+        atomic_store_explicit(&ch->est->ns[0], m, memory_order_relaxed);
+        atomic_store_explicit(&ch->est->at_ms[0], end / 1000000ULL, memory_order_relaxed);
+        return;
+    }
     _Atomic uint64_t *avg = &ch->est->ns[ch->way];
     uint64_t a = ch->fresh ? 0 : atomic_load_explicit(avg, memory_order_relaxed);
     if (a && s > a * AUTO_CAP)

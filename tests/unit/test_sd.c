@@ -846,24 +846,45 @@ static void test_requester_on_new_tables_is_served(void **state)
 /* The selector's world, changed by the test: node 0's one-sided READs (a client-driven GET's
  * reads) or its WRITEs of requests (a shipped call's) are made slow, as a busy NIC or a starved
  * home node would make them. Small WRITEs (access records, poisonings) pass. */
-static _Atomic int slow_what; /* 0 nothing, FAB_OP_READ, FAB_OP_WRITE */
+static _Atomic int slow_what; /* 0 nothing, FAB_OP_READ, FAB_OP_WRITE, SLOW_AFTER_SHIP */
+static _Atomic int slow_us = 2000;
+/* slow_what SLOW_AFTER_SHIP: only the SLOW_AFTER_READS READs after a shipped request are slow,
+ * as on busy cores a client-driven call right after shipped ones runs behind the home's server
+ * still spinning for the next request; client-driven calls in a row are fast. */
+#define SLOW_AFTER_SHIP 1000
+#define SLOW_AFTER_READS 4
+static _Atomic int slow_reads_left;
 
 static enum fab_fault slow_fault(void *user, struct fab_ep *ep, const struct fab_wr *wr)
 {
     (void)user;
     (void)ep;
     int what = atomic_load(&slow_what);
-    if (what && (int)wr->opcode == what && (what == FAB_OP_READ || wr->length > 64))
-        usleep(2000);
+    if (what == SLOW_AFTER_SHIP) {
+        if (wr->opcode == FAB_OP_WRITE && wr->length > 64)
+            atomic_store(&slow_reads_left, SLOW_AFTER_READS);
+        else if (wr->opcode == FAB_OP_READ && atomic_load(&slow_reads_left) > 0) {
+            atomic_fetch_sub(&slow_reads_left, 1);
+            usleep((useconds_t)atomic_load(&slow_us));
+        }
+    } else if (what && (int)wr->opcode == what && (what == FAB_OP_READ || wr->length > 64)) {
+        usleep((useconds_t)atomic_load(&slow_us));
+    }
     return FAB_FAULT_NONE;
 }
 
-/* GETs in mode auto until n of the last 100 went the way `sd` says (true: shipped), or 3000
- * calls; returns how many calls that took. */
-static int gets_until(struct nessie_ctx *ctx, const char *key, bool sd, int n)
+/* GETs in mode auto until n of the last 100 went the way `sd` says (true: shipped), or
+ * max_calls calls, or (ms > 0) ms milliseconds; returns how many calls that took, or -1. */
+static int gets_within(struct nessie_ctx *ctx, const char *key, bool sd, int n, int max_calls,
+                       int ms)
 {
     uint64_t ways[100][2];
-    for (int i = 0; i < 3000; i++) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < max_calls; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (ms > 0 && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+            return -1;
         const struct nessie_counters *c = nessie_ctx_counters(ctx);
         ways[i % 100][0] = c->sd_auto[0];
         ways[i % 100][1] = c->sd_auto[1];
@@ -875,19 +896,56 @@ static int gets_until(struct nessie_ctx *ctx, const char *key, bool sd, int n)
     return -1;
 }
 
+static int gets_until(struct nessie_ctx *ctx, const char *key, bool sd, int n)
+{
+    return gets_within(ctx, key, sd, n, 3000, 0);
+}
+
+/* The auto tests' start: two nodes, node 0's context in mode auto, a key k homed on node 1
+ * stored, and node 0's fabric behind slow_fault (slowing nothing until slow_what says). */
+static struct nessie_ctx *auto_open(char *k, size_t n)
+{
+    cluster_open(true);
+    struct nessie_ctx *au = C.ctx[0];
+    nessie_ctx_set_mode(au, NESSIE_MODE_AUTO);
+    key_homed(k, n, 1, 0);
+    assert_int_equal(nessie_store(au, NESSIE_SET, k, strlen(k), "auto", 4, 0, 0, 0, NULL), NESSIE_OK);
+    fab_set_fault(nessie_node_fabric(C.node[0]), slow_fault, NULL);
+    return au;
+}
+
+/* Mode auto comes back to client-driven GETs that are fast again, though the first one after
+ * shipped calls is slow (SLOW_AFTER_SHIP): cd is explored by a probe of calls in a row, not by
+ * one call measured in the shipped way's regime. Before the probe (AUTO_PROBE), every
+ * exploration met the slow reads and the GETs stayed shipped for good. */
+static void test_auto_probes_cd_in_its_own_regime(void **state)
+{
+    (void)state;
+    char k[32];
+    struct nessie_ctx *au = auto_open(k, sizeof(k));
+    /* Slow enough that shipping wins, not so slow that cd's next exploration is seconds away
+     * (AUTO_STALE_MS times the ratio of the ways). */
+    atomic_store(&slow_us, 300);
+    atomic_store(&slow_what, FAB_OP_READ);
+    assert_true(gets_until(au, k, true, 90) >= 0);
+    atomic_store(&slow_what, SLOW_AFTER_SHIP);
+    int took = gets_within(au, k, false, 90, INT32_MAX, 8000);
+    printf("cd fast again but after shipped calls: 90 of the last 100 GETs client-driven after %d calls\n",
+           took);
+    assert_true(took >= 0);
+    atomic_store(&slow_what, 0);
+    atomic_store(&slow_us, 2000);
+    fab_set_fault(nessie_node_fabric(C.node[0]), NULL, NULL);
+}
+
 /* Mode auto follows the load: with client-driven reads slowed it ships GETs, with shipped
  * requests slowed instead it reads them itself again, each within a few hundred calls. */
 static void test_auto_follows_the_faster_way(void **state)
 {
     (void)state;
-    cluster_open(true);
-    struct nessie_ctx *au = C.ctx[0];
-    nessie_ctx_set_mode(au, NESSIE_MODE_AUTO);
-    assert_string_equal(nessie_mode_name(nessie_ctx_mode(au)), "auto");
     char k[32];
-    key_homed(k, sizeof(k), 1, 0);
-    assert_int_equal(nessie_store(au, NESSIE_SET, k, strlen(k), "auto", 4, 0, 0, 0, NULL), NESSIE_OK);
-    fab_set_fault(nessie_node_fabric(C.node[0]), slow_fault, NULL);
+    struct nessie_ctx *au = auto_open(k, sizeof(k));
+    assert_string_equal(nessie_mode_name(nessie_ctx_mode(au)), "auto");
 
     atomic_store(&slow_what, FAB_OP_READ);
     int took = gets_until(au, k, true, 90);
@@ -914,13 +972,8 @@ static void test_auto_follows_the_faster_way(void **state)
 static void test_auto_ships_again_after_a_shun(void **state)
 {
     (void)state;
-    cluster_open(true);
-    struct nessie_ctx *au = C.ctx[0];
-    nessie_ctx_set_mode(au, NESSIE_MODE_AUTO);
     char k[32];
-    key_homed(k, sizeof(k), 1, 0);
-    assert_int_equal(nessie_store(au, NESSIE_SET, k, strlen(k), "auto", 4, 0, 0, 0, NULL), NESSIE_OK);
-    fab_set_fault(nessie_node_fabric(C.node[0]), slow_fault, NULL);
+    struct nessie_ctx *au = auto_open(k, sizeof(k));
     atomic_store(&slow_what, FAB_OP_READ); /* shipping is the faster way */
     assert_true(gets_until(au, k, true, 90) >= 0);
 
@@ -1589,6 +1642,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_server_and_helper_share_slots, teardown),
         cmocka_unit_test_teardown(test_auto_follows_the_faster_way, teardown),
         cmocka_unit_test_teardown(test_auto_ships_again_after_a_shun, teardown),
+        cmocka_unit_test_teardown(test_auto_probes_cd_in_its_own_regime, teardown),
         cmocka_unit_test_teardown(test_flash_demotes_and_reads_back, teardown),
         cmocka_unit_test_teardown(test_flash_full_log_drops_oldest, teardown),
         cmocka_unit_test_teardown(test_flash_owner_unreachable_evicts, teardown),
