@@ -152,7 +152,10 @@
 #define AUTO_STALE_MS 100
 #define AUTO_STALE_MAX_MS 10000
 /* While calls are shipped, the client-driven way is explored by a probe: AUTO_PROBE calls in a
- * row, each measured, and cd's average replaced by the least of them. A single call measured
+ * row, each measured, and cd's average replaced by the least of them; so is its first
+ * measurement (a fresh cluster's first 64 KiB write took 2.4 ms client-driven against 238 us
+ * shipped, and the ratio of the two kept the writes shipped for the 3.4 s until cd's next
+ * exploration, all of mixed's run). A single call measured
  * the shipped way's regime, not its own: the home's SD server spinning after its last request
  * and the requester's worker waiting for replies hold the CPUs, and the explored call ran behind
  * them (bench/modes.sh, mixed: explorations of cd at 94-299 us against 1-16 us once it ran,
@@ -168,12 +171,16 @@
  * runs, so GETs share one set per home node. */
 #define AUTO_BUCKETS 3
 
+/* 32 bytes: the three words a call that is not measured loads (ns, probe) share a cache line. */
 struct sd_est {
     _Atomic uint64_t ns[2];    /* moving average of a call's time, [0] cd, [1] sd; 0: none yet */
-    _Atomic uint64_t at_ms[2]; /* when it was last updated or explored (this node's clock) */
+    /* When it was last updated or explored: this node's clock in ms, cut to 32 bits (it wraps
+     * every 49 days: compared only by difference). */
+    _Atomic uint32_t at_ms[2];
     _Atomic uint32_t probe;    /* cd calls a probe still has to make (AUTO_PROBE) */
-    _Atomic uint64_t probe_ns; /* the least time of its calls so far */
+    _Atomic uint32_t probe_ns; /* the least time of its calls so far (saturated) */
 };
+_Static_assert(sizeof(struct sd_est) == 32, "two averages per cache line");
 
 /* One requester slot's state, touched only by the thread holding the slot. */
 struct sd_out {
@@ -453,8 +460,10 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
     /* One call in AUTO_SAMPLE is measured, and only a measured one may explore; the others
      * follow the averages for three loads, with no clock read and no store. */
     bool sample = (ctx->auto_seq++ & (AUTO_SAMPLE - 1)) == 0;
+    bool probe = false;
     if (cd == 0 || sd == 0) {
         way = cd == 0 ? 0 : 1; /* a way never measured is tried first */
+        probe = way == 0;      /* ... cd by a probe: a fresh node's first calls are cold */
     } else if (!sample) {
         CTR_ADD(ctx->ctr.sd_auto[way], 1);
         return way ? NESSIE_MODE_SD : NESSIE_MODE_CD;
@@ -464,22 +473,22 @@ enum nessie_mode sd_auto_choose(struct nessie_ctx *ctx, bool write, const struct
         uint64_t r = (best ? cd : sd) / (best ? sd : cd);
         r = r < 1 ? 1 : r > 1024 ? 1024 : r;
         uint64_t stale = AUTO_STALE_MS * r < AUTO_STALE_MAX_MS ? AUTO_STALE_MS * r : AUTO_STALE_MAX_MS;
-        uint64_t now = nessie_mono_ns() / 1000000ULL;
-        uint64_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
-        if (now - at >= stale &&
+        uint32_t now = (uint32_t)(nessie_mono_ns() / 1000000ULL);
+        uint32_t at = atomic_load_explicit(&e->at_ms[!best], memory_order_relaxed);
+        if ((uint32_t)(now - at) >= stale &&
             atomic_compare_exchange_strong_explicit(&e->at_ms[!best], &at, now,
                                                     memory_order_relaxed, memory_order_relaxed)) {
             way = !best;
-            ch->fresh = true;
-            if (way == 0) {
-                /* cd explored while calls are shipped: a probe, this call its first. */
-                atomic_store_explicit(&e->probe_ns, UINT64_MAX, memory_order_relaxed);
-                atomic_store_explicit(&e->probe, AUTO_PROBE - 1, memory_order_relaxed);
-                ch->fresh = false;
-                ch->probe = true;
-                ch->probe_last = false;
-            }
+            ch->fresh = way == 1;
+            probe = way == 0; /* cd explored while calls are shipped */
         }
+    }
+    if (probe) {
+        /* A probe of cd begins: this call its first. */
+        atomic_store_explicit(&e->probe_ns, UINT32_MAX, memory_order_relaxed);
+        atomic_store_explicit(&e->probe, AUTO_PROBE - 1, memory_order_relaxed);
+        ch->probe = true;
+        ch->probe_last = false;
     }
     ch->est = e;
     ch->way = way;
@@ -498,13 +507,14 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
         s = 1;
     if (ch->probe) {
         /* Relaxed: two calls of one probe racing may lose a time, not the probe. */
-        uint64_t m = atomic_load_explicit(&ch->est->probe_ns, memory_order_relaxed);
+        uint32_t m = atomic_load_explicit(&ch->est->probe_ns, memory_order_relaxed);
         if (s < m)
-            atomic_store_explicit(&ch->est->probe_ns, m = s, memory_order_relaxed);
+            atomic_store_explicit(&ch->est->probe_ns, m = (uint32_t)s, memory_order_relaxed);
         if (!ch->probe_last)
             return;
         atomic_store_explicit(&ch->est->ns[0], m, memory_order_relaxed);
-        atomic_store_explicit(&ch->est->at_ms[0], end / 1000000ULL, memory_order_relaxed);
+        atomic_store_explicit(&ch->est->at_ms[0], (uint32_t)(end / 1000000ULL),
+                              memory_order_relaxed);
         return;
     }
     _Atomic uint64_t *avg = &ch->est->ns[ch->way];
@@ -513,7 +523,8 @@ void sd_auto_learn(struct nessie_ctx *ctx, const struct sd_choice *ch)
         s = a * AUTO_CAP;
     uint64_t next = a ? a - (a >> AUTO_SHIFT) + (s >> AUTO_SHIFT) : s;
     atomic_store_explicit(avg, next ? next : 1, memory_order_relaxed);
-    atomic_store_explicit(&ch->est->at_ms[ch->way], end / 1000000ULL, memory_order_relaxed);
+    atomic_store_explicit(&ch->est->at_ms[ch->way], (uint32_t)(end / 1000000ULL),
+                          memory_order_relaxed);
 }
 
 /* Ensure ctx's message buffers exist (a slot each). Returns false on out of memory. */
