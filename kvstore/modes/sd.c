@@ -151,20 +151,20 @@
 #define AUTO_CAP 8
 #define AUTO_STALE_MS 100
 #define AUTO_STALE_MAX_MS 10000
-/* While calls are shipped, the client-driven way is explored by a probe: AUTO_PROBE calls in a
- * row, each measured, and cd's average replaced by the least of them; so is its first
- * measurement (a fresh cluster's first 64 KiB write took 2.4 ms client-driven against 238 us
- * shipped, and the ratio of the two kept the writes shipped for the 3.4 s until cd's next
- * exploration, all of mixed's run). A single call measured
- * the shipped way's regime, not its own: the home's SD server spinning after its last request
- * and the requester's worker waiting for replies hold the CPUs, and the explored call ran behind
- * them (bench/modes.sh, mixed: explorations of cd at 94-299 us against 1-16 us once it ran,
- * which kept a node's GETs shipped for 1.1 s after a warm-up, at a tenth of cd's speed). By the
- * probe's later calls the servers have gone quiet; its least time is the one least delayed by
- * others, the noise here being time added, never taken. The probe costs AUTO_PROBE calls of cd
- * per exploration (at most AUTO_PROBE x r of one call per AUTO_STALE_MS x r where cd really is r
- * times slower), and never wakes a server. Explorations of sd stay single calls: they are the
- * ones that wake a napping server, and their bias (a cold server) errs on the cheap side. */
+/* The client-driven way is measured by a probe whenever it is not the way in use (explored
+ * while calls are shipped, and its first measurement): AUTO_PROBE calls in a row, each measured,
+ * cd's average then the least of them. A single call measured the shipped way's regime, not its
+ * own: the home's SD server spinning after its last request and the requester's worker waiting
+ * for replies hold the CPUs, and the explored call ran behind them (bench/modes.sh, mixed:
+ * explorations of cd at 94-299 us against 1-16 us once it ran, which kept a node's GETs shipped
+ * for 1.1 s at a tenth of cd's speed). And a fresh cluster's first calls are cold (its first
+ * 64 KiB write took 2.4 ms client-driven against 238 us shipped, and that ratio kept the writes
+ * shipped for the 3.4 s until cd's next exploration, all of mixed's run). By a probe's later
+ * calls the servers have gone quiet and the memory is warm; its least time is the one least
+ * delayed by others, the noise here being time added, never taken. A probe costs AUTO_PROBE
+ * calls of cd per exploration (AUTO_PROBE x r of one call per AUTO_STALE_MS x r where cd really
+ * is r times slower) and never wakes a server. Explorations of sd stay single calls: they are
+ * the ones that wake a napping server, and their bias (a cold server) errs on the cheap side. */
 #define AUTO_PROBE 8
 /* Writes' averages are kept per size of value: small, up to 16 KiB, larger (the paper's
  * crossover between the ways lies between 8 and 16 KiB). A GET's size is unknown before it
