@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "memory/demote.h"
 #include "memory/flash.h"
 #include "memory/memory.h"
@@ -879,11 +880,9 @@ static int gets_within(struct nessie_ctx *ctx, const char *key, bool sd, int n, 
                        int ms)
 {
     uint64_t ways[100][2];
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const uint64_t end_ms = nessie_mono_ms() + (uint64_t)ms;
     for (int i = 0; i < max_calls; i++) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (ms > 0 && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+        if (ms > 0 && nessie_mono_ms() > end_ms)
             return -1;
         const struct nessie_counters *c = nessie_ctx_counters(ctx);
         ways[i % 100][0] = c->sd_auto[0];
