@@ -613,6 +613,10 @@ static void run_stats(struct proto_req *r, struct proto_token *t, size_t n)
             recep_stats_cachedump(st, r->c->ctx, id, limit, r->c->out);
         return;
     }
+    if (is(&t[1], "conns") && r->c->conns) {
+        r->c->conns(r->c->conns_user, r->c, r->c->out);
+        return;
+    }
     if (n >= 3 && is(&t[1], "detail")) {
         /* memcached's per-prefix counts: its usage line for a bad request; this daemon keeps
          * none, so there is nothing to dump and nothing to turn on. */
@@ -624,8 +628,8 @@ static void run_stats(struct proto_req *r, struct proto_token *t, size_t n)
             proto_reply(r, "CLIENT_ERROR usage: stats detail on|off|dump");
         return;
     }
-    /* conns (each connection's state) is not kept yet; the others are no sub-command of
-     * memcached's either: its answer to one it does not know. */
+    /* The others are no sub-command of memcached's either: its answer to one it does not
+     * know. */
     proto_reply(r, "ERROR");
 }
 

@@ -51,6 +51,10 @@ struct proto_conn {
     size_t need;                /* out: bytes the next request needs at the input's start to
                                  * go on (0: a line not yet whole) */
     bool close;                 /* out: close once out is written (quit, a hopeless line) */
+    /* "stats conns": appends the connection layer's lines for it (self the connection asking)
+     * to out; NULL: that layer keeps none, and the sub-command is unknown. */
+    void (*conns)(void *user, const struct proto_conn *self, GString *out);
+    void *conns_user;
 };
 
 /*

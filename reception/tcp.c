@@ -24,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <glib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -100,7 +101,23 @@ struct tconn {
     bool eof;                  /* the client sent all it will: closed once its replies are out */
     bool binary_checked;       /* its first byte was looked at */
     bool binary;               /* ... and it was the binary protocol's magic */
+    /* For "stats conns" (tcp_conns), read by whichever thread answers it: the two addresses as
+     * memcached prints them (fixed at accept), and, as relaxed atomics, when the last request
+     * bytes were read and the state after the last pass (enum conn_state). */
+    char addr[64], listen_addr[64];
+    uint64_t cmd_ns;
+    uint8_t state;
 };
+
+/* A connection's state as "stats conns" names it, memcached's names for the same moments: a
+ * connection between requests waits in conn_read; one with a request half read in conn_nread
+ * (a value still coming) or conn_read (its line); conn_swallow while a refused value is
+ * discarded; conn_mwrite while replies wait for the client to read them; one that never sent
+ * anything in conn_new_cmd. The connection that asks is in conn_parse_cmd. */
+enum conn_state { CS_NEW_CMD, CS_READ, CS_NREAD, CS_SWALLOW, CS_MWRITE };
+static const char *const conn_state_names[] = {
+    [CS_NEW_CMD] = "conn_new_cmd", [CS_READ] = "conn_read", [CS_NREAD] = "conn_nread",
+    [CS_SWALLOW] = "conn_swallow", [CS_MWRITE] = "conn_mwrite"};
 
 struct tcp_thread {
     struct recep_tcp *tcp;
@@ -108,7 +125,10 @@ struct tcp_thread {
     pthread_t thread;
     int epfd;
     struct nessie_ctx *ctx;
-    GPtrArray *conns;          /* owned by the thread */
+    GPtrArray *conns;          /* owned by the thread; changed under conns_lock, which other
+                                * threads take to read it ("stats conns": tcp_conns; a pthread
+                                * mutex, which ThreadSanitizer sees, not glib's futex GMutex) */
+    pthread_mutex_t conns_lock;
     int wakefd;                /* eventfd: connections another thread accepted for this one */
     GAsyncQueue *incoming;     /* ... those connections (struct tconn), to be adopted */
     /* Counts hand-overs: the accepting thread increments it (release) once a connection is
@@ -138,6 +158,8 @@ struct recep_tcp {
     struct tcp_thread *threads;
     uint32_t started;
     uint32_t rotor;            /* where the next choice of a thread starts (relaxed atomic) */
+    char listen_addr[64];      /* the listening socket's address, as "stats conns" prints it */
+    uint64_t start_ns;         /* when it started listening */
     /* Threads spinning for a request now, and how many may (half the CPUs, at least one): the
      * clients they wait for need CPUs to send on, and four threads spinning for four clients on
      * two CPUs would hold back the very requests they wait for. Relaxed atomic: a token count. */
@@ -175,6 +197,92 @@ static void conn_held(struct tconn *c)
     }
 }
 
+/* ss as memcached's "stats conns" names an address: tcp:A.B.C.D:PORT or tcp6:[ADDR]:PORT. */
+static void addr_name(const struct sockaddr_storage *ss, char *buf, size_t n)
+{
+    char a[INET6_ADDRSTRLEN] = "?";
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a6->sin6_addr, a, sizeof(a));
+        snprintf(buf, n, "tcp6:[%s]:%u", a, ntohs(a6->sin6_port));
+    } else {
+        const struct sockaddr_in *a4 = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a4->sin_addr, a, sizeof(a));
+        snprintf(buf, n, "tcp:%s:%u", a, ntohs(a4->sin_port));
+    }
+}
+
+/* The state "stats conns" shows for c, noted after each of its passes (relaxed: a reader on
+ * another thread sees this pass's or the last one's). */
+static void conn_note_state(struct tconn *c)
+{
+    uint8_t st = c->writing                                     ? CS_MWRITE
+                 : c->pc.swallow > 0                            ? CS_SWALLOW
+                 : c->in_len > 0 && c->pc.need > c->in_len ? CS_NREAD
+                                                                : CS_READ;
+    __atomic_store_n(&c->state, st, __ATOMIC_RELAXED);
+}
+
+/* One connection's lines of "stats conns". */
+struct conn_row {
+    int fd;
+    char addr[64], listen_addr[64];
+    const char *state;
+    uint64_t secs;
+};
+
+static int conn_row_cmp(const void *a, const void *b)
+{
+    const struct conn_row *x = a, *y = b;
+    return (x->fd > y->fd) - (x->fd < y->fd);
+}
+
+/*
+ * "stats conns" (proto_conn.conns): the listening socket, then every connection of every thread
+ * in descriptor order, memcached's lines for each: STAT <fd>:addr, :listen_addr (a connection's
+ * own address), :state, :secs_since_last_cmd; then END. self, the connection asking, is in
+ * conn_parse_cmd. Each thread's list is read under its lock, so no connection is freed while
+ * it is looked at; its fields are a moment's, as memcached's are.
+ */
+static void tcp_conns(void *user, const struct proto_conn *self, GString *out)
+{
+    struct recep_tcp *t = user;
+    uint64_t now = nessie_mono_ns();
+    GArray *rows = g_array_new(FALSE, FALSE, sizeof(struct conn_row));
+    /* Every thread's list and lock exist before the first thread starts. */
+    for (uint32_t i = 0; i < t->cfg.threads; i++) {
+        struct tcp_thread *th = &t->threads[i];
+        pthread_mutex_lock(&th->conns_lock);
+        for (guint k = 0; k < th->conns->len; k++) {
+            const struct tconn *c = g_ptr_array_index(th->conns, k);
+            struct conn_row r = {.fd = c->fd};
+            memcpy(r.addr, c->addr, sizeof(r.addr));
+            memcpy(r.listen_addr, c->listen_addr, sizeof(r.listen_addr));
+            uint8_t st = __atomic_load_n(&c->state, __ATOMIC_RELAXED);
+            r.state = &c->pc == self ? "conn_parse_cmd" : conn_state_names[st];
+            uint64_t at = __atomic_load_n(&c->cmd_ns, __ATOMIC_RELAXED);
+            r.secs = now > at ? (now - at) / 1000000000u : 0;
+            g_array_append_val(rows, r);
+        }
+        pthread_mutex_unlock(&th->conns_lock);
+    }
+    g_array_sort(rows, conn_row_cmp);
+    g_string_append_printf(out, "STAT %d:addr %s\r\nSTAT %d:state conn_listening\r\n"
+                                "STAT %d:secs_since_last_cmd %" PRIu64 "\r\n",
+                           t->lfd, t->listen_addr, t->lfd, t->lfd,
+                           (now - t->start_ns) / 1000000000u);
+    for (guint k = 0; k < rows->len; k++) {
+        const struct conn_row *r = &g_array_index(rows, struct conn_row, k);
+        g_string_append_printf(out, "STAT %d:addr %s\r\nSTAT %d:listen_addr %s\r\n"
+                                    "STAT %d:state %s\r\nSTAT %d:secs_since_last_cmd %" PRIu64
+                                    "\r\n",
+                               r->fd, r->addr, r->fd, r->listen_addr, r->fd, r->state, r->fd,
+                               r->secs);
+    }
+    g_string_append(out, "END\r\n");
+    g_array_free(rows, TRUE);
+}
+
 /* A connection's memory freed and its count given back (its socket already closed). */
 static void conn_free(struct tconn *c)
 {
@@ -192,10 +300,12 @@ static void conn_close(struct tcp_thread *th, struct tconn *c)
     epoll_ctl(th->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     /* Out of the array by swapping the last one in. */
+    pthread_mutex_lock(&th->conns_lock);
     struct tconn *last = g_ptr_array_index(th->conns, th->conns->len - 1);
     last->index = c->index;
     g_ptr_array_index(th->conns, c->index) = last;
     g_ptr_array_set_size(th->conns, th->conns->len - 1);
+    pthread_mutex_unlock(&th->conns_lock);
     __atomic_fetch_sub(&th->load, 1, __ATOMIC_RELAXED);
     conn_free(c);
 }
@@ -241,8 +351,21 @@ static struct tconn *conn_new(struct recep_tcp *t, int fd)
                                 .held = &held_bytes,
                                 .held_max = 2 * (uint64_t)reply_max > HELD_MAX
                                                 ? 2 * (uint64_t)reply_max
-                                                : HELD_MAX};
+                                                : HELD_MAX,
+                                .conns = tcp_conns, .conns_user = t};
     c->active_ns = nessie_mono_ns();
+    c->cmd_ns = c->active_ns;
+    c->state = CS_NEW_CMD;
+    /* Its two ends, named as memcached's "stats conns" names them. */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    memset(&ss, 0, sizeof(ss));
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        addr_name(&ss, c->addr, sizeof(c->addr));
+    sl = sizeof(ss);
+    memset(&ss, 0, sizeof(ss));
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        addr_name(&ss, c->listen_addr, sizeof(c->listen_addr));
     return c;
 }
 
@@ -283,8 +406,10 @@ static void conn_adopt(struct tcp_thread *th, struct tconn *c)
         conn_free(c);
         return;
     }
+    pthread_mutex_lock(&th->conns_lock);
     c->index = th->conns->len;
     g_ptr_array_add(th->conns, c);
+    pthread_mutex_unlock(&th->conns_lock);
 }
 
 /* Adopt the connections other threads accepted for th. */
@@ -502,6 +627,7 @@ static bool conn_read(struct tcp_thread *th, struct tconn *c)
         }
         c->in_len += (size_t)r;
         c->active_ns = th->now_ns;
+        __atomic_store_n(&c->cmd_ns, th->now_ns, __ATOMIC_RELAXED);
         c->partial_ns = 0; /* bytes came: progress */
         if (!conn_run(th, c))
             return false;
@@ -640,6 +766,8 @@ static void *tcp_thread_main(void *arg)
                     keep = conn_read(th, c);
                 if (!keep || (c->pc.close && !c->writing))
                     conn_close(th, c);
+                else
+                    conn_note_state(c);
             }
         }
         if (stop)
@@ -719,8 +847,10 @@ void recep_tcp_stop(struct recep_tcp *t)
     }
     for (uint32_t i = t->cfg.threads; i-- > 0;) {
         struct tcp_thread *th = &t->threads[i];
-        if (th->conns)
+        if (th->conns) {
             g_ptr_array_free(th->conns, TRUE);
+            pthread_mutex_destroy(&th->conns_lock);
+        }
         if (th->incoming) {
             /* Handed over after this thread stopped, or before it took them. */
             struct tconn *c;
@@ -777,6 +907,14 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
     t->lfd = listen_on(cfg);
     if (t->lfd < 0)
         goto fail;
+    t->start_ns = nessie_mono_ns();
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        memset(&ss, 0, sizeof(ss));
+        if (getsockname(t->lfd, (struct sockaddr *)&ss, &sl) == 0)
+            addr_name(&ss, t->listen_addr, sizeof(t->listen_addr));
+    }
     t->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     t->threads = calloc(cfg->threads, sizeof(*t->threads));
     for (uint32_t i = 0; t->threads && i < cfg->threads; i++)
@@ -791,6 +929,7 @@ int recep_tcp_start(struct nessie_node *node, const struct recep_tcp_config *cfg
         th->tcp = t;
         th->index = i;
         th->conns = g_ptr_array_new();
+        pthread_mutex_init(&th->conns_lock, NULL);
         th->incoming = g_async_queue_new();
         th->epfd = epoll_create1(EPOLL_CLOEXEC);
         th->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -4,7 +4,8 @@
 #   - the transcripts (tests/integration/tcp-transcript.cases: text, limits, meta and binary;
 #     tcp-transcript-binary.cases: the binary protocol's every opcode): every case sent to a
 #     real memcached and to node 1's port, the answers compared byte for byte
-#     (tcp-transcript.py); a key written through node 0's port is read through node 1's;
+#     (tcp-transcript.py); `stats conns` lists what memcached lists (tcp-conns.py); a key
+#     written through node 0's port is read through node 1's;
 #   - the robustness checks of tcp-robust.py against a 1-node cluster of its own (max_connections
 #     1000, partial_timeout_s 3): a thousand connections, the limit, cut requests, garbage, an
 #     over-size value, a client that never reads, a request left unfinished; the daemon serves
@@ -63,6 +64,11 @@ for cases in tcp-transcript.cases tcp-transcript-binary.cases; do
         { cat "$dir/transcript.out"; fail "the transcript ($cases) differs from memcached's"; }
     tail -n 1 "$dir/transcript.out" | sed "s/^/tcp: $cases: /"
 done
+
+# stats conns: the same connections, fields and states as memcached lists.
+python3 "$here/tests/integration/tcp-conns.py" "127.0.0.1:$mport" "127.0.0.1:$((base + 1))" \
+    >"$dir/conns.out" 2>&1 || { cat "$dir/conns.out"; fail "stats conns differs from memcached's"; }
+sed "s/^/tcp: /" "$dir/conns.out"
 
 # Written through node 0's port, read through node 1's: one cluster behind both.
 got=$(python3 - "$base" <<'EOF'
