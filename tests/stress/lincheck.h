@@ -48,6 +48,8 @@ struct lc_event {
     uint64_t num_out;                /* incr/decr LC_OK: the new number */
     uint64_t version_out;            /* get hit: version read; a successful write: the version it
                                         created (touch keeps the old one); 0 when unknown */
+    const char *who;                 /* the caller's label for a dump (who ran it, with which
+                                        status); never read by the check; may be NULL */
 };
 
 /*

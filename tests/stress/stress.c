@@ -1405,26 +1405,38 @@ static void dump_history(int k, struct lc_event *ev, guint n, const char *why)
         perror(path);
         return;
     }
-    fprintf(f, "# %s\n# call(us) return(us) op outcome input | output\n", why);
+    fprintf(f, "# %s\n# call(us) return(us) op outcome input | output [who: status]\n", why);
     qsort(ev, n, sizeof(*ev), (int (*)(const void *, const void *))by_call);
     uint64_t t0 = n ? ev[0].call_ns : 0;
     for (guint i = 0; i < n; i++) {
         const struct lc_event *e = &ev[i];
         fprintf(f, "%10.3f %10.3f us  %-7s %-13s in='%.*s' fin=%u cas=%" PRIx64 " d=%" PRIu64
-                   " | out='%.*s' flags=%u ver=%" PRIx64 " num=%" PRIu64 "\n",
+                   " | out='%.*s' flags=%u ver=%" PRIx64 " num=%" PRIu64 " [%s]\n",
                 (double)(e->call_ns - t0) / 1e3,
                 e->ret_ns == UINT64_MAX ? -1.0 : (double)(e->ret_ns - t0) / 1e3,
                 lc_op_name(e->op), lc_outcome_name(e->outcome), (int)e->vlen,
                 e->val ? (const char *)e->val : "", e->flags_in, e->cas_in, e->delta, (int)e->outlen,
-                e->out ? (const char *)e->out : "", e->flags_out, e->version_out, e->num_out);
+                e->out ? (const char *)e->out : "", e->flags_out, e->version_out, e->num_out,
+                e->who ? e->who : "");
     }
     fclose(f);
     fprintf(stderr, "history of key-%03d written to %s\n", k, path);
 }
 
-static void to_lc(const struct event *e, struct lc_event *l)
+/* Convert e for the check; who (WHO_MAX bytes) receives its label for a dump: the node and
+ * thread that ran it (events of the run's workers) and the engine's status. */
+#define WHO_MAX 48
+static void to_lc(const struct event *e, struct lc_event *l, char *who)
 {
     memset(l, 0, sizeof(*l));
+    if (e >= hist && e < hist + (uint64_t)opt_nodes * (uint64_t)opt_threads * per_thread) {
+        uint64_t i = (uint64_t)(e - hist) / per_thread;
+        snprintf(who, WHO_MAX, "n%" PRIu64 "t%" PRIu64 ": %s", i / (uint64_t)opt_threads,
+                 i % (uint64_t)opt_threads, e->done ? nessie_strerror(e->status) : "no return");
+    } else {
+        snprintf(who, WHO_MAX, "%s", e->done ? "(run)" : "(run, no return)");
+    }
+    l->who = who;
     l->call_ns = e->call_ns;
     l->ret_ns = e->done ? e->ret_ns : UINT64_MAX;
     l->op = (enum lc_op)e->op;
@@ -1526,8 +1538,9 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
     for (int k = 0; k < opt_keys; k++) {
         GPtrArray *a = per_key[k];
         struct lc_event *ev = g_new(struct lc_event, a->len ? a->len : 1);
+        char *who = g_malloc((a->len ? a->len : 1) * (gsize)WHO_MAX);
         for (guint i = 0; i < a->len; i++)
-            to_lc(g_ptr_array_index(a, i), &ev[i]);
+            to_lc(g_ptr_array_index(a, i), &ev[i], who + (gsize)i * WHO_MAX);
         char why[2048];
         int rc = lc_check_key(ev, a->len, (uint64_t)opt_budget, why, sizeof(why));
         if (rc != 0) {
@@ -1541,6 +1554,7 @@ static uint64_t check_histories(uint64_t total, GArray *extra, uint64_t loss_ns,
                 dump_history(k, ev, a->len, why);
         }
         g_free(ev);
+        g_free(who);
         g_ptr_array_free(a, TRUE);
     }
     g_free(per_key);
