@@ -317,6 +317,22 @@ static int validate_wr(const struct fab *fab, const struct fab_wr *wr)
     return FAB_OK;
 }
 
+/* Malformed requests refused at post so far: file-static, one count for every endpoint of the
+ * process, since each is a bug of its caller's (an index word naming no DTE, a bad offset)
+ * that the log must show, and a loop of them must not flood it. */
+static unsigned long refused_n;
+
+/* Log a malformed request the fabric refused (its first ten, then one in a thousand). */
+static void refused_log(const struct fab_wr *wr, int rc)
+{
+    unsigned long k = __atomic_fetch_add(&refused_n, 1, __ATOMIC_RELAXED);
+    if (k < 10 || k % 1000 == 0)
+        log_warn("fabric: refused a malformed request (%s: opcode %d, node %u, region %d, "
+                 "offset %llu, length %u; %lu so far): a bug of its caller's",
+                 fab_strerror(rc), wr->opcode, wr->node, wr->region,
+                 (unsigned long long)wr->offset, wr->length, k + 1);
+}
+
 int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
 {
     if (!ep || (!wrs && n))
@@ -327,6 +343,8 @@ int fab_post(struct fab_ep *ep, const struct fab_wr *wrs, size_t n)
         int rc = validate_wr(ep->fab, &wrs[i]);
         if (rc != FAB_OK) {
             ep->stats.errors++;
+            if (rc != FAB_ERR_UNREACH) /* the fence's: a peer out of the view, no bug */
+                refused_log(&wrs[i], rc);
             return rc;
         }
     }
