@@ -98,6 +98,7 @@ struct event {
     uint8_t outcome;          /* enum lc_outcome */
     uint8_t done;             /* the response was recorded */
     uint8_t status;           /* the engine's status (enum nessie_status) */
+    uint8_t mode;             /* the context's mode when it was called (enum nessie_mode) */
     uint32_t vlen, outlen, flags_in, flags_out;
     uint64_t delta, cas_in, num_out, version_out;
     char val[VAL_MAX];
@@ -540,6 +541,7 @@ static void run_one(struct worker *w, struct nessie_ctx *ctx, struct event *e, u
     int rc;
     if (run_mixed)
         nessie_ctx_set_mode(ctx, (enum nessie_mode)(rnd(w) % 4));
+    e->mode = (uint8_t)nessie_ctx_mode(ctx);
     e->call_ns = nessie_mono_ns();
     switch (e->op) {
     case LC_GET:
@@ -1425,14 +1427,15 @@ static void dump_history(int k, struct lc_event *ev, guint n, const char *why)
 
 /* Convert e for the check; who (WHO_MAX bytes) receives its label for a dump: the node and
  * thread that ran it (events of the run's workers) and the engine's status. */
-#define WHO_MAX 48
+#define WHO_MAX 64
 static void to_lc(const struct event *e, struct lc_event *l, char *who)
 {
     memset(l, 0, sizeof(*l));
     if (e >= hist && e < hist + (uint64_t)opt_nodes * (uint64_t)opt_threads * per_thread) {
         uint64_t i = (uint64_t)(e - hist) / per_thread;
-        snprintf(who, WHO_MAX, "n%" PRIu64 "t%" PRIu64 ": %s", i / (uint64_t)opt_threads,
-                 i % (uint64_t)opt_threads, e->done ? nessie_strerror(e->status) : "no return");
+        snprintf(who, WHO_MAX, "n%" PRIu64 "t%" PRIu64 " %s: %s", i / (uint64_t)opt_threads,
+                 i % (uint64_t)opt_threads, nessie_mode_name((enum nessie_mode)e->mode),
+                 e->done ? nessie_strerror(e->status) : "no return");
     } else {
         snprintf(who, WHO_MAX, "%s", e->done ? "(run)" : "(run, no return)");
     }
