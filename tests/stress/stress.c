@@ -1397,6 +1397,70 @@ static int by_call(gconstpointer a, gconstpointer b)
     return x->call_ns < y->call_ns ? -1 : x->call_ns > y->call_ns;
 }
 
+/* Each key's index entries and their DTEs' headers as the workers ended (snapshot_keys), before
+ * the grace period and the final reads change them: a dump shows what the last calls left. */
+static GString **key_snap;
+
+/* Describe every key's positions (their ITE words) and the header of each DTE an entry with the
+ * key's filter bits names, as the memory holds them now (no call runs). */
+static void snapshot_keys(struct nessie_node **nodes)
+{
+    struct nessie_node *any = NULL;
+    for (int n = 0; n < all_nodes && !any; n++)
+        any = nodes[n];
+    if (!any || !opt_dump)
+        return;
+    key_snap = g_new0(GString *, (gsize)opt_keys);
+    uint64_t now = nessie_mono_ns();
+    for (int k = 0; k < opt_keys; k++) {
+        char key[32];
+        key_name(key, sizeof(key), k);
+        struct key_plan kp;
+        key_plan_make(&kp, any, key, strlen(key));
+        GString *g = key_snap[k] = g_string_new(NULL);
+        g_string_append_printf(g, "# at the workers' end: filter %x, %u positions\n", kp.filter,
+                               kp.n);
+        for (uint32_t i = 0; i < kp.n && i < NESSIE_PLAN_MAX; i++) {
+            uint64_t node = kp.pos[i] / (uint64_t)opt_index_slots,
+                     slot = kp.pos[i] % (uint64_t)opt_index_slots;
+            if (node >= (uint64_t)all_nodes || !nodes[node]) {
+                g_string_append_printf(g, "#   pos %" PRIu64 ": node %" PRIu64 " gone\n",
+                                       kp.pos[i], node);
+                continue;
+            }
+            const uint64_t *idx = fab_local_base(nessie_node_fabric(nodes[node]), FAB_REGION_INDEX);
+            uint64_t w = idx[slot];
+            g_string_append_printf(g, "#   pos %" PRIu64 " (node %" PRIu64 " slot %" PRIu64
+                                      "): %016" PRIx64, kp.pos[i], node, slot, w);
+            if (!w || ite_filter(w) != kp.filter || ite_is_flash(w) ||
+                ite_node(w) >= (uint32_t)all_nodes || !nodes[ite_node(w)]) {
+                g_string_append(g, w && ite_filter(w) != kp.filter ? " (another key's)\n" : "\n");
+                continue;
+            }
+            const unsigned char *data = fab_local_base(nessie_node_fabric(nodes[ite_node(w)]),
+                                                       FAB_REGION_DATA);
+            struct dte_hdr h;
+            memcpy(&h, data + ite_offset(w), sizeof(h));
+            g_string_append_printf(g, " -> node %u offset %" PRIu64 ": state %" PRIx64
+                                      "%s%s%s%s gen-match %d kind %u flags %#x key '%.*s' prev %016"
+                                      PRIx64 " version %" PRIx64 " creator %" PRIx64
+                                      " age %.1f ms\n",
+                                   ite_node(w), ite_offset(w), h.state,
+                                   h.state & DTE_BUSY ? " busy" : "",
+                                   h.state & DTE_COMMITTED ? " committed" : "",
+                                   h.state & DTE_ABANDONED ? " abandoned" : "",
+                                   h.state & DTE_RECYCLED ? " recycled" : "",
+                                   dte_gen(h.state) == ite_gen(w), h.kind, h.flags8,
+                                   h.key_len <= 32 ? (int)h.key_len : 32,
+                                   (const char *)(data + ite_offset(w) + DTE_HDR_SIZE), h.prev_ite,
+                                   h.version, h.creator,
+                                   h.created_ns && h.created_ns < now
+                                       ? (double)(now - h.created_ns) / 1e6
+                                       : -1.0);
+        }
+    }
+}
+
 /* One line per operation, in call order: what a person needs to find the bug. */
 static void dump_history(int k, struct lc_event *ev, guint n, const char *why)
 {
@@ -1407,7 +1471,10 @@ static void dump_history(int k, struct lc_event *ev, guint n, const char *why)
         perror(path);
         return;
     }
-    fprintf(f, "# %s\n# call(us) return(us) op outcome input | output [who: status]\n", why);
+    fprintf(f, "# %s\n", why);
+    if (key_snap && key_snap[k])
+        fputs(key_snap[k]->str, f);
+    fprintf(f, "# call(us) return(us) op outcome input | output [who mode: status]\n");
     qsort(ev, n, sizeof(*ev), (int (*)(const void *, const void *))by_call);
     uint64_t t0 = n ? ev[0].call_ns : 0;
     for (guint i = 0; i < n; i++) {
@@ -2028,6 +2095,7 @@ int main(int argc, char **argv)
             free(v);
         }
     }
+    snapshot_keys(nodes);
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
     /* The engine's own grace (the call bound and a period), a few ms more for the clocks. */
     uint64_t grace_us = (nessie_node_grace_ms(nodes[0]) + 5) * 1000;
