@@ -216,10 +216,13 @@ static void addr_name(const struct sockaddr_storage *ss, char *buf, size_t n)
  * another thread sees this pass's or the last one's). */
 static void conn_note_state(struct tconn *c)
 {
-    uint8_t st = c->writing                                     ? CS_MWRITE
-                 : c->pc.swallow > 0                            ? CS_SWALLOW
-                 : c->in_len > 0 && c->pc.need > c->in_len ? CS_NREAD
-                                                                : CS_READ;
+    uint8_t st = CS_READ;
+    if (c->writing)
+        st = CS_MWRITE;
+    else if (c->pc.swallow > 0)
+        st = CS_SWALLOW;
+    else if (c->in_len > 0 && c->pc.need > c->in_len)
+        st = CS_NREAD;
     __atomic_store_n(&c->state, st, __ATOMIC_RELAXED);
 }
 
