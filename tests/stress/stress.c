@@ -43,12 +43,13 @@
  * The last line is the summary:
  *   ops=N violations=V stuck=S leaked=L migrations=M recursive=R recycled=C undecided=U
  *   injected=I stalls=T evictions=E shipped=H dropped=D outlived=O withdrawn=W shunned=N expired=X
- *   views=G waited=A ... helped=P
+ *   views=G waited=A ... helped=P evictions-unknown=K
  * (O: recorded calls that lasted longer than the engine's grace, which --stall-ms longer than the
  * grace produces: their entries may have been taken over while they ran; W, N, X: shipped calls
  * withdrawn by their callers and run there, calls run locally because their home node's servers
  * stood still, requests a server found with their budget spent and did not run; P: shipped GETs
- * answered by a waiting worker's helper context (nessie_sd_help), not a server; G: views the
+ * answered by a waiting worker's helper context (nessie_sd_help), not a server; K: evictions
+ * whose effect is unknown (an undone migration's item, a swing whose answer was lost); G: views the
  * node processes installed after their first one, summed over nodes, so one view change seen by
  * two live nodes counts 2; A: calls that waited for a view, the engine's view_waits, summed over
  * the nodes that finished)
@@ -2096,6 +2097,7 @@ int main(int argc, char **argv)
         }
     }
     snapshot_keys(nodes);
+    const uint64_t workers_end_ns = nessie_mono_ns();
     GArray *extra = g_array_new(FALSE, FALSE, sizeof(struct event));
     /* The engine's own grace (the call bound and a period), a few ms more for the clocks. */
     uint64_t grace_us = (nessie_node_grace_ms(nodes[0]) + 5) * 1000;
@@ -2122,12 +2124,15 @@ int main(int argc, char **argv)
      * that cannot go to a flash item's node takes its entry out) is in the history too. */
     struct recycler *fservers = opt_flash ? calloc((size_t)all_nodes, sizeof(*fservers)) : NULL;
     pthread_t *fthreads = opt_flash ? calloc((size_t)all_nodes, sizeof(*fthreads)) : NULL;
-    /* The hooks are plain pointers the server threads read: set before they start, cleared
-     * after they are joined (tsan saw the store race with a server's eviction). */
-    if (opt_flash) {
-        nessie_set_evict_hook(stress_evict_hook, NULL);
-        nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
-    }
+    /* The final reads make evictions of their own, flash or not: a migration that died after
+     * emptying its source left a copy that the first read past the grace undoes, the item lost
+     * as to an eviction of unknown effect (kvstore/protocol/protocol.c, copy_undo). Unheard,
+     * that loss read as a violation (sd-faults: about one run in 200, the key blocked for a
+     * grace period by the uncommitted copy, then missing from the final reads). The hooks are
+     * plain pointers the server threads read: set before they start, cleared after they are
+     * joined (tsan saw the store race with a server's eviction). */
+    nessie_set_evict_hook(stress_evict_hook, NULL);
+    nessie_set_evict_anon_hook(stress_evict_anon_hook, NULL);
     for (int n = 0; fservers && fthreads && n < all_nodes; n++) {
         fservers[n].node = nodes[n];
         fservers[n].id = (uint32_t)n;
@@ -2296,9 +2301,16 @@ int main(int argc, char **argv)
     uint64_t views = 0;
     for (int n = 0; n < opt_nodes; n++)
         views += atomic_load(&sh->views.changes[n]);
-    uint64_t evictions = 0;
-    for (uint64_t i = 0; i < atomic_load(&elog->n) && i < elog->cap; i++)
+    uint64_t evictions = 0, evictions_unknown = 0, evictions_final = 0;
+    for (uint64_t i = 0; i < atomic_load(&elog->n) && i < elog->cap; i++) {
         evictions += elog->r[i].done && elog->r[i].status == NESSIE_OK;
+        evictions_unknown += elog->r[i].done && elog->r[i].status == NESSIE_TIMEOUT;
+        evictions_final += elog->r[i].call_ns >= workers_end_ns;
+    }
+    if (evictions_final && !opt_quiet)
+        fprintf(stderr, "nessie-stress: %" PRIu64 " evictions made by the final reads (what the "
+                        "workers left undone: an orphaned migration's copy, a swing)\n",
+                evictions_final);
     bool elog_full = atomic_load(&elog->n) > elog->cap;
     if (elog_full)
         fprintf(stderr, "nessie-stress: more evictions than the log holds (%" PRIu64 "): the "
@@ -2311,7 +2323,7 @@ int main(int argc, char **argv)
            " placed=%" PRIu64 " demoted=%" PRIu64 " flash-dropped=%" PRIu64
            " flash-hits=%" PRIu64 " flash-shipped=%" PRIu64 " flash-io-errors=%" PRIu64
            " flash-compacted=%" PRIu64 " flash-rescued=%" PRIu64 " flash-promoted=%" PRIu64
-           " helped=%" PRIu64 "\n",
+           " helped=%" PRIu64 " evictions-unknown=%" PRIu64 "\n",
            ops, violations, stuck, leaked, sum.migrations, sum.recursive_migrations, sum.freed,
            undecided, injected, stalls, evictions,
            sum.sd_shipped[NESSIE_OPK_GET] + sum.sd_shipped[NESSIE_OPK_PUT] +
@@ -2319,7 +2331,7 @@ int main(int argc, char **argv)
            sum.sd_dropped, outlived, sum.sd_withdrawn, sum.sd_shunned, sum.sd_expired, views,
            sum.view_waits, moved, sum.placed, sum.flash_demoted, sum.flash_dropped,
            sum.flash_hits, sum.flash_shipped, flash_io, sum.flash_compacted, sum.flash_rescued,
-           sum.flash_promoted, sum.sd_helped);
+           sum.flash_promoted, sum.sd_helped, evictions_unknown);
 
     for (int n = 0; n < all_nodes; n++) {
         if (nodes[n])
