@@ -338,8 +338,8 @@ static void accept_warn(int err)
         log_warn("tcp: accept: %s (new connections wait)", strerror(err));
 }
 
-/* A connection for the accepted socket fd, not yet any thread's. */
-static struct tconn *conn_new(struct recep_tcp *t, int fd)
+/* A connection for the socket fd accepted from peer, not yet any thread's. */
+static struct tconn *conn_new(struct recep_tcp *t, int fd, const struct sockaddr_storage *peer)
 {
     struct tconn *c = g_new0(struct tconn, 1);
     c->fd = fd;
@@ -359,13 +359,11 @@ static struct tconn *conn_new(struct recep_tcp *t, int fd)
     c->active_ns = nessie_mono_ns();
     c->cmd_ns = c->active_ns;
     c->state = CS_NEW_CMD;
-    /* Its two ends, named as memcached's "stats conns" names them. */
+    /* Its two ends, named as memcached's "stats conns" names them: the peer as accept gave it,
+     * its own end asked (a listener on a wildcard address serves several). */
+    addr_name(peer, c->addr, sizeof(c->addr));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
-    memset(&ss, 0, sizeof(ss));
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-        addr_name(&ss, c->addr, sizeof(c->addr));
-    sl = sizeof(ss);
     memset(&ss, 0, sizeof(ss));
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         addr_name(&ss, c->listen_addr, sizeof(c->listen_addr));
@@ -429,7 +427,10 @@ static void on_accept(struct tcp_thread *th)
 {
     struct recep_tcp *t = th->tcp;
     for (;;) {
-        int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        memset(&peer, 0, sizeof(peer));
+        int fd = accept4(t->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* The connection stays queued and the socket readable: this thread stops
@@ -457,7 +458,7 @@ static void on_accept(struct tcp_thread *th)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         __atomic_fetch_add(&n_total, 1, __ATOMIC_RELAXED);
-        struct tconn *c = conn_new(t, fd);
+        struct tconn *c = conn_new(t, fd, &peer);
         struct tcp_thread *to = pick_thread(t);
         if (to == th) {
             conn_adopt(th, c);
