@@ -19,7 +19,8 @@
  * have been quiet for SD_IDLE_NS. The three daemons of an idle local cluster used 1.56 CPU
  * seconds in 10 s at a 200 us cap, 0.40 at 2 ms, against 0.11-0.14 without SD servers
  * (tests/integration/cluster-kill.sh's idle line). On shm a request rings the home node's
- * doorbell and ends its servers' naps (nessie_sd_nap); over verbs nothing rings (a doorbell
+ * doorbell and ends its servers' naps (nessie_sd_nap), so there they nap 10 ms whatever came
+ * before (the caps above are for fabrics without a bell); over verbs nothing rings (a doorbell
  * there would need a WRITE with immediate and a completion channel), so the first request after
  * a second of silence waits up to 10 ms. The paper's servers spin instead (sd_poll = spin). */
 #define SD_NAP_MIN_NS 2000
@@ -78,12 +79,11 @@ static void *sdserver_main(void *arg)
      * spin (last_help, not last_work). */
     uint64_t helped_seen = nessie_sd_helped(s->node), last_help = 0;
     /* Where requests ring (nessie_sd_nap_rings: shm), a nap ends when one comes: short naps
-     * only cost wake-ups, so it sleeps SD_NAP_QUIET_MAX_NS (SD_NAP_IDLE_MAX_NS once idle) at
-     * once. bench/flash.sh's loads on 3 nodes / 2 cores, two alternated runs each, against the
+     * only cost wake-ups, so it sleeps SD_NAP_IDLE_MAX_NS at once. bench/flash.sh's loads on 3 nodes / 2 cores, two alternated runs each, against the
      * bell with the naps of a fabric without one: zipf-one GET p99 170 -> 141-145 us, uniform
      * 512-696 -> 422-446 us, zipf-all 323-348 -> 266-291 us, ops +3-50 %. */
     const bool rung = nessie_sd_nap_rings(s->node);
-    const uint64_t nap_first = rung ? SD_NAP_QUIET_MAX_NS : SD_NAP_MIN_NS;
+    const uint64_t nap_first = rung ? SD_NAP_IDLE_MAX_NS : SD_NAP_MIN_NS;
     uint64_t nap = nap_first;
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
         size_t served = nessie_sd_serve(t->ctx, t->index, s->n);
@@ -115,7 +115,14 @@ static void *sdserver_main(void *arg)
         }
         uint64_t quiet = now - (last_help > last_work ? last_help : last_work);
         bool busy = quiet < SD_QUIET_NS && stream.n + stream.prev >= SD_BUSY_MIN;
-        uint64_t cap = busy && !rung        ? SD_NAP_BUSY_MAX_NS
+        /* Where requests ring, a nap's length only paces the heartbeat (sd_beat: a shunned
+         * home is probed one take-up limit after, and needs its beat to have moved): the idle
+         * one always. Mode auto's explorations, a lone request per home every second or so,
+         * otherwise kept each peer's server on quiet naps for the second after: five hundred
+         * wake-ups a second against cd's hundred, on cores the client and its worker keep
+         * busy (issue 27; bench/modes.sh's mixed scenario, peers' context switches). */
+        uint64_t cap = rung                 ? SD_NAP_IDLE_MAX_NS
+                       : busy               ? SD_NAP_BUSY_MAX_NS
                        : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
                                             : SD_NAP_IDLE_MAX_NS;
         nap = rung ? cap : nap * 2 > cap ? cap : nap * 2;
