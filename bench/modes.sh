@@ -15,8 +15,13 @@
 # goodput over the best fixed mode's; mixed_auto_vs_best: the same in the mixed scenario, above
 # 1 where choosing per operation beats every fixed mode), how many calls auto shipped in each
 # scenario, and writes modes.csv and modes.png.
-# Each of Nessie's modes runs every scenario BENCH_REPS times (5), the modes taking turns, forward
-# then backward (cd sd hy auto, auto hy sd cd, ...), and every figure is the median of its runs:
+# Each of Nessie's modes runs every scenario BENCH_REPS times (5), the modes taking turns on each
+# group of scenarios that shares a fresh system (small; base, low and contended; large_put;
+# mixed), forward then backward (cd sd hy auto, auto hy sd cd, ...), so the runs a ratio compares
+# are seconds apart, not a whole mode's block of scenarios (about 40 s) or more: the machine
+# drifts over a run (bench-modes at d223e8e, mixed: cd 5140 4150 4293 3613 3591 MB/s in its
+# repetitions, auto 3547 3455 3514 4023 4643, each mode's block minutes from the other's).
+# Every figure is the median of its runs:
 # on a 2-core machine running 3 daemons and the client, runs of one mode differ by 2x and more
 # (mixed, cd: 1827 to 4520 MB/s; contended, cd: 350 to 1627), auto and cd (the same code path
 # here) alike. One run of each, minutes apart, gave auto_vs_best from 0.68 to 1.01 on a quiet
@@ -80,38 +85,51 @@ fresh() {
     fi
 }
 
-# The same scenarios, in the same order, for every system; the low-load rate comes from
-# memcached's base run, which goes first.
-scenarios() {
+# The scenarios in groups, each group on a fresh system (Nessie's slab pages stay with the size
+# class that took them: see fresh); the low-load rate comes from memcached's base run, which
+# goes first. Usage: group SYSTEM GROUP
+group() {
     s=$1
     fresh "$s"
-    run "$s" small -v 256 -n "$KEYS" -g 0.9
-    fresh "$s"
-    run "$s" base -v 16384 -n "$KEYS" -g 0.9
-    [ -n "${LOW_RATE:-}" ] || LOW_RATE=$(row_field "$LAST_ROW" ops_per_s | awk -v p="$LOW_PCT" '{ printf "%.0f", $1 * p / 100 }')
-    run "$s" low -v 16384 -n "$KEYS" -g 0.9 -r "$LOW_RATE" --no-preload
-    burners_add "$BURNERS_N"
-    run "$s" contended -v 16384 -n "$KEYS" -g 0.9 --no-preload
-    burners_stop
-    fresh "$s"
-    run "$s" large_put -v 131072 -n "$LARGE_KEYS" -g 0.5
-    fresh "$s"
-    run "$s" mixed --value-sizes 256,65536 -n "$LARGE_KEYS" -g 0.9
+    case $2 in
+    small)
+        run "$s" small -v 256 -n "$KEYS" -g 0.9
+        ;;
+    base)
+        run "$s" base -v 16384 -n "$KEYS" -g 0.9
+        [ -n "${LOW_RATE:-}" ] || LOW_RATE=$(row_field "$LAST_ROW" ops_per_s | awk -v p="$LOW_PCT" '{ printf "%.0f", $1 * p / 100 }')
+        run "$s" low -v 16384 -n "$KEYS" -g 0.9 -r "$LOW_RATE" --no-preload
+        burners_add "$BURNERS_N"
+        run "$s" contended -v 16384 -n "$KEYS" -g 0.9 --no-preload
+        burners_stop
+        ;;
+    large_put)
+        run "$s" large_put -v 131072 -n "$LARGE_KEYS" -g 0.5
+        ;;
+    mixed)
+        run "$s" mixed --value-sizes 256,65536 -n "$LARGE_KEYS" -g 0.9
+        ;;
+    esac
 }
+GROUPS_ALL="small base large_put mixed"
 
 REP=1
-scenarios memcached
+for g in $GROUPS_ALL; do group memcached "$g"; done
 mc_stop
 BACKWARD=$(echo "$MODES" | awk '{ for (i = NF; i >= 1; i--) printf "%s%s", $i, (i > 1 ? " " : "") }')
+turn=0
 for REP in $(seq 1 "$REPS"); do
-    order=$MODES
-    [ $((REP % 2)) -eq 1 ] || order=$BACKWARD
-    for m in $order; do
-        bench_log "repetition $REP of $REPS: mode $m"
-        scenarios "$m"
-        nessie_stop
+    for g in $GROUPS_ALL; do
+        order=$MODES
+        [ $((turn % 2)) -eq 0 ] || order=$BACKWARD
+        turn=$((turn + 1))
+        for m in $order; do
+            bench_log "repetition $REP of $REPS: $g, mode $m"
+            group "$m" "$g"
+        done
     done
 done
+nessie_stop
 bench_cleanup
 
 sc=$(col scenario); sy=$(col system); gp=$(col goodput_mb_s); cpu=$(col cpu_us_per_op)
