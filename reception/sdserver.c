@@ -79,9 +79,10 @@ static void *sdserver_main(void *arg)
      * spin (last_help, not last_work). */
     uint64_t helped_seen = nessie_sd_helped(s->node), last_help = 0;
     /* Where requests ring (nessie_sd_nap_rings: shm), a nap ends when one comes: short naps
-     * only cost wake-ups, so it sleeps SD_NAP_IDLE_MAX_NS at once. bench/flash.sh's loads on 3 nodes / 2 cores, two alternated runs each, against the
-     * bell with the naps of a fabric without one: zipf-one GET p99 170 -> 141-145 us, uniform
-     * 512-696 -> 422-446 us, zipf-all 323-348 -> 266-291 us, ops +3-50 %. */
+     * only cost wake-ups, so it sleeps SD_NAP_IDLE_MAX_NS at once. bench/flash.sh's loads on
+     * 3 nodes / 2 cores, two alternated runs each, against the bell with the naps of a fabric
+     * without one: zipf-one GET p99 170 -> 141-145 us, uniform 512-696 -> 422-446 us,
+     * zipf-all 323-348 -> 266-291 us, ops +3-50 % (then with 2 ms naps; 10 ms since). */
     const bool rung = nessie_sd_nap_rings(s->node);
     const uint64_t nap_first = rung ? SD_NAP_IDLE_MAX_NS : SD_NAP_MIN_NS;
     uint64_t nap = nap_first;
@@ -118,8 +119,8 @@ static void *sdserver_main(void *arg)
         /* Where requests ring, a nap's length only paces the heartbeat (sd_beat: a shunned
          * home is probed one take-up limit after, and needs its beat to have moved): the idle
          * one always. Mode auto's explorations, a lone request per home every second or so,
-         * otherwise kept each peer's server on quiet naps for the second after: five hundred
-         * wake-ups a second against cd's hundred, on cores the client and its worker keep
+         * otherwise kept each peer's server on 2 ms naps for the second after each: 200-550
+         * wake-ups a second against mode cd's 150, on cores the client and its worker keep
          * busy (issue 27; bench/modes.sh's mixed scenario, peers' context switches). */
         uint64_t cap = rung                 ? SD_NAP_IDLE_MAX_NS
                        : busy               ? SD_NAP_BUSY_MAX_NS
