@@ -117,16 +117,18 @@ static void *sdserver_main(void *arg)
         uint64_t quiet = now - (last_help > last_work ? last_help : last_work);
         bool busy = quiet < SD_QUIET_NS && stream.n + stream.prev >= SD_BUSY_MIN;
         /* Where requests ring, a nap's length only paces the heartbeat (sd_beat: a shunned
-         * home is probed one take-up limit after, and needs its beat to have moved): the idle
-         * one always. Mode auto's explorations, a lone request per home every second or so,
-         * otherwise kept each peer's server on 2 ms naps for the second after each: 200-550
-         * wake-ups a second against mode cd's 150, on cores the client and its worker keep
-         * busy (issue 27; bench/modes.sh's mixed scenario, peers' context switches). */
-        uint64_t cap = rung                 ? SD_NAP_IDLE_MAX_NS
-                       : busy               ? SD_NAP_BUSY_MAX_NS
-                       : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
-                                            : SD_NAP_IDLE_MAX_NS;
-        nap = rung ? cap : nap * 2 > cap ? cap : nap * 2;
+         * home is probed one take-up limit after, and needs its beat to have moved), so the
+         * nap stays nap_first, the idle one. Mode auto's explorations, a lone request per home
+         * every second or so, had kept each peer's server on 2 ms naps for the second after
+         * each: 200-550 wake-ups a second against mode cd's 150, on cores the client and its
+         * worker keep busy (issue 27; bench/modes.sh's mixed scenario, peers' context
+         * switches). Elsewhere the naps double up to the cap of the stream's state. */
+        if (!rung) {
+            uint64_t cap = busy                 ? SD_NAP_BUSY_MAX_NS
+                           : quiet < SD_IDLE_NS ? SD_NAP_QUIET_MAX_NS
+                                                : SD_NAP_IDLE_MAX_NS;
+            nap = nap * 2 > cap ? cap : nap * 2;
+        }
     }
     return NULL;
 }
